@@ -1,0 +1,56 @@
+"""One association test on one model's embedding store → one result row with provenance."""
+
+import numpy as np
+
+from vlbias.errors import InputError
+from vlbias.io.store import read_provenance, read_set
+from vlbias.stats import effect_size_sw, permutation_test_sw, s_wAB
+
+# Column order of a result row (and of every results table built from rows).
+COLUMNS = [
+    "test", "name", "model", "X", "Y", "A", "B", "n_t", "n_y", "n_a", "n_b",
+    "d", "p", "p_se", "p_parametric", "n_samples", "exact", "n_partitions", "seed",
+    "status", "model_id", "revision", "weights",
+]
+
+
+def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", threads=None):
+    """Effect size and permutation p of ``stimulus`` on the vectors in ``store_path``.
+
+    A set with no vectors (every image of a category failed to arrive) gives a row with
+    status "skipped: ..." and no numbers; malformed vectors (NaN, zero, mismatched
+    dimensions) raise InputError naming the stimulus file and the store.
+    """
+    prov = read_provenance(store_path)
+    row = {
+        "test": stimulus.id, "name": stimulus.name, "model": model,
+        **{s: st.label for s, st in stimulus.sets.items()},
+        "model_id": prov.get("model_id", ""), "revision": prov.get("revision", ""),
+        "weights": prov.get("weights", ""),
+    }
+    vectors = {}
+    for s, st in stimulus.sets.items():
+        vectors[s], _ = read_set(store_path, st.key)
+    row.update({"n_t": len(vectors["X"]), "n_y": len(vectors["Y"]),
+                "n_a": len(vectors["A"]), "n_b": len(vectors["B"])})
+    empty = [f"{s} ({st.key})" for s, st in stimulus.sets.items() if len(vectors[s]) == 0]
+    if empty:
+        return {**row, "status": f"skipped: no stimuli left in {', '.join(empty)}"}
+    try:
+        s_xy = s_wAB(_stack(vectors["X"], vectors["Y"]), vectors["A"], vectors["B"])
+        n_x = len(vectors["X"])
+        d = effect_size_sw(s_xy[:n_x], s_xy[n_x:])
+        res = permutation_test_sw(s_xy, n_x, n_samples=n_samples, seed=seed, exact=exact, threads=threads)
+    except ValueError as e:
+        raise InputError(f"{stimulus.path} on {store_path}", str(e)) from None
+    return {
+        **row, "d": d, "p": res.p, "p_se": res.p_se, "p_parametric": res.p_parametric,
+        "n_samples": res.n_samples, "exact": res.exact, "n_partitions": str(res.n_partitions),
+        "seed": "" if res.seed is None else res.seed, "status": "ok",
+    }
+
+
+def _stack(X, Y):
+    if X.shape[1:] != Y.shape[1:]:
+        raise ValueError(f"set Y: dimension {Y.shape[1]} does not match {X.shape[1]} of set X")
+    return np.concatenate([X, Y])

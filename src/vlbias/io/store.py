@@ -1,0 +1,49 @@
+"""Embedding stores: one HDF5 file per model (and dataset), one group per stimulus set.
+
+Layout::
+
+    /<key>/vectors   float32 (n, dim)   one row per stimulus
+    /<key>/ids       utf-8 strings (n,) the stimulus (image file name, word, sentence)
+    attrs            provenance: JSON under "provenance" (model id, revision, weights, ...)
+
+``<key>`` is an image category ("insect-flower/flower") or a text set's label.
+"""
+
+import json
+
+import h5py
+import numpy as np
+
+from vlbias.errors import InputError
+from vlbias.io.atomic import atomic_path
+
+_STR = h5py.string_dtype("utf-8")
+
+
+def write_embeddings(path, sets, provenance):
+    """Write ``sets`` ({key: (vectors, ids)}) and ``provenance`` (a JSON-able dict) atomically."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["provenance"] = json.dumps(provenance, sort_keys=True, default=str)
+        for key, (vectors, ids) in sets.items():
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+                raise ValueError(f"set '{key}': {vectors.shape} vectors for {len(ids)} ids")
+            g = f.create_group(key)
+            g.create_dataset("vectors", data=vectors)
+            g.create_dataset("ids", data=list(ids), dtype=_STR)
+
+
+def read_provenance(path):
+    with h5py.File(path, "r") as f:
+        return json.loads(f.attrs.get("provenance", "{}"))
+
+
+def read_set(path, key):
+    """(vectors float64 (n, dim), ids list[str]) of set ``key``; errors name file and key."""
+    with h5py.File(path, "r") as f:
+        if key not in f or "vectors" not in f[key]:
+            known = []
+            f.visit(lambda name: known.append(name[: -len("/vectors")]) if name.endswith("/vectors") else None)
+            raise InputError(path, f"no stimulus set '{key}' (the store holds: {', '.join(sorted(known)) or 'none'})")
+        g = f[key]
+        return g["vectors"][()].astype(np.float64), [i.decode() if isinstance(i, bytes) else i for i in g["ids"][()]]

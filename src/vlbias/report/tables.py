@@ -1,0 +1,81 @@
+"""Results tables: rows of :mod:`vlbias.associate` in a paper's layout, as CSV and Markdown."""
+
+import math
+
+import pandas as pd
+
+from vlbias.associate import COLUMNS
+from vlbias.io.atomic import atomic_path
+
+
+def read_published(path):
+    """A paper's published numbers (TSV: table, test, model, d, p as printed, ...)."""
+    return pd.read_csv(path, sep="\t", comment="#", dtype=str, keep_default_na=False)
+
+
+def assemble(rows, tests, models, published=None, table=None):
+    """Order result rows by the table's tests, then models; add the paper's d and p beside ours."""
+    df = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    order = {(t, m): i for i, (t, m) in enumerate((t, m) for t in tests for m in models)}
+    df = df.assign(_o=[order[(t, m)] for t, m in zip(df["test"], df["model"])]).sort_values("_o")
+    df = df.drop(columns="_o").reset_index(drop=True)
+    if published is not None:
+        pub = published if table is None else published[published["table"] == table]
+        pub = pub[["test", "model", "d", "p"]].rename(columns={"d": "d_paper", "p": "p_paper"})
+        df = df.merge(pub, on=["test", "model"], how="left")
+        df[["d_paper", "p_paper"]] = df[["d_paper", "p_paper"]].fillna("")
+    return df
+
+
+def _fmt_p(p, se, exact):
+    if isinstance(p, float) and math.isnan(p):
+        return ""
+    text = f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
+    star = "*" if p < 0.05 else ""
+    return f"{text}{star}" if exact else f"{text} ± {se:.4f}{star}"
+
+
+def to_markdown(df, caption):
+    """A readable Markdown table: effect sizes to 2 decimals (the papers' precision), p with
+    its Monte-Carlo error when sampled, p < 0.05 starred; skipped tests say why."""
+    head = ["Test", "Model", "X", "Y", "A", "B", "n_t", "n_a", "d", "p"]
+    has_paper = "d_paper" in df.columns
+    if has_paper:
+        head += ["d (paper)", "p (paper)"]
+    lines = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in df.itertuples(index=False):
+        ok = r.status == "ok"
+        cells = [r.name, r.model, r.X, r.Y, r.A, r.B, _int(r.n_t), _int(r.n_a),
+                 f"{r.d:.2f}" if ok else "–", _fmt_p(r.p, r.p_se, r.exact) if ok else r.status]
+        if has_paper:
+            cells += [r.d_paper, r.p_paper]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += ["", "d: effect size (sample std, ddof=1). p: one-sided permutation p; "
+              "exact over all partitions, or sampled with its Monte-Carlo standard error. * p < 0.05."]
+    return "\n".join(lines) + "\n"
+
+
+def _int(x):
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else int(x)
+
+
+def write_table(df, csv_path, md_path, caption):
+    with atomic_path(csv_path) as tmp:
+        df.to_csv(tmp, index=False)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text(to_markdown(df, caption), encoding="utf-8")
+
+
+def missing_inputs(stimuli, image_status, models):
+    """Images a table's tests should have used but could not, per image-computed model.
+
+    ``image_status`` are the rows of the image store's manifest (category, file, status,
+    reason); every row whose status is not "ok" and whose category a test uses is listed.
+    """
+    bad = [r for r in image_status if r["status"] != "ok"]
+    return [
+        {"model": m, "test": st.id, "set": s, "category": r["category"], "file": r["file"],
+         "status": r["status"], "reason": r["reason"]}
+        for m in models for st in stimuli for s, ss in st.sets.items()
+        for r in bad if r["category"] == ss.category
+    ]

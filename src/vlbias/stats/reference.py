@@ -1,0 +1,45 @@
+"""A plain-numpy association test written the way May et al.'s ``weat.py`` is: one Python
+iteration per partition. It is the yardstick for the differential tests and the engine
+benchmark, not something the pipeline runs.
+"""
+
+import itertools
+
+import numpy as np
+from math import comb
+
+
+def cosine(U, V):
+    U = U / np.linalg.norm(U, axis=1, keepdims=True)
+    V = V / np.linalg.norm(V, axis=1, keepdims=True)
+    return U @ V.T
+
+
+def s_wAB(W, A, B):
+    return cosine(W, A).mean(axis=1) - cosine(W, B).mean(axis=1)
+
+
+def effect_size(X, Y, A, B):
+    s_x, s_y = s_wAB(X, A, B), s_wAB(Y, A, B)
+    return (s_x.mean() - s_y.mean()) / np.std(np.concatenate([s_x, s_y]), ddof=1)
+
+
+def p_value(X, Y, A, B, n_samples, rng):
+    """One-sided p: exact when the partitions number ≤ n_samples, else the observed
+    partition once plus n_samples − 1 shuffles; ties count as extreme."""
+    s = s_wAB(np.concatenate([X, Y]), A, B)
+    n, n_x = len(s), len(X)
+    observed = s[:n_x].sum()
+    if comb(n, n_x) <= n_samples:
+        hits = total = 0
+        for Xi in itertools.combinations(range(n), n_x):
+            hits += s[list(Xi)].sum() >= observed
+            total += 1
+        return hits / total
+    hits, total = 1, 1
+    idx = np.arange(n)
+    for _ in range(n_samples - 1):
+        rng.shuffle(idx)
+        hits += s[idx[:n_x]].sum() >= observed
+        total += 1
+    return hits / total

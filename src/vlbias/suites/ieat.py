@@ -1,0 +1,84 @@
+"""The iEAT suite (Steed & Caliskan 2021): image stimuli → embedding stores.
+
+Two ways to a store ``results/embeddings/ieat/<model>.h5``, one group per image category:
+- the authors' published embeddings (CSV per category and model), fetched and checked;
+- embeddings computed here from the stimulus images with a registered image encoder.
+"""
+
+import logging
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vlbias.errors import FetchError
+from vlbias.io.fetch import fetch, read_manifest, sha256_file
+from vlbias.io.published import read_ieat_csv
+from vlbias.io.store import write_embeddings
+
+log = logging.getLogger(__name__)
+
+
+def obtain(source, path, sha256, mirror, cache):
+    """Local copy of upstream ``path`` under ``cache``; reuses a cached copy whose checksum matches."""
+    dest = Path(cache) / source.mirror_name / path
+    if dest.exists() and (not sha256 or sha256_file(dest) == sha256):
+        return dest
+    return fetch(source, path, dest, sha256=sha256 or None, mirror=mirror)
+
+
+def published_store(manifest, model_file, source, mirror, cache, out, provenance):
+    """Store of the authors' embeddings for ``model_file`` (e.g. "igpt_l_32")."""
+    rows = [r for r in read_manifest(manifest) if r["model_file"] == model_file]
+    if not rows:
+        raise FetchError(manifest, f"no embeddings listed for model file '{model_file}'")
+    sets = {}
+    for r in rows:
+        path = obtain(source, r["path"], r["sha256"], mirror, cache)
+        vectors, ids = read_ieat_csv(path)
+        sets[r["category"]] = (vectors, ids)
+        log.info("%s: %d x %d", r["category"], *vectors.shape)
+    write_embeddings(out, sets, {**provenance, "source": f"{source.repo}@{source.commit}",
+                                 "n": {k: len(v[1]) for k, v in sets.items()}})
+
+
+def image_entries(manifest, source, mirror, cache):
+    """One entry per listed image: a local path, or None with the reason it could not be had.
+
+    A missing image is recorded, not fatal (the table shows the n actually used); but when
+    nothing at all arrives the first failure is raised, since it names the URL or mirror
+    path and says how to set ``mirror``.
+    """
+    entries, first_error = [], None
+    for r in read_manifest(manifest):
+        path = f"data/experiments/{r['category']}/{r['file']}"
+        try:
+            local, reason = obtain(source, path, r["sha256"], mirror, cache), ""
+        except FetchError as e:
+            local, reason = None, str(e)
+            first_error = first_error or e
+        entries.append({"category": r["category"], "file": r["file"], "path": local, "reason": reason})
+    if first_error is not None and all(e["path"] is None for e in entries):
+        raise first_error
+    return entries
+
+
+def embed_image_store(images_h5, encoder, out, provenance):
+    """Embed every category of an image store (see vlbias.images.store) with ``encoder``.
+
+    A category left without images keeps an empty (0, dim) set, so the test that uses it is
+    recorded as skipped with the category's name rather than failing somewhere else.
+    """
+    sets = {}
+    with h5py.File(images_h5, "r") as f:
+        keys = []
+        f.visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Group) and "pixels" in obj else None)
+        for key in sorted(keys):
+            ids = [i.decode() if isinstance(i, bytes) else i for i in f[key]["ids"][()]]
+            if ids:
+                vectors = encoder.encode_images(f[key]["pixels"][()])
+            else:
+                vectors = np.zeros((0, encoder.dim), dtype=np.float32)
+            sets[key] = (vectors, ids)
+            log.info("%s: %d images", key, len(ids))
+    write_embeddings(out, sets, {**encoder.info, **provenance, "n": {k: len(v[1]) for k, v in sets.items()}})
