@@ -70,6 +70,7 @@ rule ieat_table:
             test=IEAT_TABLES[w.table]["tests"],
         ),
         published=IEAT["published"],
+        stimuli=lambda w: expand(f"{IEAT['stimuli']}/{{test}}.yaml", test=IEAT_TABLES[w.table]["tests"]),
         images=lambda w: (
             ["results/images/ieat/manifest.tsv"]
             if set(ieat_table_models(w.table)) & set(IMAGE_MODELS)
@@ -92,7 +93,6 @@ rule ieat_table:
         tests=lambda w: IEAT_TABLES[w.table]["tests"],
         models=lambda w: ieat_table_models(w.table),
         image_models=IMAGE_MODELS,
-        stimuli=IEAT["stimuli"],
     script:
         "../scripts/ieat_table.py"
 

@@ -10,7 +10,7 @@ p = snakemake.params
 rows = pd.concat([pd.read_csv(f) for f in snakemake.input.rows]).to_dict("records")
 table = assemble(rows, p.tests, p.models, read_published(snakemake.input.published), table=p.table)
 write_table(table, snakemake.output.csv, snakemake.output.md, p.caption)
-stimuli = [load_stimulus(f"{p.stimuli}/{t}.yaml") for t in p.tests]
+stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
 status = read_manifest(snakemake.input.images[0]) if snakemake.input.images else []
 missing = missing_inputs(stimuli, status, [m for m in p.models if m in p.image_models])
 write_manifest(snakemake.output.missing, missing, ["model", "test", "set", "category", "file", "status", "reason"])

@@ -45,21 +45,25 @@ def published_store(manifest, model_file, source, mirror, cache, out, provenance
 def image_entries(manifest, source, mirror, cache):
     """One entry per listed image: a local path, or None with the reason it could not be had.
 
-    A missing image is recorded, not fatal (the table shows the n actually used); but when
-    nothing at all arrives the first failure is raised, since it names the URL or mirror
-    path and says how to set ``mirror``.
+    A missing image is recorded, not fatal (the table shows the n actually used). But an
+    unreachable source fails at once with an error that names it and says how to set
+    ``mirror``: a mirror folder that does not exist, or a download failing before any
+    image has arrived.
     """
-    entries, first_error = [], None
+    if mirror and not (Path(mirror) / source.mirror_name).is_dir():
+        raise FetchError(Path(mirror) / source.mirror_name,
+                         "the mirror has no such folder; set `mirror:` in config/config.yaml to a "
+                         "directory laid out like the upstream repositories, or null to download")
+    entries = []
     for r in read_manifest(manifest):
         path = f"data/experiments/{r['category']}/{r['file']}"
         try:
             local, reason = obtain(source, path, r["sha256"], mirror, cache), ""
         except FetchError as e:
+            if not mirror and not any(x["path"] for x in entries):
+                raise
             local, reason = None, str(e)
-            first_error = first_error or e
         entries.append({"category": r["category"], "file": r["file"], "path": local, "reason": reason})
-    if first_error is not None and all(e["path"] is None for e in entries):
-        raise first_error
     return entries
 
 

