@@ -191,16 +191,40 @@ def test_invalid_config_names_the_key(tmp_path):
     assert "n_samples" in proc.stdout + proc.stderr
 
 
-def test_unknown_category_fails_that_test_with_its_name(tmp_path):
+def test_unknown_category_fails_early_naming_file_and_key(tmp_path):
     make_project(tmp_path)
     bad = tmp_path / "resources/stimuli/ieat/insect-flower.yaml"
     bad.write_text(bad.read_text().replace("toy/pleasant", "toy/nonexistent"))
-    proc = snakemake(tmp_path, "--keep-going", "results/ieat/t1.csv", "results/ieat/t2.csv", check=False)
+    proc = snakemake(tmp_path, "--dry-run", check=False)
     assert proc.returncode != 0
-    assert "insect-flower.yaml" in proc.stderr and "toy/nonexistent" in proc.stderr
-    assert (tmp_path / "results/ieat/t1.csv").exists()  # the rest completes
-    assert not (tmp_path / "results/ieat/pub/insect-flower.csv").exists()  # nothing half-written
-    assert not (tmp_path / "results/ieat/t2.csv").exists()
+    assert "insect-flower.yaml: key 'A/category': 'toy/nonexistent' is not listed" in proc.stdout + proc.stderr
+
+
+def test_malformed_stimulus_file_fails_early_naming_file_and_key(tmp_path):
+    make_project(tmp_path)
+    bad = tmp_path / "resources/stimuli/seat/weat-toy.yaml"
+    bad.write_text(bad.read_text().replace("label: B", "lable: B"))
+    proc = snakemake(tmp_path, "--dry-run", check=False)
+    assert proc.returncode != 0
+    assert "weat-toy.yaml: key 'B'" in proc.stdout + proc.stderr
+
+
+def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(tmp_path):
+    make_project(tmp_path)
+    # a NaN in one published embedding file: that model's store fails with the file's name
+    csv = tmp_path / "mirror/ieat/embeddings/toy_insect_pub.csv"
+    df = pd.read_csv(csv, index_col=0)
+    df.iloc[1, 2] = np.nan
+    df.to_csv(csv)
+    rows = (tmp_path / "resources/manifests/embeddings.tsv").read_text().splitlines()
+    rows = [r if "toy_insect_pub" not in r else "\t".join(r.split("\t")[:3] + [sha(csv)]) for r in rows]
+    (tmp_path / "resources/manifests/embeddings.tsv").write_text("\n".join(rows) + "\n")
+    proc = snakemake(tmp_path, "--keep-going", check=False)
+    assert proc.returncode != 0
+    assert "toy_insect_pub.csv" in proc.stderr and "NaN" in proc.stderr
+    assert not (tmp_path / "results/embeddings/ieat/pub.h5").exists()
+    assert not list((tmp_path / "results/embeddings/ieat").glob("*.part"))
+    assert (tmp_path / "results/seat/minilm/table.csv").exists()
 
 
 def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(tmp_path):

@@ -3,8 +3,8 @@
 import re
 from pathlib import Path
 
-from vlbias.io.fetch import Source
-from vlbias.io.stimuli import load_stimulus
+from vlbias.io.fetch import Source, read_manifest
+from vlbias.io.stimuli import check_categories, load_stimulus
 
 IEAT = config["ieat"]
 SEAT = config["seat"]
@@ -52,6 +52,26 @@ def ieat_table_models(table):
     return models
 
 
+def check_stimuli():
+    """Fail before anything runs on a malformed stimulus file, a table naming an unknown test,
+    or a test naming a category its dataset does not list; errors name the file and key."""
+    for table, spec in IEAT_TABLES.items():
+        missing = [t for t in spec["tests"] if not Path(IEAT["stimuli"], f"{t}.yaml").exists()]
+        if missing:
+            raise ValueError(f"config/config.yaml: key 'ieat/tables/{table}/tests' names tests with no "
+                             f"stimulus file in {IEAT['stimuli']}: {missing}")
+        ieat_table_models(table)
+    manifests = {IEAT["images"]["manifest"]: "category"} if IMAGE_MODELS or IEAT["build_images"] else {}
+    if PUBLISHED_MODELS:
+        manifests[IEAT["embeddings_manifest"]] = "category"
+    for manifest, column in manifests.items():
+        known = {r[column] for r in read_manifest(manifest)}
+        for test in sorted({t for spec in IEAT_TABLES.values() for t in spec["tests"]}):
+            check_categories(load_stimulus(Path(IEAT["stimuli"], f"{test}.yaml")), known, manifest)
+    for test in seat_tests():
+        load_stimulus(Path(SEAT["stimuli"], f"{test}.yaml"))
+
+
 def all_targets():
     targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "missing.tsv"])
     if IEAT["specificity"]["models"]:
@@ -60,6 +80,9 @@ def all_targets():
         targets.append("results/images/ieat/manifest.tsv")
     targets += expand("results/seat/{model}/table.{ext}", model=SEAT["models"], ext=["csv", "md"])
     return targets
+
+
+check_stimuli()
 
 
 wildcard_constraints:

@@ -88,3 +88,10 @@ def load_stimulus(path):
         id=doc["id"], name=doc["name"], suite=doc["suite"], level=doc.get("level"),
         source=doc.get("source"), path=str(path), **sets,
     )
+
+
+def check_categories(stimulus, known, listed_in):
+    """Every image category the test names must be one the dataset lists (``known``)."""
+    for s, st in stimulus.sets.items():
+        if st.category is not None and st.category not in known:
+            raise InputError(stimulus.path, f"key '{s}/category': '{st.category}' is not listed in {listed_in}")

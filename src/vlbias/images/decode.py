@@ -1,0 +1,109 @@
+"""Decode stimulus images robustly: the content decides the format, never the file name.
+
+Stimuli collected from the web include dead links saved as HTML, truncated downloads,
+CMYK and palette images, 16-bit scans and animations; each either becomes an RGB image or
+fails with an error that names the file and says why.
+"""
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from vlbias.errors import InputError
+
+# Formats a stimulus may have (JPEG includes camera MPO files). Pillow's other plugins are not
+# needed, and some (EPS) run external programs on load.
+FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")
+CROPS = ("center", "top-left")
+
+
+class ImageDecodeError(InputError):
+    """A file is not a decodable image; ``reason`` says why without the file name."""
+
+    def __init__(self, source, reason):
+        self.reason = reason
+        super().__init__(source, reason)
+
+
+def _sniff(head):
+    """Why bytes that no image decoder recognises are not an image."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if text.startswith((b"<!doctype html", b"<html", b"<head", b"<body")) or b"<html" in text:
+        return "not an image (looks like HTML, e.g. an error page saved in place of the image)"
+    if text.startswith(b"version https://git-lfs"):
+        return "not an image (a Git LFS pointer file, not the image it points to)"
+    try:
+        head.decode("utf-8")
+        return "not an image (looks like text)"
+    except UnicodeDecodeError:
+        return f"not an image (unknown format; supported: {', '.join(FORMATS)}; starts with {head[:8].hex()})"
+
+
+def _to_rgb(im):
+    """Any Pillow mode → RGB; transparent pixels become white."""
+    if im.mode.startswith("I;16") or im.mode == "I":
+        # 16-bit samples (Pillow delivers 16-bit PNGs as I;16, older versions as I): scale to 8 bits
+        a = np.clip(np.asarray(im, dtype=np.float64), 0, 65535) / 257
+        return Image.fromarray(np.rint(a).astype(np.uint8)).convert("RGB")
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info:
+        rgba = im.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    # RGB, L, 1, P, CMYK, YCbCr, F (Pillow's convention: 0..255, clipped), ...
+    return im.convert("RGB")
+
+
+def load_rgb(path):
+    """Fully decode the image at ``path`` (first frame, EXIF orientation applied) as RGB."""
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        # another library switched this on; truncated stimuli would be padded with grey silently
+        raise RuntimeError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True; vlbias needs it False to reject "
+                           "truncated images")
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as e:
+        raise ImageDecodeError(path, f"cannot read file ({e.strerror})") from None
+    if not head:
+        raise ImageDecodeError(path, "empty file")
+    try:
+        with Image.open(path, formats=FORMATS) as im:
+            # Image.open already refuses more than 2x MAX_IMAGE_PIXELS; refuse more than 1x too
+            # (Pillow only warns there) so the limit holds whatever the warning filters are
+            if Image.MAX_IMAGE_PIXELS and im.width * im.height > Image.MAX_IMAGE_PIXELS:
+                raise Image.DecompressionBombError(f"{im.width}x{im.height} pixels")
+            im.seek(0)
+            im.load()  # decodes everything now; truncated data fails here
+            return _to_rgb(ImageOps.exif_transpose(im))
+    except UnidentifiedImageError:
+        raise ImageDecodeError(path, _sniff(head)) from None
+    except Image.DecompressionBombError as e:
+        raise ImageDecodeError(path, f"image too large ({e})") from None
+    except Exception as e:  # malformed files make Pillow raise errors of many kinds
+        reason = "truncated image data" if "truncated" in str(e).lower() else "damaged image data"
+        raise ImageDecodeError(path, f"{reason} ({e})") from None
+
+
+def square_crop(img, mode="center"):
+    """The largest square of ``img``: its centre (``"center"``) or top-left corner (``"top-left"``).
+
+    The iEAT paper (Appendix B) centres the object; the iEAT authors' code took ``img[:D, :D]``.
+    """
+    if mode not in CROPS:
+        raise ValueError(f"unknown crop mode '{mode}' (known: {', '.join(CROPS)})")
+    w, h = img.size
+    side = min(w, h)
+    left, top = ((w - side) // 2, (h - side) // 2) if mode == "center" else (0, 0)
+    return img.crop((left, top, left + side, top + side))
+
+
+def prepare(path, size, crop="center"):
+    """The image at ``path`` as a uint8 (size, size, 3) array: RGB, square-cropped, bicubic-resized."""
+    if crop not in CROPS:
+        raise ValueError(f"unknown crop mode '{crop}' (known: {', '.join(CROPS)})")
+    if int(size) != size or size < 1:
+        raise ValueError(f"image size must be a positive integer, got {size!r}")
+    img = square_crop(load_rgb(path), crop)
+    return np.asarray(img.resize((size, size), Image.Resampling.BICUBIC), dtype=np.uint8)

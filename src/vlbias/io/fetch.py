@@ -1,0 +1,185 @@
+"""Upstream files from a local mirror or the network, checked by sha256, written atomically.
+
+Also the TSV manifests that list those files (and the status tables the pipeline writes).
+"""
+
+import hashlib
+import http.client
+import logging
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+from vlbias.errors import FetchError, InputError
+from vlbias.io.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+MIRROR_HINT = ("To use local files instead, set `mirror:` in config/config.yaml to a local directory "
+               "laid out like the upstream repositories (e.g. ../shared/data)")
+_CHUNK = 1 << 20
+_SCHEMES = ("http", "https")
+
+
+def sha256_file(path):
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Source:
+    """An upstream repository pinned to a commit; mirrored under ``<mirror>/<mirror_name>/``."""
+
+    repo: str
+    commit: str
+    mirror_name: str
+    url_template: str = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
+
+    def url(self, path):
+        return self.url_template.format(repo=self.repo, commit=self.commit, path=quote(path, safe="/"))
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    # urllib's own handler still follows redirects to ftp://; allow only http(s)
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urlsplit(newurl).scheme not in _SCHEMES:
+            raise urllib.error.HTTPError(newurl, code, f"refused redirect to {newurl}", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _copy(src, dst, max_bytes=None):
+    """Copy file object ``src`` to ``dst`` in chunks; hex sha256 of what was copied."""
+    h, n = hashlib.sha256(), 0
+    for block in iter(lambda: src.read(_CHUNK), b""):
+        n += len(block)
+        if max_bytes is not None and n > max_bytes:
+            raise _TooLarge
+        h.update(block)
+        dst.write(block)
+    return h.hexdigest()
+
+
+def _why(exc, timeout):
+    """A short reason for a failed request, and whether trying again may help."""
+    if isinstance(exc, urllib.error.HTTPError):
+        transient = exc.code >= 500 or exc.code in (408, 429)
+        return f"HTTP {exc.code} {exc.reason}", transient
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError):
+        return f"no response within {timeout} s", True
+    if isinstance(reason, socket.gaierror):
+        return f"host name not resolved, network unreachable? ({reason.strerror})", True
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror.lower(), True
+    return f"{type(reason).__name__}: {reason}", True
+
+
+def _download(url, out, timeout, retries, max_bytes, backoff):
+    """Stream ``url`` into the open file ``out``; hex sha256. Retries transient failures."""
+    if urlsplit(url).scheme not in _SCHEMES:
+        raise FetchError(url, f"refusing to download: only http(s) URLs are fetched. {MIRROR_HINT}")
+    opener = urllib.request.build_opener(_HttpOnlyRedirects())
+    for attempt in range(retries + 1):
+        out.seek(0)
+        out.truncate()
+        try:
+            with opener.open(url, timeout=timeout) as response:
+                declared = response.headers.get("Content-Length")
+                if declared and declared.isdigit() and int(declared) > max_bytes:
+                    raise _TooLarge
+                return _copy(response, out, max_bytes)
+        except _TooLarge:
+            raise FetchError(url, f"could not download: response larger than the limit of {max_bytes} "
+                                  f"bytes. {MIRROR_HINT}") from None
+        except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
+            why, transient = _why(e, timeout)
+        if not transient or attempt == retries:
+            tries = f" after {attempt + 1} attempts" if attempt else ""
+            raise FetchError(url, f"could not download{tries}: {why}. {MIRROR_HINT}")
+        delay = backoff * 2**attempt
+        log.warning("%s: %s; trying again in %.1f s", url, why, delay)
+        time.sleep(delay)
+
+
+def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_bytes=200 * 2**20, backoff=0.5):
+    """Put upstream ``path`` of ``source`` at ``dest`` and return ``dest``.
+
+    With ``mirror`` the file is read from ``<mirror>/<source.mirror_name>/<path>`` only (never the
+    network); without it it is downloaded from ``source.url(path)``, with ``retries`` further tries
+    after transient failures (waiting ``backoff``, 2x``backoff``, ... seconds) and at most
+    ``max_bytes`` accepted. With ``sha256`` the content must match it. ``dest`` appears only
+    complete and verified; any failure leaves no ``dest`` (an earlier one is left untouched).
+    """
+    dest = Path(dest)
+    with atomic_path(dest) as tmp, open(tmp, "wb") as out:
+        if mirror:
+            origin = Path(mirror) / source.mirror_name / path
+            if not origin.is_file():
+                raise FetchError(origin, f"file is missing from the mirror {mirror} (expected upstream "
+                                         f"{source.repo}@{source.commit}: {path}); fix `mirror:` in "
+                                         "config/config.yaml or set it to null to download")
+            with open(origin, "rb") as src:
+                actual = _copy(src, out)
+        else:
+            origin = source.url(path)
+            actual = _download(origin, out, timeout, retries, max_bytes, backoff)
+        if sha256 and actual != sha256.lower():
+            raise FetchError(origin, f"sha256 mismatch: expected {sha256}, got {actual}")
+    return dest
+
+
+def read_manifest(path):
+    """Rows of a TSV manifest as dicts of strings keyed by its header.
+
+    Lines starting with '#' before the header are comments; blank lines are ignored.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise InputError(path, f"cannot read manifest ({e.strerror})") from None
+    number, header = 0, None
+    for number, line in enumerate(lines, 1):
+        if not line.startswith("#"):
+            header = line.split("\t")
+            break
+    if not header or header == [""]:
+        raise InputError(path, "manifest has no header line")
+    rows = []
+    for number, line in enumerate(lines[number:], number + 1):
+        if not line.strip():
+            continue
+        values = line.split("\t")
+        if len(values) != len(header):
+            raise InputError(path, f"line {number}: {len(values)} tab-separated fields, expected "
+                                   f"{len(header)} ({', '.join(header)})")
+        rows.append(dict(zip(header, values)))
+    return rows
+
+
+def _cell(value):
+    # free text (error messages) is flattened so that every row stays on one line
+    return "" if value is None else " ".join(str(value).replace("\t", " ").splitlines())
+
+
+def write_manifest(path, rows, columns):
+    """Write ``rows`` (dicts) as a TSV with header ``columns``, atomically. None is written empty."""
+    lines = ["\t".join(columns)]
+    for i, row in enumerate(rows):
+        missing = [c for c in columns if c not in row]
+        if missing:
+            raise ValueError(f"{path}: row {i} lacks column(s) {missing}: {row}")
+        lines.append("\t".join(_cell(row[c]) for c in columns))
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")

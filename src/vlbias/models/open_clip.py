@@ -1,0 +1,192 @@
+"""Image encoders from open_clip (OpenAI CLIP, OpenCLIP, SigLIP, ...: any ``open_clip.list_models()`` arch).
+
+Config entry keys:
+    arch          open_clip architecture name, e.g. "ViT-B-32", "RN50"
+    weights, exactly one of:
+      pretrained  an open_clip pretrained tag ("openai", "laion2b_s34b_b79k", ...); needs the network
+                  or the weights already in the Hugging Face cache
+      checkpoint  a local state_dict file: .safetensors, or a torch.save file read with
+                  weights_only=True (pickled objects other than tensors are refused)
+      random_init true, with ``seed`` (default 0): random weights, for tests and offline smoke runs
+    model_cfg     for an open_clip arch: dict merged into its config (one level deep: a ``vision_cfg``
+                  given here updates the arch's ``vision_cfg``); for any other ``arch`` name: the whole
+                  architecture (embed_dim, vision_cfg, text_cfg), e.g. a tiny model for tests
+    preprocess    dict overriding the image preprocessing (mean, std, interpolation); a checkpoint
+                  or random init otherwise gets open_clip's defaults (OpenAI mean/std, bicubic)
+    batch_size, device, threads   see vlbias.models.runtime
+    model_id, revision            recorded in ``.info`` (default: arch, and the tag's source)
+"""
+
+import copy
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import open_clip
+import safetensors.torch
+import torch
+import torchvision
+from open_clip.transformer import QuickGELU
+from torchvision.transforms.v2 import InterpolationMode
+from torchvision.transforms.v2 import functional as TF
+
+from vlbias.errors import InputError
+from vlbias.models import register, runtime, sha256_file
+
+log = logging.getLogger(__name__)
+
+# architectures defined by a config entry's model_cfg rather than shipped with open_clip
+_DEFINED = set()
+
+
+@register("open_clip")
+class OpenClipImageEncoder:
+    def __init__(self, spec):
+        arch, model_cfg = spec.get("arch"), spec.get("model_cfg") or {}
+        if arch in open_clip.list_models() and arch not in _DEFINED:
+            base = open_clip.get_model_config(arch)
+            # create_model replaces top-level keys; merge sub-configs so a partial vision_cfg works
+            model_kwargs = {k: {**base[k], **v} if isinstance(base.get(k), dict) else v for k, v in model_cfg.items()}
+        elif {"embed_dim", "vision_cfg", "text_cfg"} <= set(model_cfg):
+            # open_clip builds models by name only, so a new architecture is registered under its name
+            # (again on every build: two entries may define the same name differently)
+            open_clip.factory._MODEL_CONFIGS[arch] = copy.deepcopy(model_cfg)
+            _DEFINED.add(arch)
+            base, model_kwargs = model_cfg, {}
+        else:
+            raise InputError(f"arch '{arch}'", "not an open_clip architecture (see open_clip.list_models()); to "
+                                               "define one, give model_cfg with embed_dim, vision_cfg and text_cfg")
+        tag, checkpoint, random_init = spec.get("pretrained"), spec.get("checkpoint"), bool(spec.get("random_init"))
+        if (tag is not None) + (checkpoint is not None) + random_init != 1:
+            raise InputError(f"arch '{arch}'", "set exactly one of `pretrained: <tag>`, `checkpoint: <file>` "
+                                               "or `random_init: true`")
+        self.device, self.batch_size = runtime(spec)
+        create = dict(force_preprocess_cfg=spec.get("preprocess"), **model_kwargs)
+
+        seed, path, revision = None, None, spec.get("revision")
+        if tag is not None:
+            model, path, tag_cfg = _from_tag(arch, tag, create)
+            revision = revision or tag_cfg.get("hf_hub") or tag_cfg.get("url")
+        elif checkpoint is not None:
+            path = Path(checkpoint)
+            if not path.is_file():
+                raise InputError(checkpoint, "checkpoint file not found")
+            state = _read_state_dict(path)  # before building the model: a refused file fails fast
+            model = open_clip.create_model(arch, **create)
+            missing, unexpected = model.load_state_dict(state, strict=False)
+            if missing or unexpected:
+                raise InputError(path, f"does not fit the configured model: missing {_some(missing)}, "
+                                       f"unexpected {_some(unexpected)}")
+        else:
+            seed = int(spec.get("seed", 0))
+            # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model = open_clip.create_model(arch, **create)
+
+        self.model = model.eval().requires_grad_(False).to(self.device)
+        pp = open_clip.get_model_preprocess_cfg(self.model)
+        size = pp["size"]
+        self.size = [size, size] if isinstance(size, int) else list(size)
+        self.interpolation = InterpolationMode(pp["interpolation"])
+        self.mean = torch.tensor(pp["mean"], dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
+        self.std = torch.tensor(pp["std"], dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
+        self.dim = int({**base, **model_kwargs}["embed_dim"])
+        self.info = {
+            "adapter": "open_clip",
+            "model_id": spec.get("model_id") or arch,
+            "arch": arch,
+            "model_cfg": model_cfg or None,
+            "pretrained": tag,
+            "weights_file": str(path) if path else None,
+            "weights_sha256": sha256_file(path) if path else None,
+            "revision": revision,
+            "weights": "random-init" if random_init else "pretrained",
+            "seed": seed,
+            # what the model runs, whether from the arch, the tag or model_cfg
+            "quick_gelu": any(isinstance(m, QuickGELU) for m in self.model.modules()),
+            "preprocess": {"size": self.size, "mean": list(pp["mean"]), "std": list(pp["std"]),
+                           "interpolation": pp["interpolation"]},
+            "dim": self.dim,
+            "device": str(self.device),
+            "dtype": "float32",
+            "versions": {"open_clip": open_clip.__version__, "torch": torch.__version__,
+                         "torchvision": torchvision.__version__},
+        }
+        # (open_clip itself logs "initialized randomly" before a checkpoint is loaded into the model)
+        log.info("%s: %s weights from %s, dim %d, on %s", arch, self.info["weights"],
+                 path or f"seed {seed}", self.dim, self.device)
+
+    def preprocess(self, pixels):
+        """uint8 (n, H, W, 3) tensor -> float32 (n, 3, size, size), as the model was trained on."""
+        x = pixels.permute(0, 3, 1, 2)
+        if list(x.shape[-2:]) != self.size:
+            # resizing the uint8 image (rounded, clamped) matches open_clip's PIL transform
+            x = TF.resize(x, self.size, interpolation=self.interpolation, antialias=True)
+        x = x.to(torch.float32) / 255.0
+        return (x - self.mean) / self.std
+
+    def encode_images(self, pixels):
+        """float32 (n, dim) unnormalised image embeddings of uint8 (n, H, W, 3) square RGB images."""
+        pixels = np.asarray(pixels)
+        if pixels.dtype != np.uint8 or pixels.ndim != 4 or pixels.shape[3] != 3 or pixels.shape[1] != pixels.shape[2]:
+            raise InputError("pixels", f"expected uint8 (n, H, W, 3) square RGB images, got {pixels.dtype} "
+                                       f"{pixels.shape}")
+        out = np.empty((len(pixels), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(pixels), self.batch_size):
+                batch = torch.from_numpy(np.ascontiguousarray(pixels[start:start + self.batch_size]))
+                emb = self.model.encode_image(self.preprocess(batch.to(self.device)))
+                assert emb.shape == (len(batch), self.dim), emb.shape
+                out[start:start + len(batch)] = emb.float().cpu().numpy()
+        return out
+
+
+def _from_tag(arch, tag, create):
+    """(model, weights file, tag config) for an open_clip pretrained tag."""
+    tag_cfg = open_clip.get_pretrained_cfg(arch, tag)
+    if not tag_cfg:
+        tags = ", ".join(open_clip.list_pretrained_tags_by_model(arch)) or "none"
+        raise InputError(f"{arch} pretrained '{tag}'", f"open_clip has no such tag for this arch (it has: {tags})")
+    try:
+        # fetched (or found in the Hugging Face cache) first, so the file can be hashed
+        path = Path(open_clip.download_pretrained(tag_cfg))
+    except Exception as e:  # hub, HTTP and file errors alike mean: the weights are not reachable
+        raise InputError(f"{arch} pretrained '{tag}'",
+                         f"could not obtain the weights ({e}); set `checkpoint:` to a local weights file "
+                         "or run with network access") from e
+    # weights trained with QuickGELU must run with it; open_clip itself only warns on a mismatch
+    model = open_clip.create_model(arch, pretrained=tag, force_quick_gelu=tag_cfg.get("quick_gelu", False),
+                                   **create)
+    return model, path, tag_cfg
+
+
+def _read_state_dict(path):
+    """The state_dict in a user's weights file, read without ever unpickling arbitrary objects.
+
+    (open_clip's own loader falls back to a full, unsafe torch.load on some errors.)
+    """
+    if path.suffix == ".safetensors":
+        try:
+            state = safetensors.torch.load_file(path)
+        except Exception as e:  # safetensors raises its own SafetensorError or OSError
+            raise InputError(path, f"not a readable safetensors file ({e})") from e
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # UnpicklingError for refused objects, RuntimeError for non-torch files
+            reason = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\. |\n|$)", str(e))
+            raise InputError(path, "refused: not a weights-only torch checkpoint "
+                                   f"({reason.group(1) if reason else e}); only tensors are loaded from "
+                                   "pickle files, convert it to .safetensors") from e
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]  # training checkpoints wrap the weights with optimizer state etc.
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise InputError(path, "expected a state_dict (a mapping of names to tensors)")
+    # DistributedDataParallel prefixes every name with "module."
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def _some(names):
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "") if names else "none"

