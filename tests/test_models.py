@@ -92,6 +92,18 @@ def test_tiny_vit_shapes_and_batching():
     assert one.info["dim"] == 16 and one.info["device"] == "cpu" and one.info["dtype"] == "float32"
 
 
+def test_architecture_defined_by_model_cfg():
+    spec = {**TINY, "arch": "tiny-vit", "model_cfg": {**TINY["model_cfg"], "vision_cfg": {
+        "image_size": 32, "patch_size": 8, "width": 32, "layers": 1, "head_width": 16}}}
+    enc = build(spec)
+    assert enc.encode_images(pixels(2)).shape == (2, 16) and enc.info["arch"] == "tiny-vit"
+    # a second entry may define the same name differently
+    wider = build({**spec, "model_cfg": {**spec["model_cfg"], "embed_dim": 8}})
+    assert wider.encode_images(pixels(2)).shape == (2, 8)
+    with pytest.raises(InputError, match="arch 'tiny-vit-2'.*to define one, give model_cfg"):
+        build({**spec, "arch": "tiny-vit-2", "model_cfg": {"embed_dim": 8}})
+
+
 def test_random_init_depends_on_the_seed_alone():
     x = pixels(3)
     a = build(TINY).encode_images(x)
@@ -202,8 +214,8 @@ def test_bad_pixel_arrays_are_refused():
 
 
 def test_bad_open_clip_entries_are_refused():
-    with pytest.raises(InputError, match="arch 'ViT-X'"):
-        build({**TINY, "arch": "ViT-X"})
+    with pytest.raises(InputError, match="arch 'ViT-X': not an open_clip architecture"):
+        build({"adapter": "open_clip", "arch": "ViT-X", "random_init": True})
     with pytest.raises(InputError, match="exactly one of"):
         build({**TINY, "pretrained": "openai"})
     with pytest.raises(InputError, match="ViT-B-32 pretrained 'nope'.*openai"):

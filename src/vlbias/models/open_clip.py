@@ -44,6 +44,8 @@ _DEFINED = set()
 class OpenClipImageEncoder:
     def __init__(self, spec):
         arch, model_cfg = spec.get("arch"), spec.get("model_cfg") or {}
+        if not isinstance(arch, str) or not arch:
+            raise InputError("arch", "an open_clip encoder needs `arch`, an architecture name")
         if arch in open_clip.list_models() and arch not in _DEFINED:
             base = open_clip.get_model_config(arch)
             # create_model replaces top-level keys; merge sub-configs so a partial vision_cfg works
