@@ -12,7 +12,6 @@ Adapter modules import torch and their model library (seconds). They are importe
 an entry names them, so importing this package (e.g. while Snakemake parses the workflow) is cheap.
 """
 
-import hashlib
 import importlib
 
 from vlbias.errors import InputError
@@ -73,11 +72,3 @@ def runtime(spec):
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InputError(f"device '{name}'", "CUDA is not available on this machine (use device: auto or cpu)")
     return device, batch_size
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -32,7 +32,8 @@ from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from vlbias.errors import InputError
-from vlbias.models import register, runtime, sha256_file
+from vlbias.io.fetch import sha256_file
+from vlbias.models import register, runtime
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class OpenClipImageEncoder:
         """uint8 (n, H, W, 3) tensor -> float32 (n, 3, size, size), as the model was trained on."""
         x = pixels.permute(0, 3, 1, 2)
         if list(x.shape[-2:]) != self.size:
-            # resizing the uint8 image (rounded, clamped) matches open_clip's PIL transform
+            # resized as uint8 (rounded, clamped) like open_clip's PIL transform; the bicubic kernels differ slightly
             x = TF.resize(x, self.size, interpolation=self.interpolation, antialias=True)
         x = x.to(torch.float32) / 255.0
         return (x - self.mean) / self.std

@@ -35,7 +35,8 @@ import transformers
 from transformers import AutoModel, AutoTokenizer
 
 from vlbias.errors import InputError
-from vlbias.models import register, runtime, sha256_file
+from vlbias.io.fetch import sha256_file
+from vlbias.models import register, runtime
 
 log = logging.getLogger(__name__)
 
