@@ -33,7 +33,7 @@ def main():
 
     snakemake = str(Path(sys.executable).with_name("snakemake"))
     t = time.perf_counter()
-    subprocess.run([snakemake, "--cores", args.cores, "--forceall", "--quiet", *targets],
+    subprocess.run([snakemake, *targets, "--cores", args.cores, "--forceall", "--quiet"],
                    cwd=REPO, check=True)
     wall = time.perf_counter() - t
 
