@@ -196,22 +196,17 @@ def test_invalid_config_names_the_key(tmp_path):
     assert "n_samples" in proc.stdout + proc.stderr
 
 
-def test_unknown_category_fails_early_naming_file_and_key(tmp_path):
+@pytest.mark.parametrize("stimulus,old,new,message", [
+    ("ieat/insect-flower.yaml", "toy/pleasant", "toy/nonexistent",
+     "insect-flower.yaml: key 'A/category': 'toy/nonexistent' is not listed"),
+    ("seat/weat-toy.yaml", "label: B", "lable: B", "weat-toy.yaml: key 'B'"),
+])
+def test_bad_stimulus_fails_early_naming_file_and_key(tmp_path, stimulus, old, new, message):
     make_project(tmp_path)
-    bad = tmp_path / "resources/stimuli/ieat/insect-flower.yaml"
-    bad.write_text(bad.read_text().replace("toy/pleasant", "toy/nonexistent"))
+    edit(tmp_path / "resources/stimuli" / stimulus, old, new)
     proc = snakemake(tmp_path, "--dry-run", check=False)
     assert proc.returncode != 0
-    assert "insect-flower.yaml: key 'A/category': 'toy/nonexistent' is not listed" in proc.stdout + proc.stderr
-
-
-def test_malformed_stimulus_file_fails_early_naming_file_and_key(tmp_path):
-    make_project(tmp_path)
-    bad = tmp_path / "resources/stimuli/seat/weat-toy.yaml"
-    bad.write_text(bad.read_text().replace("label: B", "lable: B"))
-    proc = snakemake(tmp_path, "--dry-run", check=False)
-    assert proc.returncode != 0
-    assert "weat-toy.yaml: key 'B'" in proc.stdout + proc.stderr
+    assert message in proc.stdout + proc.stderr
 
 
 def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(tmp_path):
