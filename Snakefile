@@ -15,10 +15,14 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/ieat.smk"
 include: "workflow/rules/seat.smk"
+include: "workflow/rules/grounded.smk"
+include: "workflow/rules/regions.smk"
 include: "workflow/rules/associate.smk"
 
 
 rule all:
     input:
         all_targets(),
+        grounded_targets(),
+        regions_targets(),
     default_target: True

@@ -1,5 +1,9 @@
 import os
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -21,3 +25,62 @@ def offline(monkeypatch):
     # tests never reach a model hub
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # the loopback test server must be reached directly whatever proxy the environment names
+    monkeypatch.setenv("no_proxy", "*")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - the http.server API
+        name = urlsplit(self.path).path.rsplit("/", 1)[-1]
+        self.server.requests[name] += 1
+        route = self.server.routes.get(name)
+        if route is None:
+            self.reply(404, b"not here")
+        elif callable(route):
+            route(self)
+        elif isinstance(route, tuple):
+            self.reply(*route)
+        else:
+            self.reply(200, route)
+
+    def reply(self, code, body, headers=()):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in headers:
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """HTTP on 127.0.0.1. ``routes`` maps the last path component of a request to its answer:
+    bytes (200 with that body), a tuple (code, body[, headers]) or a callable taking the request
+    handler (which has ``reply(code, body, headers=())``); anything else is a 404. ``requests``
+    counts the requests per name."""
+
+    block_on_close = False  # do not wait for a deliberately slow handler on shutdown
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.routes, self.requests = {}, Counter()
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.server_address[1]}/{path}"
+
+    def handle_error(self, request, client_address):
+        pass  # a client that hung up on a slow endpoint: expected
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    """A :class:`LoopbackServer` for one test module; the module adds its ``routes``."""
+    srv = LoopbackServer()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)

@@ -2,10 +2,7 @@
 
 import hashlib
 import socket
-import threading
 import time
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -16,12 +13,6 @@ from vlbias.io.fetch import Source, fetch, read_manifest, sha256_file, write_man
 GOOD = b"upstream file\n" * 100
 GOOD_SHA = hashlib.sha256(GOOD).hexdigest()
 HINT = "set `mirror:` in config/config.yaml"
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch):
-    # the loopback server must be reached directly whatever proxy the environment names
-    monkeypatch.setenv("no_proxy", "*")
 
 
 def test_sha256_file(tmp_path):
@@ -93,59 +84,37 @@ def test_interrupt_leaves_nothing(tmp_path, mirror, monkeypatch):
 # -- network (a loopback server only) ------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - the http.server API
-        name = self.path.rsplit("/", 1)[-1]
-        self.server.requests[name] += 1
-        if name == "good.csv":
-            self.reply(200, GOOD)
-        elif name == "slow.csv":
-            time.sleep(1.0)
-            self.reply(200, GOOD)
-        elif name == "big.csv":
-            self.reply(200, b"x" * 5000)
-        elif name == "big-unannounced.csv":  # no Content-Length: the body ends when the connection does
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"x" * 5000)
-        elif name in ("to-file.csv", "to-ftp.csv"):
-            self.send_response(302)
-            self.send_header("Location", "file:///etc/passwd" if name == "to-file.csv" else "ftp://127.0.0.1/x")
-            self.end_headers()
-        elif name == "error.csv" or (name == "flaky.csv" and self.server.requests[name] == 1):
-            self.reply(500, b"oops")
-        elif name == "flaky.csv":
-            self.reply(200, GOOD)
-        else:
-            self.reply(404, b"not here")
-
-    def reply(self, code, body):
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+def _slow(handler):
+    time.sleep(1.0)
+    handler.reply(200, GOOD)
 
 
-class _Server(ThreadingHTTPServer):
-    block_on_close = False  # do not wait for the slow handler on shutdown
+def _unannounced(handler):  # no Content-Length: the body ends when the connection does
+    handler.send_response(200)
+    handler.end_headers()
+    handler.wfile.write(b"x" * 5000)
 
-    def handle_error(self, request, client_address):
-        pass  # the client hung up on the slow endpoint: expected
+
+def _flaky(handler):
+    handler.reply(*((500, b"oops") if handler.server.requests["flaky.csv"] == 1 else (200, GOOD)))
+
+
+ROUTES = {
+    "good.csv": GOOD,
+    "slow.csv": _slow,
+    "big.csv": b"x" * 5000,
+    "big-unannounced.csv": _unannounced,
+    "to-file.csv": (302, b"", [("Location", "file:///etc/passwd")]),
+    "to-ftp.csv": (302, b"", [("Location", "ftp://127.0.0.1/x")]),
+    "error.csv": (500, b"oops"),
+    "flaky.csv": _flaky,
+}
 
 
 @pytest.fixture(scope="module")
-def server():
-    srv = _Server(("127.0.0.1", 0), _Handler)
-    srv.requests = Counter()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(5)
+def server(http_server):
+    http_server.routes.update(ROUTES)
+    return http_server
 
 
 @pytest.fixture

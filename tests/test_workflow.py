@@ -120,9 +120,9 @@ def snakemake(root, *args, check=True):
     return proc
 
 
-def planned_jobs(root):
-    """{rule: count} of what a run would execute now (dry run)."""
-    out = snakemake(root, "--dry-run", "--quiet", "rules").stdout
+def planned_jobs(root, *targets):
+    """{rule: count} of what a run would execute now (dry run), of ``targets`` or the default target."""
+    out = snakemake(root, *targets, "--dry-run", "--quiet", "rules").stdout  # --quiet takes the words after it
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M) if m.group(1) != "total"}
 
 

@@ -77,6 +77,8 @@ def _why(exc, timeout):
         transient = exc.code >= 500 or exc.code in (408, 429)
         return f"HTTP {exc.code} {exc.reason}", transient
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, str):  # urllib's complaint about the URL itself, e.g. "no host given"
+        return reason, False
     if isinstance(reason, TimeoutError):
         return f"no response within {timeout} s", True
     if isinstance(reason, socket.gaierror):
@@ -86,10 +88,24 @@ def _why(exc, timeout):
     return f"{type(reason).__name__}: {reason}", True
 
 
-def _download(url, out, timeout, retries, max_bytes, backoff):
-    """Stream ``url`` into the open file ``out``; hex sha256. Retries transient failures."""
+class DownloadError(FetchError):
+    """A download failed; ``reason`` says why without naming the URL (it is ``source``)."""
+
+    def __init__(self, url, reason):
+        self.reason = reason
+        super().__init__(url, reason)
+
+
+def download(url, out, *, timeout, retries, max_bytes, backoff):
+    """Stream the http(s) ``url`` into the open binary file ``out``; hex sha256 of the content.
+
+    ``timeout`` bounds each wait for data, ``retries`` further tries follow transient failures
+    (5xx, 408, 429, timeouts, connection errors; waiting ``backoff``, 2x``backoff``, ... seconds),
+    at most ``max_bytes`` are accepted, and redirects are followed to http(s) URLs only.
+    Raises :class:`DownloadError`.
+    """
     if urlsplit(url).scheme not in _SCHEMES:
-        raise FetchError(url, f"refusing to download: only http(s) URLs are fetched. {MIRROR_HINT}")
+        raise DownloadError(url, "refusing to download: only http(s) URLs are fetched")
     opener = urllib.request.build_opener(_HttpOnlyRedirects())
     for attempt in range(retries + 1):
         out.seek(0)
@@ -101,13 +117,13 @@ def _download(url, out, timeout, retries, max_bytes, backoff):
                     raise _TooLarge
                 return _copy(response, out, max_bytes)
         except _TooLarge:
-            raise FetchError(url, f"could not download: response larger than the limit of {max_bytes} "
-                                  f"bytes. {MIRROR_HINT}") from None
+            raise DownloadError(url, f"could not download: response larger than the limit of {max_bytes} "
+                                     "bytes") from None
         except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
             why, transient = _why(e, timeout)
         if not transient or attempt == retries:
             tries = f" after {attempt + 1} attempts" if attempt else ""
-            raise FetchError(url, f"could not download{tries}: {why}. {MIRROR_HINT}")
+            raise DownloadError(url, f"could not download{tries}: {why}")
         delay = backoff * 2**attempt
         log.warning("%s: %s; trying again in %.1f s", url, why, delay)
         time.sleep(delay)
@@ -134,7 +150,11 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
                 actual = _copy(src, out)
         else:
             origin = source.url(path)
-            actual = _download(origin, out, timeout, retries, max_bytes, backoff)
+            try:
+                actual = download(origin, out, timeout=timeout, retries=retries, max_bytes=max_bytes,
+                                  backoff=backoff)
+            except DownloadError as e:
+                raise FetchError(origin, f"{e.reason}. {MIRROR_HINT}") from None
         if sha256 and actual != sha256.lower():
             raise FetchError(origin, f"sha256 mismatch: expected {sha256}, got {actual}")
     return dest
@@ -173,9 +193,12 @@ def _cell(value):
     return "" if value is None else " ".join(str(value).replace("\t", " ").splitlines())
 
 
-def write_manifest(path, rows, columns):
-    """Write ``rows`` (dicts) as a TSV with header ``columns``, atomically. None is written empty."""
-    lines = ["\t".join(columns)]
+def write_manifest(path, rows, columns, comments=()):
+    """Write ``rows`` (dicts) as a TSV with header ``columns``, atomically. None is written empty.
+
+    ``comments`` are written first, each on a line starting with '# '.
+    """
+    lines = [f"# {_cell(c)}" for c in comments] + ["\t".join(columns)]
     for i, row in enumerate(rows):
         missing = [c for c in columns if c not in row]
         if missing:

@@ -1,4 +1,5 @@
-"""Results tables: rows of :mod:`vlbias.associate` in a paper's layout, as CSV and Markdown."""
+"""Results tables: rows of :mod:`vlbias.associate` in a paper's layout, as CSV and Markdown;
+any table as CSV, Markdown and LaTeX."""
 
 import math
 
@@ -79,3 +80,54 @@ def missing_inputs(stimuli, image_status, models):
         for m in models for st in stimuli for s, ss in st.sets.items()
         for r in bad if r["category"] == ss.category
     ]
+
+
+# -- any table: Markdown and LaTeX beside the CSV ------------------------------------------------
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _text(value):
+    # missing values (None, NaN, pandas' NA of nullable integer columns) print empty
+    return "" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
+
+
+def markdown_table(df, caption, note=""):
+    """``df`` as a Markdown table under a bold caption, with an optional note below."""
+    lines = [f"**{caption}**", "", "| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(_text(v).replace("|", r"\|") for v in row) + " |"
+              for row in df.itertuples(index=False)]
+    return "\n".join(lines + (["", note] if note else [])) + "\n"
+
+
+def latex_escape(text):
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in _text(text))
+
+
+def latex_table(df, caption, label=None, note=""):
+    """``df`` as a LaTeX ``table`` (booktabs rules); numbers right-aligned, text left-aligned."""
+    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns)
+    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(caption)}}}"]
+    if label:
+        lines.append(rf"\label{{{label}}}")
+    lines += [rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(map(latex_escape, df.columns)) + r" \\",
+              r"\midrule"]
+    lines += [" & ".join(map(latex_escape, row)) + r" \\" for row in df.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if note:
+        lines.append(rf"\par\smallskip{{\footnotesize {latex_escape(note)}}}")
+    return "\n".join(lines + [r"\end{table}"]) + "\n"
+
+
+def write_tables(df, caption, *, csv=None, md=None, tex=None, label=None, note=""):
+    """Write ``df`` atomically as CSV, Markdown and/or LaTeX (whichever paths are given)."""
+    if csv:
+        with atomic_path(csv) as tmp:
+            df.to_csv(tmp, index=False)
+    if md:
+        with atomic_path(md) as tmp:
+            tmp.write_text(markdown_table(df, caption, note), encoding="utf-8")
+    if tex:
+        with atomic_path(tex) as tmp:
+            tmp.write_text(latex_table(df, caption, label, note), encoding="utf-8")

@@ -1,0 +1,21 @@
+import logging
+
+import pandas as pd
+
+from vlbias.images.acquire import TABLE1_COLUMNS, table1_rows
+from vlbias.io.fetch import read_manifest
+from vlbias.logs import setup_logging
+from vlbias.report.tables import write_tables
+
+setup_logging(snakemake.log[0])
+summaries = dict(zip(snakemake.params.datasets, map(read_manifest, snakemake.input.summaries)))
+df = pd.DataFrame(table1_rows(read_manifest(snakemake.input.published), summaries), columns=TABLE1_COLUMNS)
+for column in ("listed", "obtained", "duplicates", "paper"):
+    df[column] = pd.array([int(v) if v != "" else None for v in df[column]], dtype="Int64")
+write_tables(df, "Number of images per bias test (Ross et al. 2021, Table 1): listed upstream, obtained here, "
+                 "duplicated content, and the paper's number",
+             csv=snakemake.output.csv, md=snakemake.output.md, tex=snakemake.output.tex, label="tab:grounded-table1",
+             note="listed: images the upstream URL lists name; obtained: images that arrived and decode; "
+                  "duplicates: obtained images whose content an earlier image of the same test has. "
+                  "Datasets not configured here show the paper's number only.")
+logging.getLogger("grounded_table1").info("%d rows", len(df))
