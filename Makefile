@@ -25,6 +25,7 @@ test: setup
 benchmark: setup
 	$(BIN)/python benchmarks/permutation_engine.py
 	$(BIN)/python benchmarks/ieat_tables.py
+	$(BIN)/python benchmarks/regions.py
 
 clean:
 	rm -rf results/*/ .snakemake

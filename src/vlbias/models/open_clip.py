@@ -19,12 +19,10 @@ Config entry keys:
 
 import copy
 import logging
-import re
 from pathlib import Path
 
 import numpy as np
 import open_clip
-import safetensors.torch
 import torch
 import torchvision
 from open_clip.transformer import QuickGELU
@@ -33,6 +31,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import sha256_file
+from vlbias.io.weights import read_state_dict, some
 from vlbias.models import register, runtime
 
 log = logging.getLogger(__name__)
@@ -75,12 +74,12 @@ class OpenClipImageEncoder:
             path = Path(checkpoint)
             if not path.is_file():
                 raise InputError(checkpoint, "checkpoint file not found")
-            state = _read_state_dict(path)  # before building the model: a refused file fails fast
+            state = read_state_dict(path)  # before building the model: a refused file fails fast
             model = open_clip.create_model(arch, **create)
             missing, unexpected = model.load_state_dict(state, strict=False)
             if missing or unexpected:
-                raise InputError(path, f"does not fit the configured model: missing {_some(missing)}, "
-                                       f"unexpected {_some(unexpected)}")
+                raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
+                                       f"unexpected {some(unexpected)}")
         else:
             seed = int(spec.get("seed", 0))
             # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
@@ -163,33 +162,3 @@ def _from_tag(arch, tag, create):
     model = open_clip.create_model(arch, pretrained=tag, force_quick_gelu=tag_cfg.get("quick_gelu", False),
                                    **create)
     return model, path, tag_cfg
-
-
-def _read_state_dict(path):
-    """The state_dict in a user's weights file, read without ever unpickling arbitrary objects.
-
-    (open_clip's own loader falls back to a full, unsafe torch.load on some errors.)
-    """
-    if path.suffix == ".safetensors":
-        try:
-            state = safetensors.torch.load_file(path)
-        except Exception as e:  # safetensors raises its own SafetensorError or OSError
-            raise InputError(path, f"not a readable safetensors file ({e})") from e
-    else:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # UnpicklingError for refused objects, RuntimeError for non-torch files
-            reason = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\. |\n|$)", str(e))
-            raise InputError(path, "refused: not a weights-only torch checkpoint "
-                                   f"({reason.group(1) if reason else e}); only tensors are loaded from "
-                                   "pickle files, convert it to .safetensors") from e
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]  # training checkpoints wrap the weights with optimizer state etc.
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise InputError(path, "expected a state_dict (a mapping of names to tensors)")
-    # DistributedDataParallel prefixes every name with "module."
-    return {k.removeprefix("module."): v for k, v in state.items()}
-
-
-def _some(names):
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "") if names else "none"

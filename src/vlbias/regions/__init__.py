@@ -1,0 +1,79 @@
+"""Region features: a Faster R-CNN detector per family, built from a workflow config entry.
+
+    detector = build({"adapter": "bua", "model_id": "unc-nlp/frcnn-vg-finetuned", ...})
+    x = detector.prepare(rgb)                  # PIL RGB image -> CPU input (run in decode threads)
+    regions = detector.detect([x, ...])        # -> list[Regions], one per image, best box first
+
+Every detector has ``name``, ``feature_dim``, ``class_names`` (index = ``Regions.class_ids``),
+``attribute_names`` (None when the detector predicts no attributes), ``person_classes`` (the
+class names whose boxes show people, for the image-masking experiment), ``weights`` (sha256 of
+the weight file, or "random") and ``settings`` (a JSON-able dict of everything that shaped the
+output). Boxes are kept by one rule for every detector (bottom-up-attention's): all boxes whose
+best class score is at least ``conf``, but at least ``min_boxes`` and at most ``max_boxes``;
+fixed K (LXMERT's 36) is ``min_boxes = max_boxes = K``.
+
+Adapter modules import torch (seconds); they are imported only when an entry names them.
+"""
+
+import importlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from vlbias.errors import InputError
+
+# adapter name -> module whose import registers it
+_MODULES = {
+    "bua": "vlbias.regions.bua",
+    "torchvision": "vlbias.regions.torchvision_frcnn",
+}
+_REGISTRY = {}
+
+
+@dataclass
+class Regions:
+    """The kept boxes of one image, sorted by ``class_scores`` descending."""
+
+    boxes: np.ndarray          # float32 (n, 4) x1, y1, x2, y2 in pixels of the original image
+    features: np.ndarray       # float32 (n, feature_dim) pooled region features
+    class_ids: np.ndarray      # int64 (n,) index into the detector's class_names (no background)
+    class_scores: np.ndarray   # float32 (n,)
+    image_size: tuple          # (height, width) of the original image
+    attr_ids: np.ndarray = None     # int64 (n,) or None when the detector has no attribute head
+    attr_scores: np.ndarray = None  # float32 (n,) or None
+
+
+def register(name):
+    """Class decorator: make ``build({"adapter": name, ...})`` construct ``cls(spec)``."""
+
+    def add(cls):
+        _REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def build(spec):
+    """The detector described by ``spec``, one entry of the workflow config's ``regions/detectors``."""
+    name = spec.get("adapter")
+    if name not in _REGISTRY and name in _MODULES:
+        importlib.import_module(_MODULES[name])
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(set(_MODULES) | set(_REGISTRY)))
+        raise InputError(f"adapter '{name}'", f"unknown detector adapter (known adapters: {known})")
+    return _REGISTRY[name](spec)
+
+
+def keep_boxes(scores, min_boxes, max_boxes, conf):
+    """Indices of the boxes to keep, best first: score >= ``conf``, clamped to [min_boxes, max_boxes].
+
+    ``scores`` is each candidate box's best class score after NMS. This is the rule of
+    bottom-up-attention's feature extraction (10-100 boxes at conf 0.2 for ViLBERT and VL-BERT);
+    ``min_boxes == max_boxes == 36`` gives LXMERT's fixed 36.
+    """
+    if not 0 <= min_boxes <= max_boxes:
+        raise ValueError(f"need 0 <= min_boxes <= max_boxes, got {min_boxes}, {max_boxes}")
+    scores = np.asarray(scores)
+    order = np.argsort(-scores, kind="stable")
+    n = int(np.clip((scores >= conf).sum(), min_boxes, max_boxes))
+    return order[:n]
