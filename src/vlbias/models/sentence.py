@@ -48,7 +48,7 @@ _POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": 
 @register("sentence")
 class SentenceEncoder:
     def __init__(self, spec):
-        model_dir, model_id, revision, commit = _resolve(spec)
+        model_dir, model_id, revision, commit = resolve(spec)
         weights = model_dir / "model.safetensors"
         if not weights.is_file():
             raise InputError(model_dir, "no model.safetensors (only safetensors weights are loaded)")
@@ -115,7 +115,7 @@ class SentenceEncoder:
         return out
 
 
-def _resolve(spec):
+def resolve(spec):
     """(model directory, model_id, revision, commit) for the entry's ``path``."""
     path, revision = spec.get("path"), spec.get("revision")
     if not isinstance(path, str) or not path:

