@@ -1,0 +1,164 @@
+r"""Grounded WEAT/SEAT (Ross, Katz & Barbu 2021, sections 3–4): experiments 1, 2 and 3.
+
+Every embedding comes from one (caption, image) pair. Targets X and Y are embedded with images
+of their own category; each attribute set is split by the category its images depict:
+A_x, B_x show the attribute with target category x, A_y, B_y with category y. All six sets are
+(n, dim) arrays. s(w, A, B) is the WEAT s-value (vlbias.stats.s_wAB); S(w, A, B) in the paper's
+worked examples is the same thing.
+
+Experiment 1 (section 4.1) — attributes pooled over both image categories:
+    s = Σ_x s(x, A_x∪A_y, B_x∪B_y) − Σ_y s(y, A_x∪A_y, B_x∪B_y)
+Experiment 2 (section 4.2) — each target against attribute images of its own category:
+    s = Σ_x s(x, A_x, B_x) − Σ_y s(y, A_y, B_y)
+Experiment 3, variant 1 (section 4.3) — each target against congruent vs. incongruent images:
+    s = ½ ( |Σ_x s(x, A_x, B_x) − Σ_x s(x, A_y, B_y)| + |Σ_y s(y, A_y, B_y) − Σ_y s(y, A_x, B_x)| )
+Experiment 3, variant 2 (section 4.3) — experiment 2's statistic on embeddings computed with the
+    test's words masked in the captions (T) or person regions masked in the images (I); see
+    ``experiment3_masked``.
+
+Effect sizes follow eq. (3): difference of the two means of s-values over the sample standard
+deviation (ddof=1) of all s-values that enter the numerator. The paper prints no effect size for
+experiment 3 variant 1; ours is ½(|d_x| + |d_y|) with d_x, d_y eq. (3) applied to each half of its
+statistic (the authors' code computes the same d_x and −d_y).
+
+p-values come from the shared permutation engine (vlbias.stats.permutation_test_sw): exact over
+all partitions when there are at most ``n_samples`` of them, else ``n_samples`` random ones.
+Each function's docstring says which null its permutations sample.
+"""
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from vlbias.stats.weat import PermutationResult, _check, effect_size_sw, permutation_test_sw, s_wAB
+
+ROLES = ("X", "Y", "A_x", "A_y", "B_x", "B_y")
+
+
+def _sets(X, Y, A_x, A_y, B_x, B_y):
+    X = _check("X", X)
+    dim = X.shape[1]
+    return (X, *(_check(name, M, dim) for name, M in zip(ROLES[1:], (Y, A_x, A_y, B_x, B_y))))
+
+
+@dataclass(frozen=True)
+class GroundedResult:
+    """One grounded test: the paper's statistic, its effect size and permutation p-value(s)."""
+
+    experiment: str  # "1", "2", "3" (variant 1); variant 2 is experiment 2 on masked embeddings
+    statistic: float  # s(X, Y, A, B) in the experiment's own form (section 4)
+    effect_size: float
+    p: float
+    permutation: PermutationResult | None  # the engine's result (experiments 1, 2)
+    parts: dict | None = None  # experiment 3: the X and Y halves (statistic, d, p each)
+
+    def asdict(self):
+        return asdict(self)
+
+
+def experiment1_sw(X, Y, A_x, A_y, B_x, B_y):
+    """s(w, A_x∪A_y, B_x∪B_y) for w ∈ X and for w ∈ Y (two vectors)."""
+    X, Y, A_x, A_y, B_x, B_y = _sets(X, Y, A_x, A_y, B_x, B_y)
+    A, B = np.concatenate([A_x, A_y]), np.concatenate([B_x, B_y])
+    return s_wAB(X, A, B), s_wAB(Y, A, B)
+
+
+def experiment2_sw(X, Y, A_x, A_y, B_x, B_y):
+    """s(x, A_x, B_x) for x ∈ X and s(y, A_y, B_y) for y ∈ Y (two vectors)."""
+    X, Y, A_x, A_y, B_x, B_y = _sets(X, Y, A_x, A_y, B_x, B_y)
+    return s_wAB(X, A_x, B_x), s_wAB(Y, A_y, B_y)
+
+
+def experiment3_sw(X, Y, A_x, A_y, B_x, B_y):
+    """The four s-value vectors of experiment 3, congruent first:
+    (s(x, A_x, B_x), s(x, A_y, B_y)) for x ∈ X and (s(y, A_y, B_y), s(y, A_x, B_x)) for y ∈ Y."""
+    X, Y, A_x, A_y, B_x, B_y = _sets(X, Y, A_x, A_y, B_x, B_y)
+    return (s_wAB(X, A_x, B_x), s_wAB(X, A_y, B_y)), (s_wAB(Y, A_y, B_y), s_wAB(Y, A_x, B_x))
+
+
+def _two_sample(s_a, s_b, n_samples, seed, exact):
+    s = np.concatenate([s_a, s_b])
+    return (float(np.sum(s_a) - np.sum(s_b)), effect_size_sw(s_a, s_b),
+            permutation_test_sw(s, len(s_a), n_samples=n_samples, seed=seed, exact=exact))
+
+
+def experiment1(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
+    """Experiment 1: do joint embeddings encode social biases?
+
+    Null sampled by the permutations: the labels "X" and "Y" are exchangeable over the pooled
+    target pairs X∪Y — every split into sets of the observed sizes is equally likely — while
+    every target keeps its s(w, A_x∪A_y, B_x∪B_y) and all four attribute sets stay fixed.
+    One-sided: p = Pr[s(X_i, Y_i) ≥ s(X, Y)].
+    """
+    stat, d, perm = _two_sample(*experiment1_sw(X, Y, A_x, A_y, B_x, B_y), n_samples, seed, exact)
+    return GroundedResult("1", stat, d, perm.p, perm)
+
+
+def experiment2(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
+    """Experiment 2: can grounded evidence that counters a stereotype alleviate biases?
+
+    Null sampled by the permutations: "X" and "Y" are exchangeable over the pooled targets,
+    and each target carries the s-value against the attribute images of its own image category
+    (s(x, A_x, B_x) for a target from X, s(y, A_y, B_y) for one from Y) into whichever side it
+    is permuted to; the attribute sets stay fixed. This is the null of the authors' sampler
+    (a target's s-value is never recomputed against the other category's attributes).
+    One-sided: p = Pr[s(X_i, Y_i) ≥ s(X, Y)].
+    """
+    stat, d, perm = _two_sample(*experiment2_sw(X, Y, A_x, A_y, B_x, B_y), n_samples, seed, exact)
+    return GroundedResult("2", stat, d, perm.p, perm)
+
+
+def experiment3_masked(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
+    """Experiment 3, variant 2: experiment 2 on masked embeddings (section 4.3: "the same test as
+    in Experiment 2 with the addition of masking"). Pass embeddings computed with the test's
+    mask terms replaced by [MASK] (T) or with person regions masked (I); the statistic, effect
+    size and null are experiment 2's. (The authors' code applies experiment 1's statistic here.)
+    """
+    r = experiment2(X, Y, A_x, A_y, B_x, B_y, n_samples=n_samples, seed=seed, exact=exact)
+    return GroundedResult("3-masked", r.statistic, r.effect_size, r.p, r.permutation)
+
+
+def _two_sided(s_a, s_b, n_samples, seed, exact):
+    """Two-sided permutation p of Σ s_a − Σ s_b: twice the smaller tail, at most 1."""
+    s = np.concatenate([s_a, s_b])
+    upper = permutation_test_sw(s, len(s_a), n_samples=n_samples, seed=seed, exact=exact)
+    lower = permutation_test_sw(-s, len(s_a), n_samples=n_samples, seed=seed, exact=exact)
+    return min(1.0, 2.0 * min(upper.p, lower.p)), upper
+
+
+def experiment3(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
+    r"""Experiment 3, variant 1: are biases encoded from language or from vision?
+
+    statistic = ½(|S_x| + |S_y|) with S_x = Σ_x s(x,A_x,B_x) − Σ_x s(x,A_y,B_y) and
+    S_y = Σ_y s(y,A_y,B_y) − Σ_y s(y,A_x,B_x); effect size ½(|d_x| + |d_y|), d_x the eq.-(3)
+    effect size of the congruent vs. incongruent s-values of X (std over both, ddof=1), d_y
+    likewise for Y.
+
+    Null sampled by the permutations, separately for X and for Y: the image-category labels
+    "congruent" (A_x, B_x for a target from X) and "incongruent" (A_y, B_y) are exchangeable
+    over the 2|X| s-values of X — every split of them into two halves of |X| is equally likely.
+    Because the paper takes |S_x|, p_x is two-sided (twice the smaller one-sided tail, each tail
+    from the engine with the same seed); likewise p_y. The paper gives no p for the combined
+    statistic; ``p`` here is the Bonferroni combination min(1, 2·min(p_x, p_y)), a valid test
+    of "no difference for X and none for Y".
+    """
+    (cx, ix), (cy, iy) = experiment3_sw(X, Y, A_x, A_y, B_x, B_y)
+    parts = {}
+    for name, (con, inc) in (("X", (cx, ix)), ("Y", (cy, iy))):
+        p, perm = _two_sided(con, inc, n_samples, seed, exact)
+        parts[name] = {"statistic": float(np.sum(con) - np.sum(inc)), "effect_size": effect_size_sw(con, inc),
+                       "p": p, "exact": perm.exact, "n_samples": perm.n_samples}
+    stat = 0.5 * (abs(parts["X"]["statistic"]) + abs(parts["Y"]["statistic"]))
+    d = 0.5 * (abs(parts["X"]["effect_size"]) + abs(parts["Y"]["effect_size"]))
+    p = min(1.0, 2.0 * min(parts["X"]["p"], parts["Y"]["p"]))
+    return GroundedResult("3", stat, d, p, None, parts)
+
+
+EXPERIMENTS = {"1": experiment1, "2": experiment2, "3": experiment3, "3-masked": experiment3_masked}
+
+
+def grounded_test(experiment, X, Y, A_x, A_y, B_x, B_y, **kwargs):
+    """Run experiment "1", "2", "3" or "3-masked" (then pass masked embeddings)."""
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"unknown grounded experiment {experiment!r}; expected one of {sorted(EXPERIMENTS)}")
+    return EXPERIMENTS[experiment](X, Y, A_x, A_y, B_x, B_y, **kwargs)
