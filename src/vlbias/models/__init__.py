@@ -11,13 +11,11 @@
 
 Every encoder also has ``.info``, a JSON-able dict recording where its weights came from.
 
-Adapter modules import torch and their model library (seconds). They are imported only when
-an entry names them, so importing this package (e.g. while Snakemake parses the workflow) is cheap.
+Adapter modules are imported only when an entry names them (see vlbias.registry).
 """
 
-import importlib
-
 from vlbias.errors import InputError
+from vlbias.registry import Registry
 
 # adapter name -> module whose import registers it
 _MODULES = {
@@ -26,32 +24,10 @@ _MODULES = {
     "visualbert": "vlbias.models.visualbert",
     "lxmert": "vlbias.models.lxmert",
 }
-_REGISTRY = {}
-
-
-def register(name):
-    """Class decorator: make ``build({"adapter": name, ...})`` construct ``cls(spec)``."""
-
-    def add(cls):
-        _REGISTRY[name] = cls
-        return cls
-
-    return add
-
-
-def build(spec):
-    """The encoder described by ``spec``, one model entry of the workflow config.
-
-    Keys other than the adapter's own (``source``, ``model_id``, ``revision``, ...) are allowed,
-    because the config entry also carries what the workflow itself reads.
-    """
-    name = spec.get("adapter")
-    if name not in _REGISTRY and name in _MODULES:
-        importlib.import_module(_MODULES[name])
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(set(_MODULES) | set(_REGISTRY)))
-        raise InputError(f"adapter '{name}'", f"unknown model adapter (known adapters: {known})")
-    return _REGISTRY[name](spec)
+_ADAPTERS = Registry("model", _MODULES)
+# Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the
+# config entry also carries what the workflow itself reads.
+register, build = _ADAPTERS.register, _ADAPTERS.build
 
 
 def runtime(spec):

@@ -12,22 +12,22 @@ output). Boxes are kept by one rule for every detector (bottom-up-attention's): 
 best class score is at least ``conf``, but at least ``min_boxes`` and at most ``max_boxes``;
 fixed K (LXMERT's 36) is ``min_boxes = max_boxes = K``.
 
-Adapter modules import torch (seconds); they are imported only when an entry names them.
+Adapter modules are imported only when an entry names them (see vlbias.registry).
 """
 
-import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from vlbias.errors import InputError
+from vlbias.registry import Registry
 
 # adapter name -> module whose import registers it
 _MODULES = {
     "bua": "vlbias.regions.bua",
     "torchvision": "vlbias.regions.torchvision_frcnn",
 }
-_REGISTRY = {}
+_ADAPTERS = Registry("detector", _MODULES)
+register, build = _ADAPTERS.register, _ADAPTERS.build
 
 
 @dataclass
@@ -41,27 +41,6 @@ class Regions:
     image_size: tuple          # (height, width) of the original image
     attr_ids: np.ndarray = None     # int64 (n,) or None when the detector has no attribute head
     attr_scores: np.ndarray = None  # float32 (n,) or None
-
-
-def register(name):
-    """Class decorator: make ``build({"adapter": name, ...})`` construct ``cls(spec)``."""
-
-    def add(cls):
-        _REGISTRY[name] = cls
-        return cls
-
-    return add
-
-
-def build(spec):
-    """The detector described by ``spec``, one entry of the workflow config's ``regions/detectors``."""
-    name = spec.get("adapter")
-    if name not in _REGISTRY and name in _MODULES:
-        importlib.import_module(_MODULES[name])
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(set(_MODULES) | set(_REGISTRY)))
-        raise InputError(f"adapter '{name}'", f"unknown detector adapter (known adapters: {known})")
-    return _REGISTRY[name](spec)
 
 
 def keep_boxes(scores, min_boxes, max_boxes, conf):
