@@ -63,7 +63,7 @@ def test_parse_get_sh_every_line_shape():
         ("esc.jpg", "https://cdn.example/filters:no_upscale()/x.jpg", 5),
         ("opts.jpg", "http://h.example/o.jpg", 10),
         ("long.jpg", "https://h.example/l.jpg", 11),
-        ("nourl.jpg", "", 12),  # kept: it becomes a failed image "no URL in get.sh"
+        ("nourl.jpg", "", 12),  # kept: it becomes a failed image "no URL in the manifest"
     ]
     assert problems == [
         "t/get.sh:13: not a wget or sleep command: 'curl': curl -o c.jpg https://c.example/c.jpg",
@@ -226,7 +226,7 @@ def test_acquire_keeps_good_images_and_records_each_failure(tmp_path, server):
     assert "file:///etc/passwd" in reasons["t", "targ1", "to-file.jpg"]
     assert "larger than the limit of 4000 bytes" in reasons["t", "targ1", "big.jpg"]
     assert reasons["t", "targ1", "../evil.jpg"] == "unsafe file name '../evil.jpg' (must be a plain file name)"
-    assert reasons["t", "targ1", "nourl.jpg"] == "no URL in get.sh"
+    assert reasons["t", "targ1", "nourl.jpg"] == "no URL in the manifest"
     assert "only http(s)" in reasons["t", "targ1", "local.jpg"]
     assert reasons["t", "targ1", "changed.jpg"] == \
         f"content changed upstream (sha256 {ok['good.jpg']['sha256']}, pinned {'0' * 64})"

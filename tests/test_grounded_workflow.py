@@ -82,7 +82,7 @@ def test_status_and_failure_tables(project):
     assert read(out / "toy-b.tsv").set_index("file").loc["dup.jpg", "reason"] == ""
     assert dataset.set_index("file").loc["dup.jpg", "reason"] == "duplicate of toy-a/targ1/a0.jpg"
     assert list(read(out / "failures.tsv")["file"]) == ["page.jpg", "gone.jpg", "nourl.jpg"]
-    assert read(out / "failures.tsv").set_index("file").loc["nourl.jpg", "reason"] == "no URL in get.sh"
+    assert read(out / "failures.tsv").set_index("file").loc["nourl.jpg", "reason"] == "no URL in the manifest"
 
 
 def test_table1(project):

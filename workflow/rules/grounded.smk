@@ -22,7 +22,11 @@ def grounded_tests(dataset):
 
 
 def grounded_source(dataset):
+    """The upstream repository that holds ``dataset``'s images, or None (``source: null``: the
+    manifest's URLs point at the images' own site, e.g. images.cocodataset.org)."""
     name = GROUNDED_DATASETS[dataset].get("source", "grounded")
+    if name is None:
+        return None
     if name not in config["sources"]:
         raise ValueError(f"config/config.yaml: key 'grounded/images/datasets/{dataset}/source' names '{name}', "
                          f"which is not under 'sources'")
@@ -30,8 +34,10 @@ def grounded_source(dataset):
 
 
 def grounded_dir(root, dataset):
-    """Where ``dataset``'s images lie below ``root`` (the mirror or the cache), as upstream."""
-    return str(Path(root, grounded_source(dataset).mirror_name, GROUNDED_DATASETS[dataset]["mirror_dir"]))
+    """Where ``dataset``'s images lie below ``root`` (the mirror or the cache): as upstream, or
+    ``<root>/<mirror_dir>`` for a dataset in no upstream repository."""
+    src = grounded_source(dataset)
+    return str(Path(root, *([src.mirror_name] if src else []), GROUNDED_DATASETS[dataset]["mirror_dir"]))
 
 
 def grounded_targets():
@@ -58,6 +64,7 @@ rule grounded_images:
     params:
         cache=lambda w: grounded_dir(config["cache"], w.dataset),
         mirror=lambda w: mirror() and grounded_dir(mirror(), w.dataset),
+        mirror_layout=lambda w: GROUNDED_DATASETS[w.dataset].get("mirror_layout", "tests"),
         download=GROUNDED.get("images", {}).get("download", {}),
     script:
         "../scripts/grounded_images.py"

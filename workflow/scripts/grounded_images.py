@@ -10,7 +10,7 @@ rows = [r for r in read_manifest(snakemake.input.manifest) if r["test"] == test]
 settings = dict(p.download)  # keys left out take acquire()'s defaults
 if "max_mb" in settings:
     settings["max_bytes"] = int(settings.pop("max_mb") * 2**20)
-status = acquire(rows, p.cache, mirror=p.mirror, **settings)
+status = acquire(rows, p.cache, mirror=p.mirror, mirror_layout=p.mirror_layout, **settings)
 write_manifest(snakemake.output.failures, failures(status), FAILURE_COLUMNS)
 write_manifest(snakemake.output.status, status, STATUS_COLUMNS)
 logging.getLogger("grounded_images").info("%s: %s", test, arrived(status))

@@ -4,7 +4,7 @@ The grounded WEAT/SEAT dataset of Ross et al. (2021) publishes its Google Images
 ``data/google-images/<test>/<role>/get.sh``, one ``wget -O <file> <URL>`` per image. They are
 parsed here as text, never executed, into a manifest (TSV: test, role, file, url, sha256). A
 line that names a file but no URL stays in the manifest with an empty url (it counts as a failed
-image, "no URL in get.sh", so the listed totals match upstream); any other line that is not a
+image, "no URL in the manifest", so the listed totals match upstream); any other line that is not a
 ``wget``, ``sleep``, comment or blank line is an error naming ``get.sh:line``.
 
 URLs are taken as written. (A shell would have cut an unquoted URL at its first ``&`` and run the
@@ -195,7 +195,7 @@ def _ok(row, path, image):
                    height=image.height, path=os.path.relpath(path))
 
 
-def _obtain(row, cache, mirror, net):
+def _obtain(row, cache, mirror, flat, net):
     """Status row of one manifest row; see :func:`acquire`."""
     why = next(filter(None, (_unsafe(row[k]) for k in ("test", "role", "file"))), None)
     if why:
@@ -210,11 +210,11 @@ def _obtain(row, cache, mirror, net):
         except ImageDecodeError:
             pass  # not written by us (we only keep what decodes): obtain it again
     if mirror:
-        origin = Path(mirror) / rel
+        origin = Path(mirror) / (row["file"] if flat else rel)
         if not origin.is_file():
             return _status(row, "failed", f"not in mirror {origin}")
     elif not row["url"]:
-        return _status(row, "failed", "no URL in get.sh")
+        return _status(row, "failed", "no URL in the manifest")
     try:
         with atomic_path(dest) as tmp:
             if mirror:
@@ -234,20 +234,25 @@ def _obtain(row, cache, mirror, net):
     return _ok(row, dest, image)
 
 
-def acquire(rows, cache, *, mirror=None, workers=8, timeout=10, retries=1, backoff=1.0, max_bytes=20 * 2**20):
+def acquire(rows, cache, *, mirror=None, mirror_layout="tests", workers=8, timeout=10, retries=1, backoff=1.0,
+            max_bytes=20 * 2**20):
     """Obtain the images of manifest ``rows`` (test, role, file, url, sha256) into
     ``<cache>/<test>/<role>/<file>``; one status row (:data:`STATUS_COLUMNS`) per row, in order.
 
     From the network: at most ``workers`` downloads at a time, http(s) only (redirects too), each
     wait for data bounded by ``timeout`` seconds, ``retries`` further tries after transient
     failures with exponential ``backoff``, at most ``max_bytes`` per image. With ``mirror`` the
-    images are copied from ``<mirror>/<test>/<role>/<file>`` instead and never downloaded.
+    images are copied from ``<mirror>/<test>/<role>/<file>`` instead and never downloaded
+    (``mirror_layout="flat"``: from ``<mirror>/<file>``, a dataset's own folder such as COCO's val2014;
+    a mirror without that folder lacks the dataset, so each image fails "not in mirror").
     Content must decode as an image (and match a pinned sha256); what does not is not kept.
     Unsafe file names and files listed twice are refused. Images whose content repeats an
     earlier row's keep status "ok" with the reason "duplicate of <test>/<role>/<file>".
     ``path`` is relative to the working directory.
     """
-    if mirror and not Path(mirror).is_dir():
+    if mirror_layout not in ("tests", "flat"):
+        raise InputError(f"mirror_layout '{mirror_layout}'", "must be 'tests' or 'flat'")
+    if mirror and mirror_layout == "tests" and not Path(mirror).is_dir():
         raise FetchError(mirror, "the mirror has no such folder; set `mirror:` in config/config.yaml to a "
                                  "directory laid out like the upstream repositories, or null to download")
     rows = list(rows)
@@ -258,7 +263,8 @@ def acquire(rows, cache, *, mirror=None, workers=8, timeout=10, retries=1, backo
     todo = sorted(first.values())  # two workers must never write one file
     status = [None] * len(rows)
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        for i, s in zip(todo, pool.map(lambda i: _obtain(rows[i], cache, mirror, net), todo)):
+        flat = mirror_layout == "flat"
+        for i, s in zip(todo, pool.map(lambda i: _obtain(rows[i], cache, mirror, flat, net), todo)):
             status[i] = s
     for i, row in enumerate(rows):
         if status[i] is None:
