@@ -1,0 +1,371 @@
+"""The grounded pipeline: embedding jobs (tiny random VisualBERT and LXMERT on the real WordPiece
+vocabulary, a tiny region store), the experiments on their output, the paper-layout Tables 3-7 on
+hand-made rows, and the full table set built by the real Snakefile on a tiny project."""
+
+import json
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from PIL import Image
+
+from vlbias.models import build
+from vlbias.models.vl import Visual
+from vlbias.regions import Regions
+from vlbias.regions.store import RegionStore, write_region_store
+from vlbias.report.grounded import NA, paper_table, to_frame, to_latex, to_markdown
+from vlbias.suites.grounded import (ROLES, embed_test, embedding_combos, load_grounded_stimulus, read_embeddings,
+                                    run_experiments)
+
+TINY = {
+    "visualbert": {"adapter": "visualbert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,
+                   "config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                              "intermediate_size": 37, "visual_embedding_dim": 16}},
+    "lxmert": {"adapter": "lxmert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,
+               "config": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 37, "l_layers": 1,
+                          "x_layers": 1, "r_layers": 1, "num_qa_labels": 10, "visual_feat_dim": 16}},
+}
+WORDS = ["John", "Paul", "Amy", "Lisa", "career", "office", "home", "family"]
+CAPTIONS = {
+    "word": {"X": ["John", "Paul"], "Y": ["Amy", "Lisa"], "A": ["career", "office"], "B": ["home", "family"]},
+    "sentence": {"X": ["John is at work.", "This is Paul."], "Y": ["Amy is at work.", "This is Lisa."],
+                 # "A building." names none of the test's words: dropped at C and T, kept at W and S
+                 "A": ["A career in an office.", "A building."], "B": ["A family at home.", "This is home."]},
+}
+FOLDERS = {"X": "targ1", "Y": "targ2", "A_x": "attr1", "A_y": "attr1", "B_x": "attr2", "B_y": "attr2"}
+
+
+def stimulus_doc(test_id, dataset="google", levels=("word", "sentence")):
+    """A tiny grounded stimulus (the schema of resources/stimuli/grounded): two images per set."""
+    def level(name):
+        images = {r: {"pairs": {f"{r.lower()}{i}.jpg": [i] for i in range(2)}} for r in ROLES}
+        if dataset == "google":
+            for r in ROLES:
+                images[r]["role"] = FOLDERS[r]
+        return {"upstream": "toy", "embeddings": [name], "dataset_dir": test_id if dataset == "google" else None,
+                "contextual_words": WORDS, "mask": {"tokens": WORDS + [w.lower() for w in WORDS[:4]],
+                                                   "region_labels": ["person"]},
+                "captions": CAPTIONS[name], "images": images}
+    return {"id": test_id, "name": f"Toy {test_id}", "suite": "grounded", "dataset": dataset, "source": "toy",
+            **{s: {"label": s} for s in "XYAB"}, "levels": {lv: level(lv) for lv in levels}}
+
+
+def write_stimulus(path, doc):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def image_ids(doc):
+    return sorted({f"{lv['dataset_dir'] or doc['id']}/{lv['images'][r].get('role', r)}/{f}"
+                   for lv in doc["levels"].values() for r in ROLES for f in lv["images"][r]["pairs"]})
+
+
+def write_store(path, ids, dim=16, seed=0):
+    """A region store as the regions rule writes it, from a stand-in detector: 3 boxes per image,
+    class 0 ("person") on the first box of every other image."""
+    rng = np.random.default_rng(seed)
+    detector = SimpleNamespace(name="toy", feature_dim=dim, class_names=["person", "thing"], attribute_names=None,
+                               person_classes=frozenset({"person"}), weights="random",
+                               settings={"adapter": "toy", "min_boxes": 3, "max_boxes": 3, "conf": 0.0})
+    with write_region_store(path, detector, {"detector": "toy"}) as w:
+        for n, image_id in enumerate(ids):
+            cls = np.array([0 if n % 2 == 0 else 1, 1, 1])
+            w.add([(image_id, Regions(boxes=np.array([[0, 0, 10, 10], [2, 2, 8, 9], [1, 0, 5, 5]], np.float32),
+                                      features=rng.standard_normal((3, dim)).astype(np.float32),
+                                      class_ids=cls, class_scores=np.ones(3, np.float32), image_size=(10, 10)))])
+    return path
+
+
+@pytest.fixture(scope="module")
+def encoders():
+    return {name: build(spec) for name, spec in TINY.items()}
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory, encoders):
+    """Both models' embedding files of one test whose store lacks one image (a failed download)."""
+    root = tmp_path_factory.mktemp("embed")
+    doc = stimulus_doc("toy-a")
+    stimulus = load_grounded_stimulus(write_stimulus(root / "google/toy-a.yaml", doc))
+    gone = "toy-a/attr2/b_y1.jpg"
+    store = write_store(root / "store.h5", [i for i in image_ids(doc) if i != gone])
+    manifest = [{"test": "toy-a", "role": "attr2", "file": "b_y1.jpg", "status": "failed", "reason": "HTTP 404"}]
+    out = {}
+    for name, encoder in encoders.items():
+        with RegionStore(store) as s:
+            dropped = embed_test(stimulus, encoder, s, root / f"{name}.h5", ["W", "S", "C"], {"T": ["S"], "I": ["S"]},
+                                 attrs={"dataset": "google", "test": "toy-a", "name": stimulus.name, "model": name,
+                                        "column": name, "detector": "toy"}, manifest_rows=manifest, chunk=3)
+        out[name] = (root / f"{name}.h5", dropped)
+    return stimulus, store, out
+
+
+def test_combos_follow_the_config_and_image_masking_support():
+    combos, na = embedding_combos(["W", "S"], {"T": ["S", "C"], "I": ["S"]}, supports_image_masking=False)
+    assert combos == [("W", None), ("S", None), ("S", "T")] and na == [("S", "I")]
+    assert embedding_combos(["S"], {"I": ["S"]}, True) == ([("S", None), ("S", "I")], [])
+
+
+def test_embedding_file_layout_counts_and_dropped_pairs(embedded):
+    stimulus, _, out = embedded
+    path, dropped = out["lxmert"]
+    with h5py.File(path) as f:
+        assert sorted((lv, m) for lv in f for m in f[lv]) == [("C", "none"), ("S", "I"), ("S", "T"), ("S", "none"),
+                                                              ("W", "none")]
+        assert f["S/none/X/embeddings"].shape == (2, 32) and f["S/none/X/embeddings"].dtype == np.float32
+        # the failed image drops its pair everywhere; the caption without a test word at C and T only
+        assert {(lv, m, f[f"{lv}/{m}/B_y"].attrs["n"]) for lv in f for m in f[lv]} == {
+            ("W", "none", 1), ("S", "none", 1), ("S", "T", 1), ("S", "I", 1), ("C", "none", 1)}
+        assert f["S/none/A_x"].attrs["n"] == 2 and f["S/T/A_x"].attrs["n"] == 1 and f["C/none/A_x"].attrs["n"] == 1
+        assert f["S/T/A_x"].attrs["n_listed"] == 2 and f["S/T/A_x"].attrs["n_dropped"] == 1
+        assert [w.decode() for w in f["C/none/X/word"][()]] == ["John", "Paul"]
+        assert f.attrs["detector"] == "toy" and json.loads(f.attrs["info"])["weights"] == "random-init"
+    reasons = {(d["level"], d["mask"], d["role"], d["caption"]): d["reason"] for d in dropped}
+    assert reasons[("S", "none", "B_y", "This is home.")] == "not obtained: HTTP 404"
+    assert reasons[("C", "none", "A_x", "A building.")] == "the caption contains none of the test's contextual words"
+    assert reasons[("S", "T", "A_y", "A building.")] == "the caption contains none of the test's mask terms"
+    assert len(dropped) == 5 + 2 + 2  # the failed image at 5 (level, mask) pairs; the caption at C, T (A_x, A_y)
+
+
+def test_embeddings_are_the_encoders_own(embedded, encoders):
+    """Each stored vector is what the encoder gives for its caption and its image's regions; C at the
+    first contextual word, T with the test's mask terms, I with person regions masked."""
+    stimulus, store, out = embedded
+    enc = encoders["lxmert"]
+    with RegionStore(store) as s, h5py.File(out["lxmert"][0]) as f:
+        def visual(i):
+            regions, person = s.get(i)
+            return Visual(regions.features, s.boxes_norm(i), person)
+        for lv, mask, role in [("C", "none", "X"), ("S", "T", "A_x"), ("S", "I", "Y"), ("W", "none", "B_x")]:
+            g = f[f"{lv}/{mask}/{role}"]
+            caps = [c.decode() for c in g["caption"][()]]
+            vis = [visual(i.decode()) for i in g["image"][()]]
+            kw = {"words": [w.decode() for w in g["word"][()]]} if lv == "C" else {}
+            if mask == "T":
+                kw |= {"mask": "T", "mask_terms": stimulus.levels["sentence"]["mask"]["tokens"]}
+            if mask == "I":
+                kw |= {"mask": "I"}
+            np.testing.assert_allclose(g["embeddings"][()], enc.embed(caps, vis, lv, **kw), atol=1e-5)
+        # image masking changed the images with a person region and nothing else
+        s_none, s_i = f["S/none/Y/embeddings"][()], f["S/I/Y/embeddings"][()]
+        person = [visual(i.decode()).is_person.any() for i in f["S/I/Y/image"][()]]
+        assert [not np.allclose(a, b) for a, b in zip(s_none, s_i)] == person and any(person)
+
+
+def test_visualbert_has_no_image_masked_embeddings(embedded):
+    path, dropped = embedded[2]["visualbert"]
+    with h5py.File(path) as f:
+        assert "I" not in f["S"] and json.loads(f.attrs["not_applicable"]) == ["S/I"]
+
+
+def test_a_coco_test_reads_its_acquisition_ids_and_a_missing_level_is_listed(tmp_path, encoders):
+    doc = stimulus_doc("toy-c", "coco", levels=("sentence",))
+    stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "coco/toy-c.yaml", doc))
+    assert stimulus.image_ids()[0] == "toy-c/A_x/a_x0.jpg"  # <test>/<image set>/<file>, as its manifest
+    with RegionStore(write_store(tmp_path / "store.h5", image_ids(doc))) as store:
+        dropped = embed_test(stimulus, encoders["visualbert"], store, tmp_path / "e.h5", ["W", "S"], {})
+    with h5py.File(tmp_path / "e.h5") as f:
+        assert list(f) == ["S"] and [f[f"S/none/{r}"].attrs["n"] for r in ROLES] == [2] * 6
+    assert dropped == [{"level": "W", "mask": "none", "role": "", "caption": "", "image": "",
+                        "reason": "the stimulus has no word-level captions"}]
+
+
+def test_experiments_on_an_embedding_file(embedded):
+    path = embedded[2]["lxmert"][0]
+    rows = run_experiments(path, n_samples=50, seed=3, exact="auto")
+    got = [(r["experiment"], r["level"], r["mask"]) for r in rows]
+    assert got == [("1", "W", "none"), ("2", "W", "none"), ("3", "W", "none"), ("1", "S", "none"),
+                   ("2", "S", "none"), ("3", "S", "none"), ("3-masked", "S", "I"), ("3-masked", "S", "T"),
+                   ("1", "C", "none"), ("2", "C", "none"), ("3", "C", "none")]
+    assert all(r["status"] == "ok" and 0 < r["p"] <= 1 for r in rows)
+    s = next(r for r in rows if r["experiment"] == "2" and r["level"] == "S")
+    assert (s["n_X"], s["n_B_y"], s["exact"], s["seed"], s["model"], s["detector"]) == (2, 1, True, 3, "lxmert", "toy")
+    sets, _ = read_embeddings(path)
+    from vlbias.stats.grounded import experiment2
+    ref = experiment2(*(sets[("S", "none")][r] for r in ROLES), n_samples=50, seed=3)
+    assert (s["d"], s["p"]) == (ref.effect_size, ref.p)
+    e3 = next(r for r in rows if r["experiment"] == "3" and r["level"] == "S")
+    assert {"d_x", "d_y", "p_x", "p_y"} <= set(e3)
+
+
+# --- the paper's tables on hand-made rows ---------------------------------------------------------
+
+def row(test, model, experiment, level, mask="none", d=0.5, p=0.01, status="ok", dataset="google"):
+    return {"dataset": dataset, "test": test, "name": f"Test {test}", "model": model, "experiment": experiment,
+            "level": level, "mask": mask, "status": status, "d": d, "p": p}
+
+
+COLUMNS = [{"label": "VisualBERT", "model": "vb", "dataset": "google"},
+           {"label": "ViLBERT", "model": None, "dataset": "google"},
+           {"label": "LXMERT", "model": "lx", "dataset": "google"},
+           {"label": "VL-BERT", "model": None, "dataset": "google"}]
+SPEC = {"columns": COLUMNS, "groups": {"Gender": ["g1", "g2"], "Race": ["r1"]}, "levels": ["W", "S"],
+        "masks": ["T", "I"], "level": "S", "experiments": ["1", "2", "3-masked"], "alpha": 0.05}
+ROWS = ([row(t, m, e, lv, d=0.1 * i, p=0.01 if i % 2 else 0.2)
+         for i, (t, m, e, lv) in enumerate((t, m, e, lv) for t in ("g1", "g2", "r1") for m in ("vb", "lx")
+                                           for e in ("1", "2") for lv in ("W", "S"))]
+        + [row(t, "vb", "3-masked", "S", "T", d=-0.3, p=0.04) for t in ("g1", "g2", "r1")]
+        + [row(t, "lx", "3-masked", "S", m, d=0.7, p=0.5) for t in ("g1", "g2", "r1") for m in ("T", "I")]
+        + [row("r1", "vb", "1", "C", status="skipped: no pairs left in A_x")])
+
+
+def test_table3_layout_marks_and_empty_columns():
+    layout = paper_table({**SPEC, "table": "table3"}, ROWS)
+    df = to_frame(layout)
+    assert list(df.columns[:3]) == ["group", "test", "level"]
+    assert [tuple(r) for r in df[["group", "test", "level"]].values] == [
+        ("Gender", "Test g1", "W"), ("Gender", "Test g1", "S"), ("Gender", "Test g2", "W"), ("Gender", "Test g2", "S"),
+        ("Race", "Test r1", "W"), ("Race", "Test r1", "S")]
+    # experiment 1 rows only: g1/vb/W is i=0 (d 0, p 0.2), g1/vb/S is i=1 (d 0.1, p 0.01)
+    assert df.loc[0, "VisualBERT d"] == 0 and not df.loc[0, "VisualBERT p<0.05"]
+    assert df.loc[1, "VisualBERT d"] == 0.1 and df.loc[1, "VisualBERT p<0.05"]
+    assert (df["ViLBERT d"] == "").all() and (df["VL-BERT p"] == "").all()
+    md = to_markdown(layout)
+    assert "| Gender | Test g1 | S | **0.10** (0.010) |  | " in md
+    assert "| Gender | Test g1 | W | 0.00 (0.200) |  | " in md
+    tex = to_latex(layout)
+    assert r"\textbf{0.10} (0.010)" in tex and r"\begin{tabular}{lllrrrr}" in tex
+
+
+def test_table5_shows_a_dash_where_image_masking_does_not_apply():
+    df = to_frame(paper_table({**SPEC, "table": "table5"}, ROWS))
+    i_rows = df[df["mask"] == "I"]
+    assert (i_rows["VisualBERT d"] == NA).all() and (i_rows["LXMERT d"] == 0.7).all()
+    t_rows = df[df["mask"] == "T"]
+    assert (t_rows["VisualBERT d"] == -0.3).all() and t_rows["VisualBERT p<0.05"].all()
+    assert not t_rows["LXMERT p<0.05"].any() and (df["ViLBERT d"] == "").all()
+
+
+def test_table6_blocks_and_a_skipped_test():
+    spec = {**SPEC, "table": "table6", "levels": ["W", "S", "C"], "groups": {"Gender": ["r1"]}}
+    layout = paper_table(spec, ROWS)
+    df = to_frame(layout)
+    assert list(df["level"]) == ["W", "S", "C"] and list(df["mask"]) == ["T", "I", ""]
+    assert df.loc[2, "Experiment 1 VisualBERT d"] == "skipped"
+    assert df.loc[2, "Experiment 2 VisualBERT d"] == NA  # no C row for experiment 2: does not apply
+    assert df.loc[0, "Experiment 3 (masking) VisualBERT d"] == -0.3
+    assert df.loc[1, "Experiment 3 (masking) VisualBERT d"] == NA
+    assert df.loc[2, "Experiment 3 (masking) LXMERT d"] == ""  # no third mask row
+    assert r"\multicolumn{4}{c}{Experiment 1}" in to_latex(layout)
+
+
+def test_table7_counts_significant_tests_per_group():
+    df = to_frame(paper_table({**SPEC, "table": "table7"}, ROWS))
+    by = df.set_index(["group", "level", "mask"])
+    # experiment 1, W: i even for every test and model -> p 0.2 -> none significant; S: all significant
+    assert by.loc[("Gender", "W", "T"), "Experiment 1 VisualBERT significant"] == 0
+    assert by.loc[("Gender", "S", "I"), "Experiment 1 VisualBERT significant"] == 2
+    assert by.loc[("Gender", "S", "I"), "Experiment 1 VisualBERT tests"] == 2
+    assert by.loc[("Race", "W", "T"), "Experiment 3 (masking) VisualBERT significant"] == 1
+    assert by.loc[("Race", "S", "I"), "Experiment 3 (masking) VisualBERT significant"] == NA
+    assert by.loc[("Race", "S", "I"), "Experiment 3 (masking) LXMERT significant"] == 0
+    assert (df["Experiment 2 ViLBERT significant"] == "").all()
+    assert "| Race | 1 | W | T | 0 |" in to_markdown(paper_table({**SPEC, "table": "table7"}, ROWS))
+
+
+# --- the real Snakefile on a tiny project ------------------------------------------------------
+
+DETECTOR = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 2, "max_boxes": 4,
+            "conf": 0.5, "min_size": 32, "max_size": 48, "batch_size": 4, "device": "cpu"}
+TABLES = [f"results/grounded/table{n}.{ext}" for n in (1, 3, 4, 5, 6, 7) for ext in ("csv", "md", "tex")]
+
+
+def tiny_project(root):
+    """Two google tests, their images in a mirror (one missing), tiny random models and detector."""
+    from test_workflow import make_project, write_yaml
+
+    config = make_project(root)
+    rng = np.random.default_rng(1)
+    manifest = []
+    for test in ("toy-a", "toy-b"):
+        doc = stimulus_doc(test)
+        write_stimulus(root / f"resources/stimuli/grounded/google/{test}.yaml", doc)
+        for image_id in image_ids(doc):
+            if image_id != "toy-b/attr2/b_y1.jpg":  # not in the mirror: a failed image
+                path = root / "mirror/grounded/data/google-images" / image_id
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(path)
+            manifest.append((*image_id.split("/"), f"http://x/{image_id}", ""))
+    (root / "resources/manifests/google.tsv").write_text(
+        "test\trole\tfile\turl\tsha256\n" + "".join("\t".join(r) + "\n" for r in manifest))
+    models = {name: {**spec, "config": {**spec["config"], TINY_FEATURE_KEY[name]: 1024}, "detector": "frcnn-tiny",
+                     "column": {"visualbert": "VisualBERT", "lxmert": "LXMERT"}[name]}
+              for name, spec in TINY.items()}
+    groups = {"Gender": ["toy-a"], "Race": ["toy-b"]}
+    config["grounded"] = {
+        "images": {"datasets": {"google": {"manifest": "resources/manifests/google.tsv",
+                                           "mirror_dir": "data/google-images"}},
+                   "download": {"workers": 2, "timeout": 1, "retries": 0, "backoff": 0.01, "max_mb": 1}},
+        "table1": {"published": "resources/published/grounded_table1.tsv"},
+        "stimuli": "resources/stimuli/grounded", "levels": ["W", "S", "C"], "masks": {"T": ["S"], "I": ["S"]},
+        "models": models,
+        "experiments": {"build": True, "models": ["visualbert", "lxmert"], "threads": 1},
+        "tables": {"table3": {"dataset": "google", "groups": groups},
+                   "table4": {"dataset": "google", "groups": groups},
+                   "table5": {"dataset": "google", "groups": groups, "level": "S"},
+                   # the paper's COCO / Conceptual Captions table, here on the toy google test (ViLBERT:
+                   # a dataset not configured and no model: an empty column)
+                   "table6": {"datasets": {"VisualBERT": "google", "LXMERT": "google", "ViLBERT": "concap"},
+                              "groups": {"Gender": ["toy-a"]}, "experiments": ["1", "2", "3-masked"]},
+                   "table7": {"dataset": "google", "groups": groups, "experiments": ["1", "2", "3-masked"]}},
+    }
+    (root / "resources/published/grounded_table1.tsv").parent.mkdir(parents=True, exist_ok=True)
+    (root / "resources/published/grounded_table1.tsv").write_text(
+        "dataset\tpaper_test\ttests\tn_images\ngoogle\tToy A\ttoy-a\t12\ngoogle\tToy B\ttoy-b\t12\n")
+    config["stats"]["n_samples"] = 200
+    config["regions"] = {"threads": 2, "detectors": {"frcnn-tiny": DETECTOR}, "build": []}
+    write_yaml(root / "config/config.yaml", config)
+
+
+TINY_FEATURE_KEY = {"visualbert": "visual_embedding_dim", "lxmert": "visual_feat_dim"}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    from test_workflow import snakemake
+
+    root = tmp_path_factory.mktemp("grounded_tables")
+    tiny_project(root)
+    snakemake(root, *TABLES)
+    return root
+
+
+@pytest.mark.workflow
+def test_the_full_table_set_is_built(project):
+    for target in TABLES:
+        assert (project / target).stat().st_size > 0, target
+    t3 = pd.read_csv(project / "results/grounded/table3.csv", dtype=str, keep_default_na=False)
+    assert list(t3["test"]) == ["Toy toy-a"] * 3 + ["Toy toy-b"] * 3 and list(t3["level"]) == ["W", "S", "C"] * 2
+    assert all(v not in ("", NA) for v in t3["VisualBERT d"]) and all(v not in ("", NA) for v in t3["LXMERT d"])
+    assert (t3["ViLBERT d"] == "").all() and (t3["VL-BERT d"] == "").all()
+    t5 = pd.read_csv(project / "results/grounded/table5.csv", dtype=str, keep_default_na=False)
+    assert list(t5.loc[t5["mask"] == "I", "VisualBERT d"]) == [NA, NA]
+    assert all(v not in ("", NA) for v in t5["LXMERT d"])
+    t6 = pd.read_csv(project / "results/grounded/table6.csv", dtype=str, keep_default_na=False)
+    assert t6.loc[0, "Experiment 1 VisualBERT d"] not in ("", NA) and t6.loc[0, "Experiment 1 ViLBERT d"] == ""
+    rows = pd.read_csv(project / "results/grounded/table3.rows.csv")
+    assert {"model_id", "revision", "detector", "n_X", "n_B_y", "n_samples", "exact", "seed", "p_se"} <= set(rows)
+    assert rows.loc[(rows["test"] == "toy-b") & (rows["level"] == "S"), "n_B_y"].unique().tolist() == [1]
+    missing = pd.read_csv(project / "results/grounded/table3.missing.tsv", sep="\t", dtype=str)
+    gone = missing[missing["image"] == "toy-b/attr2/b_y1.jpg"]
+    assert set(gone["model"]) == {"visualbert", "lxmert"} and gone["reason"].str.startswith("not obtained").all()
+    with h5py.File(project / "results/embeddings/grounded/google/lxmert/toy-a.h5") as f:
+        assert f.attrs["detector"] == "frcnn-tiny" and len(f.attrs["region_store_sha256"]) == 64
+
+
+@pytest.mark.workflow
+def test_second_run_does_nothing_and_a_stimulus_edit_reruns_its_jobs_only(project):
+    from test_workflow import planned_jobs
+
+    assert planned_jobs(project, *TABLES) == {}
+    path = project / "resources/stimuli/grounded/google/toy-b.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["levels"]["sentence"]["captions"]["X"][1] = "Here is Paul."
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    planned = planned_jobs(project, *TABLES)
+    # toy-b on both models; the tables that show toy-b (3, 4, 5, 7), not Table 6
+    assert planned == {"grounded_embed": 2, "grounded_experiment": 2, "grounded_table": 4}

@@ -1,0 +1,28 @@
+import logging
+
+from vlbias.io.fetch import read_manifest, sha256_file, write_manifest
+from vlbias.logs import setup_logging
+from vlbias.models import build
+from vlbias.regions.store import RegionStore
+from vlbias.suites.grounded import MISSING_COLUMNS, embed_test, load_grounded_stimulus
+
+setup_logging(snakemake.log[0])
+log = logging.getLogger("grounded_embed")
+w, spec = snakemake.wildcards, snakemake.params.spec
+stimulus = load_grounded_stimulus(snakemake.input.stimulus)
+encoder = build({**spec, "threads": snakemake.threads})
+info = encoder.info
+with RegionStore(snakemake.input.regions) as store:
+    dropped = embed_test(
+        stimulus, encoder, store, snakemake.output.h5, snakemake.params.levels, snakemake.params.masks,
+        manifest_rows=read_manifest(snakemake.input.manifest),
+        attrs={"dataset": w.dataset, "test": w.test, "name": stimulus.name, "model": w.model,
+               "column": spec["column"], "model_id": info["model_id"] or "", "revision": info["revision"] or "",
+               "commit": info["commit"] or "", "weights": info["weights"],
+               "weights_sha256": info["weights_sha256"] or "", "detector": spec["detector"],
+               "region_store": snakemake.input.regions, "region_store_sha256": sha256_file(snakemake.input.regions),
+               "region_weights": str(store.attrs.get("weights", "")),
+               "stimulus": snakemake.input.stimulus, "stimulus_sha256": sha256_file(snakemake.input.stimulus)})
+write_manifest(snakemake.output.missing, dropped, MISSING_COLUMNS)
+log.info("%s: %d (caption, image) pairs left out (listed in %s)", snakemake.output.h5, len(dropped),
+         snakemake.output.missing)

@@ -1,0 +1,34 @@
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from vlbias.io.atomic import atomic_path
+from vlbias.logs import setup_logging
+from vlbias.report.grounded import paper_table, write_layout
+from vlbias.suites.grounded import MISSING_COLUMNS, RESULT_COLUMNS
+
+
+def read(path, **kwargs):
+    return pd.read_csv(path, dtype=str, keep_default_na=False, **kwargs)
+
+
+def missing(path):
+    """The pairs one embedding job left out, named by its (dataset, model, test)."""
+    dataset, model, name = Path(path).parts[-3:]
+    return read(path, sep="\t", comment="#").assign(dataset=dataset, model=model,
+                                                    test=name.removesuffix(".missing.tsv"))
+
+
+setup_logging(snakemake.log[0])
+out = snakemake.output
+rows = pd.concat([read(p) for p in snakemake.input.results] or [pd.DataFrame(columns=RESULT_COLUMNS)],
+                 ignore_index=True)
+write_layout(paper_table(snakemake.params.spec, rows.to_dict("records")), csv=out.csv, md=out.md, tex=out.tex)
+left_out = pd.concat([missing(p) for p in snakemake.input.missing] or [pd.DataFrame()], ignore_index=True)
+left_out = left_out.reindex(columns=["dataset", "model", "test", *MISSING_COLUMNS])
+with atomic_path(out.rows) as tmp:
+    rows.to_csv(tmp, index=False)  # every result the table shows, with its provenance
+with atomic_path(out.missing) as tmp:
+    left_out.to_csv(tmp, sep="\t", index=False)
+logging.getLogger("grounded_table").info("%s: %d results, %d pairs left out", out.csv, len(rows), len(left_out))
