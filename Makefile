@@ -26,6 +26,7 @@ benchmark: setup
 	$(BIN)/python benchmarks/permutation_engine.py
 	$(BIN)/python benchmarks/ieat_tables.py
 	$(BIN)/python benchmarks/regions.py
+	$(BIN)/python benchmarks/grounded_embed.py
 
 clean:
 	rm -rf results/*/ .snakemake

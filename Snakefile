@@ -17,6 +17,8 @@ include: "workflow/rules/ieat.smk"
 include: "workflow/rules/seat.smk"
 include: "workflow/rules/grounded.smk"
 include: "workflow/rules/regions.smk"
+include: "workflow/rules/mlm.smk"
+include: "workflow/rules/grounded_tests.smk"
 include: "workflow/rules/associate.smk"
 
 
@@ -25,4 +27,6 @@ rule all:
         all_targets(),
         grounded_targets(),
         regions_targets(),
+        mlm_targets(),
+        grounded_tests_targets(),
     default_target: True

@@ -23,6 +23,7 @@ _MODULES = {
     "sentence": "vlbias.models.sentence",
     "visualbert": "vlbias.models.visualbert",
     "lxmert": "vlbias.models.lxmert",
+    "bert_mlm": "vlbias.models.bert_mlm",
 }
 _ADAPTERS = Registry("model", _MODULES)
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the

@@ -166,11 +166,11 @@ def _field(entry, name):
 
 
 class VLEncoder:
-    """What VisualBERT and LXMERT share; a family module subclasses it and sets:
+    """What VisualBERT and LXMERT (and the text-only bert_mlm) share; a family module subclasses it and sets:
 
     family, default_model_id, config_class, model_class, base_config (config keys of the published
     model that differ from the config class's defaults), feature_dim_key (the config key of the
-    region feature size), uses_boxes, supports_image_masking, image_masking, no_image;
+    region feature size; None for a text-only model), uses_boxes, supports_image_masking, image_masking, no_image;
     and implements ``_language_states(text, feats, boxes, vmask)`` and ``_lm_head(states)``.
     """
 
@@ -187,7 +187,8 @@ class VLEncoder:
         self.model = model.eval().requires_grad_(False).to(self.device)
         config = self.model.config
         self.dim = int(config.hidden_size)
-        self.feature_dim = int(getattr(config, self.feature_dim_key))
+        # a text-only family (vlbias.models.bert_mlm) has no feature_dim_key: it reads no regions
+        self.feature_dim = int(getattr(config, self.feature_dim_key)) if self.feature_dim_key else 0
         self.max_length = int(spec.get("max_length") or min(512, config.max_position_embeddings))
         if not 2 < self.max_length <= config.max_position_embeddings:
             raise InputError(f"max_length {self.max_length}", f"must be in 3..{config.max_position_embeddings}, "
@@ -380,14 +381,18 @@ class VLEncoder:
                 out[start:stop] = states[rows, cols].float().cpu().numpy()
         return out
 
-    def mask_logprobs(self, captions, regions=None, mask=None, mask_terms=None, tokens=None):
+    def mask_logprobs(self, captions, regions=None, mask=None, mask_terms=None, tokens=None, fill=None):
         """Per caption, float32 (m, V) log P(token | context) at its m [MASK] positions, in order.
 
         [MASK] is written in the caption, or made by ``mask="T"``. ``tokens`` (vocabulary entries,
         e.g. ["he", "she"]) keeps only their columns: (m, len(tokens)). ``regions`` None, or a None
-        entry, is "no visual input" (see the family's ``no_image``).
+        entry, is "no visual input" (see the family's ``no_image``). ``fill`` (per caption a list of
+        token ids) writes its ids into the caption's first [MASK] positions before the model runs;
+        only the [MASK]s left are returned (vlbias.mlm reveals a multi-piece word piece by piece).
         """
         captions, regions = self._check(captions, regions, mask, mask_terms)
+        if fill is not None and len(fill) != len(captions):
+            raise InputError("fill", f"{len(fill)} entries for {len(captions)} captions")
         columns = None
         if tokens is not None:
             ids = self.tokenizer.convert_tokens_to_ids(list(tokens))
@@ -401,8 +406,17 @@ class VLEncoder:
                 stop = min(start + self.batch_size, len(captions))
                 text, feats, boxes, vmask = self._batch(captions[start:stop], regions[start:stop], start, mask,
                                                         mask_terms, None)
-                states = self._language_states(text, feats, boxes, vmask)
                 is_mask = text.input_ids == self.tokenizer.mask_token_id
+                for j in range(stop - start):
+                    if fill is not None and len(fill[start + j]):
+                        at = torch.nonzero(is_mask[j]).flatten()
+                        if len(fill[start + j]) >= len(at):
+                            raise InputError(f"caption '{captions[start + j]}'", f"has {len(at)} [MASK]s; filling "
+                                                                                 f"{len(fill[start + j])} leaves none")
+                        at = at[:len(fill[start + j])]
+                        text.input_ids[j, at] = torch.as_tensor(fill[start + j], device=self.device)
+                        is_mask[j, at] = False
+                states = self._language_states(text, feats, boxes, vmask)
                 for j in range(stop - start):
                     if not is_mask[j].any():
                         raise InputError(f"caption '{captions[start + j]}'", "has no [MASK]")

@@ -1,0 +1,103 @@
+"""ln P([MASK] = E | caption, visual input) from a model's masked-language-model head.
+
+    queries = [Query("The woman is carrying a {entity}.", "purse", None),            # no image
+               Query("The person is carrying a {entity}.", "purse", "purse/male/1.jpg")]
+    entity_logprobs(model, queries, visuals)   # float64 (2,)
+
+``model`` is any object with the interface of vlbias.models.vl.VLEncoder: ``tokenizer`` (a
+bert-base-uncased WordPiece tokenizer) and ``mask_logprobs(captions, regions, fill=...)``; the
+VisualBERT and LXMERT adapters and the text-only ``bert_mlm`` adapter all have it.
+
+Multi-piece entities. An entity that WordPiece splits into n pieces (``handbag`` -> ``hand ##bag``)
+is written as n [MASK]s, and its probability is the joint probability of its pieces by the chain
+rule, revealing them left to right:
+
+    ln P(E) = sum_k ln P(piece_k at mask k | pieces 1..k-1 written in, masks k..n still masked)
+
+one forward pass per piece. Why: it is a probability of the whole word (a distribution over all
+piece sequences of that length), so a two-piece entity is comparable with a one-piece one, and it
+keeps the dependence between pieces ("##bag" after "hand"), which the product of the
+marginals of all-masked positions (one pass) ignores: that product scores each piece as if the
+others were unknown, and typically underestimates a word whose later pieces follow from the
+first. The n [MASK]s tell the model the entity's length; every score compares the same entity
+under the same template, so this cue is the same in numerator and denominator.
+
+"No visual input" (``image`` None) is what each adapter defines as ``no_image``: VisualBERT the
+caption alone (zero regions), LXMERT one region with zero features and the whole-image box (its
+masked-object input; LXMERT cannot run without regions), text-only BERT has no visual input at all.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vlbias.errors import InputError
+
+MASK = "[MASK]"
+CHUNK = 256  # captions per call: bounds the (captions x vocabulary) log-probabilities held at once
+
+
+@dataclass(frozen=True)
+class Query:
+    caption: str         # the caption with "{entity}" where the masked entity goes
+    entity: str          # the entity whose probability is read
+    image: str | None    # an image id of ``visuals``, or None for no visual input
+
+
+def entity_pieces(tokenizer, entity):
+    """The vocabulary ids of ``entity``'s word pieces; an entity with an unknown piece is an error."""
+    pieces = tokenizer.tokenize(entity)
+    ids = tokenizer.convert_tokens_to_ids(pieces)
+    if not ids or tokenizer.unk_token_id in ids:
+        raise InputError(f"entity '{entity}'", f"is not spelled by the model's vocabulary (pieces {pieces})")
+    return ids
+
+
+def masked_caption(caption, n):
+    """``caption`` with its one "{entity}" replaced by ``n`` [MASK]s."""
+    if caption.count("{entity}") != 1 or MASK in caption:
+        raise InputError(f"caption '{caption}'", "needs exactly one {entity} and no [MASK] of its own")
+    return caption.replace("{entity}", " ".join([MASK] * n))
+
+
+def entity_logprobs(model, queries, visuals=None):
+    """float64 (len(queries),): ln P(entity | caption, image) of each query (chain rule over pieces)."""
+    visuals = visuals or {}
+    pieces = {}
+    captions, regions, fill, want, owner = [], [], [], [], []
+    for q, query in enumerate(queries):
+        if query.image is not None and query.image not in visuals:
+            raise InputError(f"image '{query.image}'", "has no regions")
+        ids = pieces.setdefault(query.entity, entity_pieces(model.tokenizer, query.entity))
+        caption = masked_caption(query.caption, len(ids))
+        for k in range(len(ids)):
+            captions.append(caption)
+            regions.append(None if query.image is None else visuals[query.image])
+            fill.append(ids[:k])
+            want.append(ids[k])
+            owner.append(q)
+    out = np.zeros(len(queries), dtype=np.float64)
+    for start in range(0, len(captions), CHUNK):
+        stop = start + CHUNK
+        logps = model.mask_logprobs(captions[start:stop], regions[start:stop], fill=fill[start:stop])
+        for i, (logp, token) in enumerate(zip(logps, want[start:stop]), start):
+            n_left = len(pieces[queries[owner[i]].entity]) - len(fill[i])
+            if logp.shape[0] != n_left:  # the caption itself must not add [MASK]s
+                raise InputError(f"caption '{captions[i]}'", f"has {logp.shape[0]} [MASK]s left, expected {n_left}")
+            out[owner[i]] += float(logp[0, token])  # the first [MASK] left is the next piece
+    return out
+
+
+def load_visuals(store, image_ids):
+    """({image id: Visual}, {image id: why it has none}) from an open vlbias.regions.store.RegionStore."""
+    from vlbias.models.vl import Visual  # torch and transformers: only the model jobs need them
+
+    visuals, missing = {}, {}
+    for image_id in image_ids:
+        try:
+            regions, is_person = store.get(image_id)
+        except InputError as e:  # skipped by the detector, or never extracted
+            missing[image_id] = str(e)
+            continue
+        visuals[image_id] = Visual(regions.features, store.boxes_norm(image_id), is_person)
+    return visuals, missing

@@ -1,0 +1,43 @@
+import json
+import logging
+
+from vlbias.io.fetch import write_manifest
+from vlbias.logs import setup_logging
+from vlbias.mlm.probability import load_visuals
+from vlbias.mlm.scores import logprob_table, write_logprob_table
+from vlbias.mlm.stimuli import load_mlm_stimulus, read_image_manifest
+from vlbias.models import build
+from vlbias.regions.store import RegionStore
+
+setup_logging(snakemake.log[0])
+log = logging.getLogger("mlm_logprobs")
+case_study, entities = (load_mlm_stimulus(p) for p in snakemake.input.stimuli)
+stimuli = list({s.id: s for s in (case_study, entities)}.values())  # the same file twice is one stimulus
+
+# the case study's images: every manifest row gets a status; only images with regions are queried
+status, visuals, images = [], {}, None
+if "manifest" in snakemake.input.keys():
+    rows = read_image_manifest(snakemake.input.manifest, [e.entity for e in case_study.entities])
+    usable = [r.id for r in rows if r.status == "ok"]
+    missing = {}
+    if usable:
+        with RegionStore(snakemake.input.store) as store:
+            visuals, missing = load_visuals(store, usable)
+    for r in rows:
+        used = r.id in visuals
+        status.append({"id": r.id, "entity": r.entity, "gender": r.gender,
+                       "status": "used" if used else r.status if r.status != "ok" else "no regions",
+                       "reason": "" if used else missing.get(r.id, r.reason)})
+    images = {case_study.id: [r for r in rows if r.id in visuals]}
+
+model = build({**snakemake.params.spec, "threads": snakemake.threads})
+df = logprob_table(model, stimuli, images, visuals)
+info = json.dumps(model.info, sort_keys=True, default=str)
+write_logprob_table(snakemake.output.logprobs, df,
+                    comments=[f"model: {snakemake.wildcards.model}", f"info: {info}",
+                              "logprob: ln P([MASK] = entity | caption, image); multi-piece entities by the chain rule"])
+note = ("text-only model: no images" if snakemake.params.text_only else
+        "no image manifest configured (mlm: images)" if "manifest" not in snakemake.input.keys() else
+        f"{sum(s['status'] == 'used' for s in status)} of {len(status)} images used")
+write_manifest(snakemake.output.images, status, ["id", "entity", "gender", "status", "reason"], comments=[note])
+log.info("%s: %d queries; %s", snakemake.wildcards.model, len(df), note)
