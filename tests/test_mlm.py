@@ -281,7 +281,7 @@ def test_shipped_stimuli_and_manifest(tokenizer):
      "key 'entities/0/stereotype'"),
     ({"entities": [{"entity": "purse", "stereotype": "female", "template": "A {agent} {entity}.", "contrast": "x"}]},
      "key 'entities/0/contrast'"),
-    ({"id": "other"}, "key 'id': 'other' differs from the file name"),
+    ({"id": "other"}, "key 'id': 'other' does not match the file name"),
 ])
 def test_stimulus_errors_name_the_key(tmp_path, change, message):
     doc = {"id": "s", "name": "n", "source": "x",

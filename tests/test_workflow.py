@@ -4,7 +4,6 @@ tiny published embeddings, two SEAT tests on the real MiniLM encoder."""
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path

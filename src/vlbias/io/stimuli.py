@@ -11,13 +11,16 @@ import yaml
 from vlbias.errors import InputError
 
 # Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "stimulus.schema.yaml"
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SETS = ("X", "Y", "A", "B")
+# libyaml when present: the grounded stimulus files are large (the Python parser takes seconds for all)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @lru_cache(maxsize=None)
-def _schema(path=SCHEMA_PATH):
-    with open(path) as f:
+def schema(name):
+    """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
+    with open(SCHEMAS / name) as f:
         return yaml.safe_load(f)
 
 
@@ -59,21 +62,32 @@ class Stimulus:
         return {s: getattr(self, s) for s in SETS}
 
 
-def load_stimulus(path):
-    """Load and validate one stimulus file; errors name the file and the key."""
+def read_stimulus_file(path, schema_name, keys):
+    """The YAML mapping in ``path``, valid against ``schema_name`` (a file in vlbias/schemas/) and with
+    an ``id`` equal to the file name; errors name the file and the key. ``keys`` (for the error on a
+    file that is not a mapping) lists what the mapping should hold."""
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = yaml.load(f, Loader=_Loader)
     except FileNotFoundError:
         raise InputError(path, "stimulus file not found") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read stimulus file ({e.strerror})") from None
     except yaml.YAMLError as e:
         raise InputError(path, f"not valid YAML: {e}") from None
     if not isinstance(doc, dict):
-        raise InputError(path, "expected a mapping with keys id, name, suite, X, Y, A, B")
-    validate(doc, path, _schema())
+        raise InputError(path, f"expected a mapping with keys {keys}")
+    validate(doc, path, schema(schema_name))
     if doc["id"] != path.stem:
         raise InputError(path, f"key 'id': '{doc['id']}' does not match the file name '{path.stem}'")
+    return doc
+
+
+def load_stimulus(path):
+    """Load and validate one stimulus file; errors name the file and the key."""
+    path = Path(path)
+    doc = read_stimulus_file(path, "stimulus.schema.yaml", "id, name, suite, X, Y, A, B")
     sets = {}
     for s in SETS:
         d = doc[s]

@@ -16,25 +16,16 @@ grounded acquisition manifests with ``test`` = the entity and ``role`` = the age
 """
 
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
-import yaml
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import read_manifest
-from vlbias.io.stimuli import validate
+from vlbias.io.stimuli import read_stimulus_file, schema, validate
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 GENDERS = ("female", "male")
 AGENTS = ("female", "male", "neutral")
 DEFAULT_AGENTS = {"female": "woman", "male": "man", "neutral": "person"}
-
-
-@lru_cache(maxsize=None)
-def _schema(name):
-    with open(SCHEMAS / name) as f:
-        return yaml.safe_load(f)
 
 
 @dataclass(frozen=True)
@@ -68,13 +59,7 @@ class MlmStimulus:
 def load_mlm_stimulus(path):
     """Read and check one stimulus file; errors name the file and the key."""
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise InputError(path, f"cannot read stimulus file ({e})") from None
-    validate(doc, path, _schema("mlm_stimulus.schema.yaml"))
-    if doc["id"] != path.stem:
-        raise InputError(path, f"key 'id': '{doc['id']}' differs from the file name '{path.stem}'")
+    doc = read_stimulus_file(path, "mlm_stimulus.schema.yaml", "id, template, agents, entities")
     entities, seen = [], set()
     for i, e in enumerate(doc["entities"]):
         template = e.get("template", doc.get("template"))
@@ -111,10 +96,10 @@ def read_image_manifest(path, entities=None):
     ``entities`` (names), when given, are the entities the rows may show.
     """
     rows = read_manifest(path)
-    schema, out, seen = _schema("mlm_images.schema.yaml"), [], set()
+    images_schema, out, seen = schema("mlm_images.schema.yaml"), [], set()
     for n, row in enumerate(rows, 1):
         where = f"{path} (row {n})"
-        validate(row, where, schema)
+        validate(row, where, images_schema)
         if row["status"] == "ok" and not row["path"]:
             raise InputError(where, "status ok but no path")
         if entities is not None and row["test"] not in entities:

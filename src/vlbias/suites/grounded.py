@@ -25,7 +25,6 @@ import json
 import re
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +33,9 @@ import yaml
 from vlbias.errors import InputError
 from vlbias.images.acquire import parse_get_sh_tree
 from vlbias.io.atomic import atomic_path
-from vlbias.io.stimuli import validate
+from vlbias.io.stimuli import read_stimulus_file, schema, validate
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "grounded_stimulus.schema.yaml"
+SCHEMA = "grounded_stimulus.schema.yaml"
 TESTS_DIR = Path("grounded/tests/grounded-tests")  # below the mirror, as upstream
 IMAGES_DIR = Path("grounded/data/google-images")
 UPSTREAM = "candacelax/bias-in-vision-and-language@162298016af6d728453a8c3d47554a6e87e18be2"
@@ -73,12 +72,6 @@ DATASET_DIR_FIXES = {
     ("google", "weat6"): ("weat6", "upstream dataset_dir 'weat13' lists none of this test's images; "
                                    "data/google-images/weat6/*/get.sh lists all of them"),
 }
-
-
-@lru_cache(maxsize=None)
-def _schema():
-    with open(SCHEMA_PATH) as f:
-        return yaml.safe_load(f)
 
 
 def _read_jsonl(path):
@@ -246,10 +239,6 @@ def google_roles(mirror):
     return {(r["test"], r["file"]): r["role"] for r in rows}
 
 
-# libyaml when present: the files are large (the Python parser takes seconds for all of them)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
     pass
 
@@ -274,7 +263,7 @@ def convert(mirror, outdir):
     for dataset, tests in TESTS.items():
         for test_id in tests:
             doc = convert_test(mirror, dataset, test_id, roles)
-            validate(doc, f"{dataset}/{test_id}", _schema())
+            validate(doc, f"{dataset}/{test_id}", schema(SCHEMA))
             dest = Path(outdir) / dataset / f"{test_id}.yaml"
             with atomic_path(dest) as tmp:
                 tmp.write_text(dump(doc), encoding="utf-8")
@@ -317,18 +306,7 @@ class GroundedStimulus:
 def load_grounded_stimulus(path):
     """Load and validate one grounded stimulus file; errors name the file and the key."""
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.load(f, Loader=_Loader)
-    except FileNotFoundError:
-        raise InputError(path, "stimulus file not found") from None
-    except yaml.YAMLError as e:
-        raise InputError(path, f"not valid YAML: {e}") from None
-    if not isinstance(doc, dict):
-        raise InputError(path, "expected a mapping with keys id, name, suite, dataset, X, Y, A, B, levels")
-    validate(doc, path, _schema())
-    if doc["id"] != path.stem:
-        raise InputError(path, f"key 'id': '{doc['id']}' does not match the file name '{path.stem}'")
+    doc = read_stimulus_file(path, SCHEMA, "id, name, suite, dataset, X, Y, A, B, levels")
     for name, lv in doc["levels"].items():
         google = doc["dataset"] == "google"
         if google != (lv["dataset_dir"] is not None):
