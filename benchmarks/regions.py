@@ -130,8 +130,9 @@ def main():
           f"({big['stage_s']:.1f} s, {big['n_regions']} regions)")
     print(f"  model alone (detect on prepared inputs):            {n / big['model_s']:.2f} images/s "
           f"({big['model_s']:.1f} s)")
-    print(f"  time outside the model: {outside:.1%} of the stage (must be at most 33%); within the stage run "
-          f"itself, {1 - big['in_detect_s'] / big['stage_s']:.1%} of its time was outside detector.detect")
+    noise = " (below zero: the runs' noise exceeds the pipeline's cost; try --repeats 3)" if outside < 0 else ""
+    print(f"  time outside the model: {outside:.1%} of the stage (must be at most 33%){noise}; within the stage "
+          f"run itself, {1 - big['in_detect_s'] / big['stage_s']:.1%} of its time was outside detector.detect")
     print(f"  peak memory: {small['peak_rss_mb']:.0f} MiB on {small['n']} images, {big['peak_rss_mb']:.0f} MiB on "
           f"{n} images ({big['peak_rss_mb'] - small['peak_rss_mb']:+.0f} MiB); after loading the model and one "
           f"batch: {small['warm_rss_mb']:.0f} and {big['warm_rss_mb']:.0f} MiB")
