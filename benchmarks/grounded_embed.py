@@ -31,7 +31,7 @@ from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.vl import Visual, find_word
 from vlbias.stats.grounded import grounded_test
-from vlbias.suites.grounded import ROLES, load_grounded_stimulus
+from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,8 @@ from vlbias.models.vl import Visual
 from vlbias.regions import Regions
 from vlbias.regions.store import RegionStore, write_region_store
 from vlbias.report.grounded import NA, paper_table, to_frame, to_latex, to_markdown
-from vlbias.suites.grounded import (ROLES, embed_test, embedding_combos, load_grounded_stimulus, read_embeddings,
-                                    run_experiments)
+from vlbias.suites.grounded.jobs import embed_test, embedding_combos, read_embeddings, run_experiments
+from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 
 TINY = {
     "visualbert": {"adapter": "visualbert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,

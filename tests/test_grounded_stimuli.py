@@ -8,15 +8,8 @@ import pytest
 import yaml
 
 from vlbias.errors import InputError
-from vlbias.suites.grounded import (
-    ROLES,
-    TESTS,
-    TESTS_DIR,
-    _main,
-    convert_level,
-    dump,
-    load_grounded_stimulus,
-)
+from vlbias.suites.grounded.convert import TESTS, TESTS_DIR, _main, convert_level, dump
+from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 
 REPO = Path(__file__).resolve().parents[1]
 STIMULI = REPO / "resources" / "stimuli" / "grounded"
@@ -51,7 +44,7 @@ def test_every_listed_test_is_committed_and_loads():
 
 
 def test_committed_files_equal_a_fresh_conversion(grounded_mirror, tmp_path, capsys):
-    _main(["convert", str(grounded_mirror), str(tmp_path)])
+    _main([str(grounded_mirror), str(tmp_path)])
     fresh = sorted(tmp_path.glob("*/*.yaml"))
     assert [p.relative_to(tmp_path) for p in fresh] == [p.relative_to(STIMULI) for p in COMMITTED]
     for new, old in zip(fresh, COMMITTED):

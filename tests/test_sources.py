@@ -15,7 +15,7 @@ from vlbias.images.acquire import MANIFEST_COLUMNS, acquire, image_id
 from vlbias.images.sources import (coco_manifest, coco_url, concap_id, concap_manifest, read_concap_validation,
                                    stimulus_digests)
 from vlbias.io.fetch import read_manifest, write_manifest
-from vlbias.suites.grounded import load_grounded_stimulus
+from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 STIMULI = REPO / "resources/stimuli/grounded"
 COMMITTED = REPO / "resources/manifests/grounded_coco_images.tsv"

@@ -4,7 +4,8 @@ from vlbias.io.fetch import read_manifest, sha256_file, write_manifest
 from vlbias.logs import setup_logging
 from vlbias.models import build
 from vlbias.regions.store import RegionStore
-from vlbias.suites.grounded import MISSING_COLUMNS, embed_test, load_grounded_stimulus
+from vlbias.suites.grounded.jobs import MISSING_COLUMNS, embed_test
+from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 setup_logging(snakemake.log[0])
 log = logging.getLogger("grounded_embed")

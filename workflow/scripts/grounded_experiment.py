@@ -4,7 +4,7 @@ import pandas as pd
 
 from vlbias.io.atomic import atomic_path
 from vlbias.logs import setup_logging
-from vlbias.suites.grounded import RESULT_COLUMNS, run_experiments
+from vlbias.suites.grounded.jobs import RESULT_COLUMNS, run_experiments
 
 setup_logging(snakemake.log[0])
 rows = run_experiments(snakemake.input[0], **snakemake.params.stats)

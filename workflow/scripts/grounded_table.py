@@ -6,7 +6,7 @@ import pandas as pd
 from vlbias.io.atomic import atomic_path
 from vlbias.logs import setup_logging
 from vlbias.report.grounded import paper_table, write_layout
-from vlbias.suites.grounded import MISSING_COLUMNS, RESULT_COLUMNS
+from vlbias.suites.grounded.jobs import MISSING_COLUMNS, RESULT_COLUMNS
 
 
 def read(path, **kwargs):

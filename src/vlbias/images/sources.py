@@ -15,7 +15,7 @@ name their images the way the authors' feature files did:
 A manifest (the columns of :data:`vlbias.images.acquire.MANIFEST_COLUMNS`) has one row per
 (test, image set, file): ``test`` is the stimulus id, ``role`` the image set (X, Y, A_x, A_y,
 B_x, B_y), so the acquisition id ``<test>/<role>/<file>`` is the id the stimulus loader gives the
-image (:meth:`vlbias.suites.grounded.GroundedStimulus.image_id`). An image in several sets or
+image (:meth:`vlbias.suites.grounded.stimulus.GroundedStimulus.image_id`). An image in several sets or
 tests is listed once for each (acquisition marks the copies "duplicate of ..."). An id that
 resolves to no URL stays listed with an empty url and counts as a failed image. The header
 records the sha256 of every stimulus file (and of the validation TSV) the manifest came from.
@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 from vlbias.errors import InputError
 from vlbias.images.acquire import MANIFEST_COLUMNS
 from vlbias.io.fetch import download, sha256_file, write_manifest
-from vlbias.suites.grounded import ROLES, load_grounded_stimulus
+from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 
 COCO_URL = "http://images.cocodataset.org/val2014/{file}"
 CONCAP_VALIDATION_URL = "https://storage.googleapis.com/gcc-data/Validation/GCC-1.1.0-Validation.tsv"

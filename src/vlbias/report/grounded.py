@@ -1,6 +1,6 @@
 """Ross, Katz & Barbu (2021), Tables 3–7, in the paper's layout, from the grounded experiment rows.
 
-    results = index_results(rows)              # rows of vlbias.suites.grounded.run_experiments
+    results = index_results(rows)              # rows of vlbias.suites.grounded.jobs.run_experiments
     layout = experiment_table(results, tests, columns, "1", ["W", "S", "C"])      # Table 3
     write_layout(layout, csv=..., md=..., tex=...)
 

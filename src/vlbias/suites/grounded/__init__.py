@@ -1,0 +1,3 @@
+"""Grounded WEAT/SEAT (Ross, Katz & Barbu 2021): ``stimulus`` (the loader of the stimulus files),
+``convert`` (their one-off conversion from the authors' upstream files), ``jobs`` (the workflow's
+embedding and experiment jobs)."""

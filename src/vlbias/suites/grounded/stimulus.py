@@ -1,0 +1,72 @@
+"""Grounded WEAT/SEAT stimulus files (Ross, Katz & Barbu 2021): the loader the workflow uses.
+
+A file ``resources/stimuli/grounded/<dataset>/<id>.yaml`` (schema ``grounded_stimulus.schema.yaml``,
+written by :mod:`vlbias.suites.grounded.convert`) defines one test at up to two levels (word,
+sentence): captions of the sets X, Y, A, B and six image sets (X, Y, A_x, A_y, B_x, B_y), each image
+paired with the indices of its captions.
+
+Google images are identified as in the acquisition manifest, ``<dataset_dir>/<role>/<file>``;
+COCO and Conceptual Captions images (``dataset_dir: null``) as ``<test id>/<image set>/<file>``, the
+acquisition id of vlbias.images.sources' manifests.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from vlbias.errors import InputError
+from vlbias.io.stimuli import read_stimulus_file
+
+SCHEMA = "grounded_stimulus.schema.yaml"
+ROLES = ("X", "Y", "A_x", "A_y", "B_x", "B_y")
+
+
+@dataclass(frozen=True)
+class GroundedStimulus:
+    id: str
+    name: str
+    dataset: str
+    labels: dict  # X, Y, A, B -> the upstream category names
+    levels: dict  # "word" / "sentence" -> the level mapping of the file
+    path: str
+
+    def image_id(self, level, role, file):
+        """The image's id in the acquisition manifest: ``<dataset_dir>/<get.sh folder>/<file>``
+        (google) or ``<test id>/<image set>/<file>`` (coco, concap; see vlbias.images.sources)."""
+        lv = self.levels[level]
+        if lv["dataset_dir"]:
+            return f"{lv['dataset_dir']}/{lv['images'][role]['role']}/{file}"
+        return f"{self.id}/{role}/{file}"
+
+    def pairs(self, level, role):
+        """The (caption, image id) pairs of one image set (X, Y, A_x, A_y, B_x, B_y), in file order:
+        each image with each caption it is paired with."""
+        lv = self.levels[level]
+        captions = lv["captions"][role[0]]
+        return [(captions[i], self.image_id(level, role, f))
+                for f, idx in lv["images"][role]["pairs"].items() for i in idx]
+
+    def image_ids(self, level=None):
+        """Every image id the test uses (at one level, or at all), sorted, each once."""
+        return sorted({self.image_id(lv, r, f) for lv in ([level] if level else self.levels)
+                       for r in ROLES for f in self.levels[lv]["images"][r]["pairs"]})
+
+
+def load_grounded_stimulus(path):
+    """Load and validate one grounded stimulus file; errors name the file and the key."""
+    path = Path(path)
+    doc = read_stimulus_file(path, SCHEMA, "id, name, suite, dataset, X, Y, A, B, levels")
+    for name, lv in doc["levels"].items():
+        google = doc["dataset"] == "google"
+        if google != (lv["dataset_dir"] is not None):
+            raise InputError(path, f"key 'levels/{name}/dataset_dir': required for google images, null otherwise")
+        for r in ROLES:
+            img = lv["images"][r]
+            if google != ("role" in img):
+                raise InputError(path, f"key 'levels/{name}/images/{r}/role': required for google images only")
+            n = len(lv["captions"][r[0]])
+            for file, idx in img["pairs"].items():
+                if max(idx) >= n:
+                    raise InputError(path, f"key 'levels/{name}/images/{r}/pairs/{file}': caption index "
+                                           f"{max(idx)} out of range (set {r[0]} has {n} captions)")
+    return GroundedStimulus(id=doc["id"], name=doc["name"], dataset=doc["dataset"],
+                            labels={s: doc[s]["label"] for s in "XYAB"}, levels=doc["levels"], path=str(path))
