@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vlbias.errors import InputError
+from vlbias.io.cache import digest
 
 MASK = "[MASK]"
 CHUNK = 256  # captions per call: bounds the (captions x vocabulary) log-probabilities held at once
@@ -60,14 +61,28 @@ def masked_caption(caption, n):
     return caption.replace("{entity}", " ".join([MASK] * n))
 
 
-def entity_logprobs(model, queries, visuals=None):
-    """float64 (len(queries),): ln P(entity | caption, image) of each query (chain rule over pieces)."""
+def entity_logprobs(model, queries, visuals=None, cache=None):
+    """float64 (len(queries),): ln P(entity | caption, image) of each query (chain rule over pieces).
+
+    ``cache`` (a vlbias.io.cache.RecordCache of ``model``) keeps each query's value under a digest of
+    its caption, entity and the image's regions: a rerun after an edit queries only what is new.
+    """
     visuals = visuals or {}
-    pieces = {}
+    pieces, seen = {}, {}
     captions, regions, fill, want, owner = [], [], [], [], []
+    out = np.zeros(len(queries), dtype=np.float64)
+    keys = [None] * len(queries)
     for q, query in enumerate(queries):
         if query.image is not None and query.image not in visuals:
             raise InputError(f"image '{query.image}'", "has no regions")
+        if cache is not None:
+            v = visuals.get(query.image)
+            image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person))
+            keys[q] = digest(query.caption, query.entity, image)
+            record = cache.get(keys[q])
+            if record is not None:
+                out[q] = record["logprob"][0]
+                continue
         ids = pieces.setdefault(query.entity, entity_pieces(model.tokenizer, query.entity))
         caption = masked_caption(query.caption, len(ids))
         for k in range(len(ids)):
@@ -76,7 +91,6 @@ def entity_logprobs(model, queries, visuals=None):
             fill.append(ids[:k])
             want.append(ids[k])
             owner.append(q)
-    out = np.zeros(len(queries), dtype=np.float64)
     for start in range(0, len(captions), CHUNK):
         stop = start + CHUNK
         logps = model.mask_logprobs(captions[start:stop], regions[start:stop], fill=fill[start:stop])
@@ -85,6 +99,9 @@ def entity_logprobs(model, queries, visuals=None):
             if logp.shape[0] != n_left:  # the caption itself must not add [MASK]s
                 raise InputError(f"caption '{captions[i]}'", f"has {logp.shape[0]} [MASK]s left, expected {n_left}")
             out[owner[i]] += float(logp[0, token])  # the first [MASK] left is the next piece
+    if cache is not None:
+        for q in sorted(set(owner)):
+            cache.put(keys[q], {"logprob": out[q:q + 1]})
     return out
 
 
