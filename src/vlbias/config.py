@@ -227,8 +227,9 @@ def reference_problems(config, root=Path(".")):
     detectors = set((config.get("regions") or {}).get("detectors", {}))
     if config.get("regions"):
         for i, pair in enumerate(config["regions"]["build"]):
-            _names(problems, ("regions", "build", i, "detector"), [pair["detector"]], detectors,
-                   "a detector under 'regions/detectors'")
+            if pair["detector"] not in detectors:
+                problems.append(f"key 'regions/build/{i}/detector': '{pair['detector']}' is not a detector under "
+                                f"'regions/detectors'{suggest(pair['detector'], detectors)}")
     problems += _grounded_references(config, detectors) + _mlm_references(config, detectors)
     return problems
 

@@ -97,6 +97,8 @@ class SentenceEncoder:
             raise InputError("texts", "expected a list of strings")
         texts = [t.lower() for t in texts] if self.lowercase else list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
         # batches of texts of similar length: padding (to a batch's longest text) is work thrown away
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]]
         order = np.argsort(lengths, kind="stable")
