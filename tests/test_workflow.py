@@ -186,6 +186,9 @@ def test_editing_one_stimulus_reruns_only_its_jobs(project):
     assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "all": 1}
     snakemake(project)
     assert planned_jobs(project) == {}
+    # the encoder's job reran, but only the new word met the model: the rest came from its cache
+    log = (project / "results/logs/seat_embed/minilm.log").read_text()
+    assert re.search(r"texts: 16/16 done in .*; 15 from the cache", log), log
 
 
 def test_invalid_config_names_the_key(tmp_path):
