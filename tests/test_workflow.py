@@ -1,6 +1,7 @@
 """The real Snakefile on a tiny generated project: tiny images, a tiny random open_clip model,
 tiny published embeddings, two SEAT tests on the real MiniLM encoder."""
 
+import copy
 import hashlib
 import os
 import re
@@ -96,7 +97,7 @@ def make_project(root):
             "embeddings_manifest": "resources/manifests/embeddings.tsv",
             "published": "resources/published.tsv",
             "models": {"pub": {"source": "published", "file": "pub", "model_id": "toy", "revision": "r1"},
-                       "tiny-clip": TINY_CLIP},
+                       "tiny-clip": copy.deepcopy(TINY_CLIP)},
             "tables": {"t1": {"caption": "toy", "models": ["pub", "tiny-clip"], "tests": ["flower-insect"]},
                        "t2": {"caption": "toy 2", "models": ["pub"], "tests": ["insect-flower"]}},
             "specificity": {"test": "flower-insect", "models": ["pub"], "n_tests": 20, "n_samples": 200,

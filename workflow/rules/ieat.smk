@@ -69,6 +69,7 @@ rule ieat_embed_images:
     params:
         spec=lambda w: IEAT["models"][w.model],
         provenance=lambda w: provenance(IEAT["models"][w.model]),
+        cache=config["cache"],
     script:
         "../scripts/embed_images.py"
 

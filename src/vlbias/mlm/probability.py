@@ -27,12 +27,16 @@ caption alone (zero regions), LXMERT one region with zero features and the whole
 masked-object input; LXMERT cannot run without regions), text-only BERT has no visual input at all.
 """
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from vlbias.errors import InputError
 from vlbias.io.cache import digest
+from vlbias.logs import Progress
+
+log = logging.getLogger(__name__)
 
 MASK = "[MASK]"
 CHUNK = 256  # captions per call: bounds the (captions x vocabulary) log-probabilities held at once
@@ -91,6 +95,7 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
             fill.append(ids[:k])
             want.append(ids[k])
             owner.append(q)
+    progress = Progress(len(captions), "forward passes (one per word piece)", log)
     for start in range(0, len(captions), CHUNK):
         stop = start + CHUNK
         logps = model.mask_logprobs(captions[start:stop], regions[start:stop], fill=fill[start:stop])
@@ -99,6 +104,9 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
             if logp.shape[0] != n_left:  # the caption itself must not add [MASK]s
                 raise InputError(f"caption '{captions[i]}'", f"has {logp.shape[0]} [MASK]s left, expected {n_left}")
             out[owner[i]] += float(logp[0, token])  # the first [MASK] left is the next piece
+        progress.advance(len(logps))
+    progress.done(f"{len(queries) - len(set(owner))} of {len(queries)} queries from the cache" if cache is not None
+                  else "")
     if cache is not None:
         for q in sorted(set(owner)):
             cache.put(keys[q], {"logprob": out[q:q + 1]})
