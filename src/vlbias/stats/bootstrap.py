@@ -16,15 +16,16 @@ is the count-weighted mean difference over the count-weighted pooled standard de
 the |X|+|Y| drawn values), exactly d of the resampled sets with their repeats.
 
 The interval is BCa (bias-corrected and accelerated; Efron 1987; Efron & Tibshirani 1993, ch. 14),
-not the percentile interval: d is a ratio bounded by the pooled standard deviation (|d| < 2 for |X| = |Y|), so its
-bootstrap distribution is skewed and biased away from 0 wherever the effect is large, and the
-percentile interval then misses on one side. BCa corrects the median bias (z0, the share of
-replicates below d) and the skew (the acceleration a, from the jackknife: each stimulus of each set
-left out in turn). ``benchmarks/bootstrap_ci.py`` measures the coverage of both on simulated
-Gaussian embeddings; ``method="percentile"`` is kept for that comparison and for users who want it.
+not the percentile interval. d is bounded (|d| < 2 for |X| = |Y|: the pooled standard deviation
+includes the difference of the means), so where the effect is large its sampling distribution is
+skewed and d falls short of the population value; the percentile interval then lies below the
+true d far more often than its level says. BCa corrects the median bias (z0, from the share of
+replicates below d) and the skew (the acceleration a, from the jackknife: each stimulus of each
+set left out in turn). ``benchmarks/bootstrap_ci.py`` measures the coverage of both on simulated
+Gaussian embeddings; ``method="percentile"`` stays for that comparison.
 
-Replicates whose d is undefined (zero variance of the drawn s-values, possible only with one or
-two distinct targets) are dropped and counted in ``n_undefined``.
+Replicates whose d is undefined (zero variance of the drawn s-values: possible when X and Y hold
+the same vector) are dropped and counted in ``n_undefined``.
 """
 
 from dataclasses import asdict, dataclass
@@ -100,7 +101,7 @@ def bootstrap_d(C, sizes, n_boot, seed):
     blocks of BLOCK from one generator seeded with ``seed``, X, Y, A, B in turn: the same seed
     gives the same replicates.
     """
-    n_x, n_y, n_a, n_b = sizes
+    n_x, _, n_a, _ = sizes
     rng = np.random.default_rng(seed)
     out = np.empty(n_boot)
     for start in range(0, n_boot, BLOCK):
@@ -113,7 +114,7 @@ def bootstrap_d(C, sizes, n_boot, seed):
 def jackknife_d(C, sizes):
     """d with each stimulus left out in turn: a list of four arrays (one per set X, Y, A, B;
     empty for a set of one stimulus, which cannot lose one)."""
-    n_x, n_y, n_a, n_b = sizes
+    n_x, _, n_a, _ = sizes
     out = []
     for k, n in enumerate(sizes):
         if n < 2:
@@ -138,7 +139,8 @@ def acceleration(jack):
     num = den = 0.0
     for theta in jack:
         n = theta.size
-        if n < 2:
+        theta = theta[np.isfinite(theta)]  # a left-out stimulus whose d is undefined adds nothing
+        if theta.size < 2:
             continue
         l = (n - 1) * (theta.mean() - theta)
         num += (l**3).sum() / n**3
@@ -185,11 +187,10 @@ def effect_size_ci_cos(C, sizes, d, level=0.95, n_boot=10_000, seed=0, method="b
             below = (np.sum(defined < d) + 0.5 * np.sum(defined == d)) / defined.size
             a = acceleration(jack)
             if 0.0 < below < 1.0:
-                N = NormalDist()
-                z0 = N.inv_cdf(below)
-                q = []
-                for z in (N.inv_cdf(alpha), N.inv_cdf(1.0 - alpha)):
-                    q.append(N.cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z))))
+                normal = NormalDist()
+                z0 = normal.inv_cdf(below)
+                q = [normal.cdf(z0 + (z0 + z) / (1.0 - a * (z0 + z)))
+                     for z in (normal.inv_cdf(alpha), normal.inv_cdf(1.0 - alpha))]
                 low, high = np.quantile(defined, q)
     return EffectSizeCI(float(low), float(high), float(level), method, int(n_boot), int(seed), int(n_undefined),
                         float(z0), float(a))
