@@ -58,6 +58,17 @@ def slurm_cluster():
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Chromium (tests/browser.py) to render HTML as a reader sees it; skips without one."""
+    from browser import Browser
+
+    found = Browser.find()
+    if found is None:
+        pytest.skip("needs a headless Chromium (Debian: apt-get install -y chromium)")
+    return found
+
+
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     # tests never reach a model hub
