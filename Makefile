@@ -27,6 +27,7 @@ benchmark: setup
 	$(BIN)/python benchmarks/workflow.py
 	$(BIN)/python benchmarks/regions.py
 	$(BIN)/python benchmarks/grounded_embed.py
+	$(BIN)/python benchmarks/bootstrap_ci.py
 
 clean:
 	rm -rf results/*/ .snakemake

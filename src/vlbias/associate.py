@@ -12,19 +12,24 @@ from vlbias.errors import InputError
 from vlbias.io.store import read_provenance, read_set
 from vlbias.logs import Progress
 from vlbias.stats import effect_size_sw, permutation_test_sw, s_wAB
+from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
 
 log = logging.getLogger(__name__)
 
-# Column order of a result row (and of every results table built from rows).
+# Column order of a result row (and of every results table built from rows). d_low, d_high and
+# the ci_ settings are filled when the row was computed with a confidence interval.
 COLUMNS = [
     "test", "name", "model", "X", "Y", "A", "B", "n_t", "n_y", "n_a", "n_b",
-    "d", "p", "p_se", "p_parametric", "n_samples", "exact", "n_partitions", "seed",
-    "status", "model_id", "revision", "weights",
+    "d", "d_low", "d_high", "p", "p_se", "p_parametric", "n_samples", "exact", "n_partitions", "seed",
+    "ci_level", "ci_method", "ci_n_boot", "ci_seed", "status", "model_id", "revision", "weights",
 ]
 
 
-def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", threads=None):
+def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", threads=None, ci=None):
     """Effect size and permutation p of ``stimulus`` on the vectors in ``store_path``.
+
+    ``ci``: settings of the bootstrap confidence interval of d ({level, n_boot, seed, method}, see
+    vlbias.stats.bootstrap.effect_size_ci_cos), or None for none.
 
     A set with no vectors (every image of a category failed to arrive) gives a row with
     status "skipped: ..." and no numbers; malformed vectors (NaN, zero, mismatched
@@ -52,6 +57,11 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
         res = permutation_test_sw(s_xy, n_x, n_samples=n_samples, seed=seed, exact=exact, threads=threads)
     except ValueError as e:
         raise InputError(f"{stimulus.path} on {store_path}", str(e)) from None
+    if ci is not None:  # the vectors passed the checks above
+        X, Y, A, B = (vectors[s] for s in ("X", "Y", "A", "B"))
+        interval = effect_size_ci_cos(cosines(X, Y, A, B), (len(X), len(Y), len(A), len(B)), d, **ci)
+        row |= {"d_low": interval.low, "d_high": interval.high, "ci_level": interval.level,
+                "ci_method": interval.method, "ci_n_boot": interval.n_boot, "ci_seed": interval.seed}
     return {
         **row, "d": d, "p": res.p, "p_se": res.p_se, "p_parametric": res.p_parametric,
         "n_samples": res.n_samples, "exact": res.exact, "n_partitions": str(res.n_partitions),
@@ -59,15 +69,15 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
     }
 
 
-def run_tests(stimuli, stores, *, n_samples, seed, exact="auto", threads=None):
+def run_tests(stimuli, stores, *, n_samples, seed, exact="auto", threads=None, ci=None):
     """Rows of every test of ``stimuli`` on every model of ``stores`` ({model: store path}), test by
-    test in order, each test's models in the order of ``stores``."""
+    test in order, each test's models in the order of ``stores`` (``ci``: see ``run_test``)."""
     progress = Progress(len(stimuli) * len(stores), "tests", log)
     rows = []
     for stimulus in stimuli:
         for model, path in stores.items():
             rows.append(run_test(stimulus, path, model, n_samples=n_samples, seed=seed, exact=exact,
-                                 threads=threads))
+                                 threads=threads, ci=ci))
             progress.advance()
     progress.done()
     return rows

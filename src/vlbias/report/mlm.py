@@ -17,8 +17,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from vlbias.io.atomic import atomic_path
 from vlbias.mlm.scores import LogProbs, association_scores, bias_scores, contradictions, entity_bias
+from vlbias.report.figures import save_png
 from vlbias.report.tables import write_tables
 
 GENDER_COLOURS = {"male": "#3b75af", "female": "#d9822b"}  # the same colour per gender in every figure
@@ -45,11 +45,6 @@ def write_scored_table(df, caption, *, csv, md, tex, label=None, note="", digits
     write_tables(_rounded(df, digits), caption, md=md, tex=tex, label=label, note=note)
 
 
-def _save(fig, path):
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=150, bbox_inches="tight")
-
-
 def plot_association(scores, source, path, title):
     """Grouped bars: per entity, S_<source>(E, male) and S_<source>(E, female) (paper Figures 2-4)."""
     column = f"S_{source}"
@@ -71,7 +66,7 @@ def plot_association(scores, source, path, title):
     ax.set_title(title, fontsize=10)
     ax.legend(title="agent", fontsize=8, title_fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
     ax.spines[["top", "right"]].set_visible(False)
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def plot_entity_bias(entities, column, path, title, xlabel):
@@ -89,7 +84,7 @@ def plot_entity_bias(entities, column, path, title, xlabel):
     ax.legend(handles=[Patch(color=c, label=f"stereotypically {s}") for s, c in GENDER_COLOURS.items()],
               fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
     ax.spines[["top", "right"]].set_visible(False)
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def _named(spec):

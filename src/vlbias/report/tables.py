@@ -7,6 +7,10 @@ import pandas as pd
 
 from vlbias.associate import COLUMNS
 from vlbias.io.atomic import atomic_path
+from vlbias.stats.adjust import add_adjusted
+
+# A results table: the rows' columns with the adjusted p-values after p.
+TABLE_COLUMNS = [*COLUMNS[: COLUMNS.index("p") + 1], "p_holm", "p_bh", *COLUMNS[COLUMNS.index("p") + 1 :]]
 
 
 def read_published(path):
@@ -15,11 +19,13 @@ def read_published(path):
 
 
 def assemble(rows, tests, models, published=None, table=None):
-    """Order result rows by the table's tests, then models; add the paper's d and p beside ours."""
+    """Order result rows by the table's tests, then models; add the Holm and Benjamini–Hochberg
+    adjusted p (the family: one model's tests in this table, skipped tests left out) and the
+    paper's d and p beside ours."""
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     order = {(t, m): i for i, (t, m) in enumerate((t, m) for t in tests for m in models)}
     df = df.assign(_o=[order[(t, m)] for t, m in zip(df["test"], df["model"])]).sort_values("_o")
-    df = df.drop(columns="_o").reset_index(drop=True)
+    df = add_adjusted(df.drop(columns="_o").reset_index(drop=True), family=("model",))[TABLE_COLUMNS]
     if published is not None:
         pub = published if table is None else published[published["table"] == table]
         pub = pub[["test", "model", "d", "p"]].rename(columns={"d": "d_paper", "p": "p_paper"})

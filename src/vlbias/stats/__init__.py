@@ -1,5 +1,7 @@
 """Association statistics shared by every suite (WEAT/SEAT, iEAT, grounded tests)."""
 
+from vlbias.stats.adjust import benjamini_hochberg, holm
+from vlbias.stats.bootstrap import EffectSizeCI, effect_size_ci
 from vlbias.stats.weat import (
     PermutationResult,
     effect_size,
@@ -11,9 +13,13 @@ from vlbias.stats.weat import (
 )
 
 __all__ = [
+    "EffectSizeCI",
     "PermutationResult",
+    "benjamini_hochberg",
     "effect_size",
+    "effect_size_ci",
     "effect_size_sw",
+    "holm",
     "permutation_pvalue",
     "permutation_test_sw",
     "s_wAB",

@@ -1,0 +1,154 @@
+"""Results tables and figures as HTML, for the report.
+
+    results_table_html(rows, caption)        # rows of report.tables.assemble, in the papers' layout
+    layout_html(layout)                      # a grounded paper-layout table (report.grounded.Layout)
+    figure_html("heatmap.png", caption)      # an inline figure
+    write_page("report/ieat.html", "iEAT", [table, figure, ...])    # one standalone page
+
+Every text from a table (test names, set labels, a skipped test's reason) is escaped.
+"""
+
+import html
+import math
+
+import pandas as pd
+
+from vlbias.io.atomic import atomic_path
+from vlbias.report.grounded import _display, _note, _p
+
+CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
+table.vlbias { border-collapse: collapse; margin: 1em 0 0.3em; font-size: 13px; }
+table.vlbias caption { caption-side: top; text-align: left; font-weight: 600; padding-bottom: 0.4em; }
+table.vlbias th, table.vlbias td { padding: 0.2em 0.6em; border-bottom: 1px solid #ddd; vertical-align: top; }
+table.vlbias thead th { border-bottom: 1px solid #666; text-align: center; }
+table.vlbias td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.vlbias .sub { display: block; font-size: 85%; color: #555; }
+table.vlbias .skipped { color: #888; font-style: italic; }
+table.vlbias .paper { color: #555; }
+p.vlbias-note { font-size: 85%; color: #444; max-width: 70em; margin-top: 0; }
+figure { margin: 1.5em 0; }
+figure img { max-width: 100%; }
+figcaption { font-size: 90%; color: #333; max-width: 70em; }
+"""
+
+
+def _e(value):
+    return html.escape("" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value))
+
+
+def _float(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _same(values):
+    """One value where all agree, else all of them, "/"-separated in order (e.g. sizes per model)."""
+    values = [str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in values if str(v) != ""]
+    return "/".join(dict.fromkeys(values)) if len(set(values)) > 1 else (values[0] if values else "")
+
+
+def results_table_html(rows, caption, alpha=0.05, note=None):
+    """A results table (DataFrame of report.tables.assemble) in the papers' layout: a row per test
+    with its sets and sizes, then per model its d and p, and the paper's d and p where the table
+    has them. Sizes that differ between models are shown "/"-separated in model order."""
+    tests = list(dict.fromkeys(rows["test"]))
+    models = list(dict.fromkeys(rows["model"]))
+    by = {(r["test"], r["model"]): r for r in rows.to_dict("records")}
+    has_ci = "d_low" in rows and pd.to_numeric(rows["d_low"], errors="coerce").notna().any()
+    has_holm = "p_holm" in rows and pd.to_numeric(rows["p_holm"], errors="coerce").notna().any()
+    has_paper = "d_paper" in rows and (rows["d_paper"].astype(str) != "").any()
+    per_model = ["d", "p", *(["d paper", "p paper"] if has_paper else [])]
+    index = ["Test", "X", "Y", "A", "B", "n_t", "n_a"]
+
+    out = ['<table class="vlbias">', f"<caption>{_e(caption)}</caption>", "<thead>", "<tr>"]
+    out += [f'<th rowspan="2">{h}</th>' for h in index]
+    out += [f'<th colspan="{len(per_model)}">{_e(m)}</th>' for m in models]
+    out += ["</tr>", "<tr>", *(f"<th>{h}</th>" for _ in models for h in per_model), "</tr>", "</thead>", "<tbody>"]
+    for test in tests:
+        found = [by[(test, m)] for m in models if (test, m) in by]
+        first = found[0]
+        cells = [_e(first.get("name", test)), *(_e(first.get(s, "")) for s in "XYAB"),
+                 *(_e(_same([r.get(n, "") for r in found])) for n in ("n_t", "n_a"))]
+        out.append("<tr>" + "".join(f"<td>{c}</td>" if i < 5 else f'<td class="num">{c}</td>'
+                                    for i, c in enumerate(cells)))
+        for model in models:
+            r = by.get((test, model))
+            if r is None:
+                out.append("<td></td>" * len(per_model))
+                continue
+            if r["status"] != "ok":
+                out.append(f'<td class="num skipped" title="{_e(r["status"])}">skipped</td><td></td>')
+            else:
+                d, p = _float(r["d"]), _float(r["p"])
+                d_text = f"<strong>{d:.2f}</strong>*" if p < alpha else f"{d:.2f}"
+                if has_ci and not math.isnan(_float(r.get("d_low"))):
+                    d_text += f'<span class="sub">[{_float(r["d_low"]):.2f}, {_float(r["d_high"]):.2f}]</span>'
+                p_text = _p(p)
+                if has_holm and not math.isnan(_float(r.get("p_holm"))):
+                    p_text += f'<span class="sub">Holm {_p(_float(r["p_holm"]))}</span>'
+                out.append(f'<td class="num">{d_text}</td><td class="num">{p_text}</td>')
+            if has_paper:
+                out.append(f'<td class="num paper">{_e(r.get("d_paper"))}</td>'
+                           f'<td class="num paper">{_e(r.get("p_paper"))}</td>')
+        out.append("</tr>")
+    out += ["</tbody>", "</table>"]
+    if note is None:
+        levels = {_float(v) for v in rows.get("ci_level", []) if not math.isnan(_float(v))}
+        level = f"{100 * levels.pop():g} %" if len(levels) == 1 else "confidence"
+        note = " ".join([
+            f"d: effect size (sample std, ddof=1), bold with * where p < {alpha:g}"
+            + (f"; below it, its {level} bootstrap interval." if has_ci else "."),
+            "p: one-sided permutation p"
+            + ("; below it, the Holm-adjusted p over the model's tests in this table." if has_holm else "."),
+            *(["paper: the published values as printed."] if has_paper else []),
+            "skipped: the test could not run (hover for the reason).",
+        ])
+    return "\n".join(out) + f'\n<p class="vlbias-note">{_e(note)}</p>\n'
+
+
+def layout_html(layout):
+    """A grounded paper-layout table (report.grounded.Layout) as HTML: a row of experiment blocks
+    above the column labels where the columns have blocks; bold where p < alpha."""
+    n_index = len(layout.index)
+    out = ['<table class="vlbias">', f"<caption>{_e(layout.caption)}</caption>", "<thead>"]
+    blocks = []
+    for c in layout.columns:
+        if blocks and blocks[-1][0] == c.block:
+            blocks[-1][1] += 1
+        else:
+            blocks.append([c.block, 1])
+    if any(b for b, _ in blocks):
+        out.append("<tr>" + f'<th colspan="{n_index}"></th>' +
+                   "".join(f'<th colspan="{span}">{_e(block)}</th>' for block, span in blocks) + "</tr>")
+    out.append("<tr>" + "".join(f"<th>{_e(h)}</th>" for h in layout.index) +
+               "".join(f"<th>{_e(c.label)}</th>" for c in layout.columns) + "</tr>")
+    out += ["</thead>", "<tbody>"]
+    # bold is marked with control characters, replaced by tags after escaping the text
+    for row in _display(layout, lambda s: f"\x02{s}\x03"):
+        cells = [_e(v).replace("\x02", "<strong>").replace("\x03", "</strong>") for v in row]
+        out.append("<tr>" + "".join(f"<td>{c}</td>" if i < n_index else f'<td class="num">{c}</td>'
+                                    for i, c in enumerate(cells)) + "</tr>")
+    out += ["</tbody>", "</table>"]
+    note = " ".join(filter(None, [_note(layout), layout.note]))
+    return "\n".join(out) + f'\n<p class="vlbias-note">{_e(note)}</p>\n'
+
+
+def figure_html(src, caption, alt=None):
+    """An inline figure: the image at ``src`` (a path relative to the page) with its caption."""
+    return (f'<figure><img src="{_e(src)}" alt="{_e(alt or caption)}">'
+            f"<figcaption>{_e(caption)}</figcaption></figure>\n")
+
+
+def page_html(title, parts):
+    """A standalone HTML page: ``title`` as heading, then the HTML ``parts`` in order."""
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_e(title)}</title>\n'
+            f"<style>{CSS}</style>\n</head>\n<body>\n<h1>{_e(title)}</h1>\n" + "".join(parts) + "</body>\n</html>\n")
+
+
+def write_page(path, title, parts):
+    """Write ``page_html(title, parts)`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(page_html(title, parts), encoding="utf-8")

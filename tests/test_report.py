@@ -1,0 +1,177 @@
+"""The report's pieces: results tables as HTML, the heatmap per suite, published vs reproduced,
+and a page as a headless browser shows it."""
+
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars
+from vlbias.report.grounded import paper_table
+from vlbias.report.html import figure_html, layout_html, page_html, results_table_html, write_page
+from vlbias.report.tables import assemble
+
+
+class Cells(HTMLParser):
+    """The text of every <th>/<td>, row by row."""
+
+    def __init__(self, html):
+        super().__init__()
+        self.rows, self._cell = [], None
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.rows[-1].append(self._cell)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def result(test, model, d, p, n_t=8, status="ok", low=None, high=None):
+    return {"test": test, "name": {"t1": "Test <One>", "t2": "Test Two"}[test], "model": model,
+            "X": "Flowers & co", "Y": "Insects", "A": "Pleasant", "B": "Unpleasant", "n_t": n_t, "n_y": n_t,
+            "n_a": 10, "n_b": 10, "d": d, "p": p, "status": status, "d_low": low, "d_high": high,
+            "ci_level": 0.95 if low is not None else None}
+
+
+PUBLISHED = pd.DataFrame({"table": "tab", "test": ["t1", "t1", "t2"], "model": ["m1", "m2", "m1"],
+                          "d": ["0.60", "-0.20", "1.10"], "p": ["<1e-2", "0.70", "<1e-3"]})
+ROWS = [result("t1", "m1", 0.6234, 0.01, low=0.1, high=1.05), result("t1", "m2", -0.21, 0.7, n_t=7, low=-1.2, high=0.7),
+        result("t2", "m1", 1.21, 0.0004, low=0.5, high=1.6),
+        {**result("t2", "m2", None, None), "status": "skipped: no stimuli left in X (x)"}]
+
+
+def table():
+    return assemble(ROWS, ["t1", "t2"], ["m1", "m2"], PUBLISHED, table="tab")
+
+
+def test_results_table_in_the_papers_layout():
+    html = results_table_html(table(), "Table 1 <ours>")
+    rows = Cells(html).rows
+    assert rows[0] == ["Test", "X", "Y", "A", "B", "n_t", "n_a", "m1", "m2"]
+    assert rows[1] == ["d", "p", "d paper", "p paper"] * 2
+    # t1: sizes differ between the models; d bold and starred (p < 0.05) with its interval below,
+    # p with the Holm-adjusted p (family m1: 0.01, 0.0004 → 2·0.0004, max(0.0008, 0.01)) below
+    assert rows[2] == ["Test <One>", "Flowers & co", "Insects", "Pleasant", "Unpleasant", "8/7", "10",
+                       "0.62*[0.10, 1.05]", "0.010Holm 0.010", "0.60", "<1e-2",
+                       "-0.21[-1.20, 0.70]", "0.700Holm 0.700", "-0.20", "0.70"]
+    assert rows[3] == ["Test Two", "Flowers & co", "Insects", "Pleasant", "Unpleasant", "8", "10",
+                       "1.21*[0.50, 1.60]", "4e-04Holm 8e-04", "1.10", "<1e-3", "skipped", "", "", ""]
+    assert "<strong>0.62</strong>*" in html and "<strong>-0.21</strong>" not in html
+    assert 'title="skipped: no stimuli left in X (x)"' in html
+    # every text escaped: no tag from a name or caption reaches the page
+    assert "<One>" not in html and "Test &lt;One&gt;" in html and "<caption>Table 1 &lt;ours&gt;</caption>" in html
+    assert "95 % bootstrap interval" in html
+
+
+def test_results_table_without_interval_or_paper():
+    df = assemble([{k: v for k, v in r.items() if k not in ("d_low", "d_high", "ci_level")} for r in ROWS],
+                  ["t1", "t2"], ["m1", "m2"])
+    html = results_table_html(df, "plain")
+    rows = Cells(html).rows
+    assert rows[1] == ["d", "p"] * 2
+    assert rows[2][7:] == ["0.62*", "0.010Holm 0.010", "-0.21", "0.700Holm 0.700"]
+    assert "bootstrap" not in html and "paper" not in html
+
+
+def test_grounded_layout_as_html():
+    # a grounded Table 6: experiment blocks above the model columns, bold where p < alpha
+    rows = [{"dataset": "google", "test": "g1", "name": "Test g1", "model": "vb", "experiment": e, "level": lv,
+             "mask": m, "status": "ok", "d": 0.5, "p": 0.01 if e == "1" else 0.2}
+            for e, lv, m in (("1", "W", "none"), ("2", "W", "none"), ("3-masked", "S", "T"))]
+    spec = {"table": "table6", "columns": [{"label": "VisualBERT", "model": "vb", "dataset": "google"}],
+            "groups": {"Gender": ["g1"]}, "levels": ["W"], "masks": ["T"], "level": "S",
+            "experiments": ["1", "2", "3-masked"], "alpha": 0.05}
+    html = layout_html(paper_table(spec, rows))
+    cells = Cells(html).rows
+    assert cells[0] == ["", "Experiment 1", "Experiment 2", "Experiment 3 (masking)"]
+    assert cells[1] == ["group", "test", "level", "mask", "VisualBERT", "VisualBERT", "VisualBERT"]
+    assert cells[2] == ["Gender", "Test g1", "W", "T", "0.50 (0.010)", "0.50 (0.200)", "0.50 (0.200)"]
+    assert '<th colspan="4"></th>' in html and "<strong>0.50</strong> (0.010)" in html
+
+
+def test_page_has_its_parts_in_order(tmp_path):
+    parts = [results_table_html(table(), "first"), figure_html("fig.png", "a figure <1>")]
+    write_page(tmp_path / "page.html", "Results & more", parts)
+    html = (tmp_path / "page.html").read_text()
+    assert html == page_html("Results & more", parts)
+    assert html.index("<caption>first") < html.index('<img src="fig.png" alt="a figure &lt;1&gt;">')
+    assert "<title>Results &amp; more</title>" in html and "<figcaption>a figure &lt;1&gt;</figcaption>" in html
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+def test_stars():
+    assert [stars(p) for p in (0.0005, 0.001, 0.005, 0.03, 0.05, 0.5, float("nan"))] == \
+        ["***", "**", "**", "*", "", "", ""]
+
+
+def test_heatmap(tmp_path):
+    df = table()
+    df = pd.concat([df, df.iloc[[2]].assign(test="t3", name="Test Three", model="m1", d=-1.5, p=0.3)])
+    fig = plot_suite_heatmap(df, tmp_path / "h.png", "suite")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["Test <One>", "Test Two", "Test Three"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["m1", "m2"]
+    # one text per cell with a row: d and its stars, or "skipped"; (t3, m2) has none
+    assert sorted(t.get_text() for t in ax.texts) == sorted(["0.62*", "-0.21", "1.21***", "skipped", "-1.50"])
+    image = ax.images[0]
+    data = image.get_array()
+    assert data.shape == (3, 2) and data.mask[2, 1] and data.mask[1, 1] and data[0, 0] == pytest.approx(0.6234)
+    # diverging and centred on 0: symmetric limits at max |d| (1.5)
+    assert image.get_cmap().name == "RdBu_r" and image.norm.vmin == -1.5 and image.norm.vmax == 1.5
+    with Image.open(tmp_path / "h.png") as png:
+        small = png.size
+    plot_suite_heatmap(pd.concat([df.assign(test=df["test"] + f"-{i}") for i in range(4)]), tmp_path / "big.png", "s")
+    with Image.open(tmp_path / "big.png") as png:
+        assert png.size[1] > 2 * small[1] and abs(png.size[0] - small[0]) < 0.15 * small[0]  # taller, as wide
+
+
+def test_heatmap_refuses_two_rows_for_a_cell(tmp_path):
+    df = table()
+    with pytest.raises(ValueError, match=r"two rows for \(test, model\).*'t1', 'm1'"):
+        plot_suite_heatmap(pd.concat([df, df.iloc[[0]]]), tmp_path / "h.png", "suite")
+
+
+def test_published_vs_reproduced(tmp_path):
+    # "other" has no published d
+    df = pd.concat([table().assign(table="tab"), table().assign(table="other", d_paper="")], ignore_index=True)
+    df.loc[1, "d_paper"] = "0.20"  # t1/m2 now 0.41 off the identity: labelled
+    fig = plot_published_vs_reproduced(df, tmp_path / "p.png", "published", label_above=0.2)
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in axes] == ["tab (n = 3)"]  # skipped and unpublished rows left out
+    ax = axes[0]
+    identity = ax.lines[0].get_xydata()
+    assert (identity[:, 0] == identity[:, 1]).all()
+    points = np.concatenate([c.get_offsets() for c in ax.collections if hasattr(c, "get_sizes") and len(c.get_sizes())])
+    assert sorted(map(tuple, np.round(points, 4))) == [(0.2, -0.21), (0.6, 0.6234), (1.1, 1.21)]
+    assert [t.get_text() for t in ax.texts] == ["Test <One>"]  # t2/m1 is 0.11 off: not labelled
+    assert ax.get_xlim() == ax.get_ylim()
+
+
+# --- in a browser ---------------------------------------------------------------------------------
+
+def test_page_in_a_headless_browser(browser, tmp_path):
+    plot_suite_heatmap(table(), tmp_path / "heatmap.png", "suite")
+    write_page(tmp_path / "page.html", "Results", [results_table_html(table(), "Table 1"),
+                                                   figure_html("heatmap.png", "Effect sizes")])
+    seen = browser.render(tmp_path / "page.html", screenshot=tmp_path / "page.png", size=(1000, 900))
+    assert "Test <One>" in seen.text and "0.62*" in seen.text and "Holm 8e-04" in seen.text
+    [figure] = seen.images
+    assert figure["src"] == "heatmap.png" and figure["loaded"] and figure["visible"] and figure["width"] > 200
+    with Image.open(seen.screenshot) as png:
+        assert png.size == (1000, 900)
+        # the page is not blank: the figure's colours are in the screenshot
+        assert len(png.convert("RGB").getcolors(1 << 20)) > 50
