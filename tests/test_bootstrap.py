@@ -138,11 +138,10 @@ def test_run_test_adds_the_interval_and_its_settings(tmp_path):
     path.write_text("id: toy\nname: Toy\nsuite: seat\n" + "".join(
         f"{s}:\n  label: {s}-words\n  items: [{', '.join(names[s])}]\n" for s in "XYAB"))
     store = tmp_path / "toy.h5"
-    write_embeddings(store, {s: (v, names[s]) for s, v in zip("XYAB", sets)}, {"model_id": "toy"})
+    write_embeddings(store, {f"toy/{s}": (v, names[s]) for s, v in zip("XYAB", sets)}, {"model_id": "toy"})
     settings = {"level": 0.9, "n_boot": 500, "seed": 3, "method": "bca"}
     row = run_test(load_stimulus(path), store, "toy", n_samples=1000, seed=0, ci=settings)
-    # the store keeps float32: the interval of the stored vectors
-    expected = effect_size_ci(*(v.astype(np.float32).astype(np.float64) for v in sets), **settings)
+    expected = effect_size_ci(*sets, **settings)  # float64 vectors are stored as they are
     assert (row["d_low"], row["d_high"]) == pytest.approx((expected.low, expected.high), abs=1e-9)
     assert row["d_low"] < row["d"] < row["d_high"]
     assert {k: row[k] for k in ("ci_level", "ci_n_boot", "ci_seed", "ci_method")} == {
