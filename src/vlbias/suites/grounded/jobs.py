@@ -153,7 +153,7 @@ def embed_test(stimulus, encoder, store, out_path, levels, masks, attrs=None, ma
             group.attrs.update({"level": level, "mask": mask or NO_MASK, "stimulus_level": LEVEL_SOURCE[level]})
             for role in ROLES:
                 pairs = planned[role]
-                out = np.empty((len(pairs), encoder.dim), dtype=np.float32)
+                out = np.empty((len(pairs), encoder.output_dim(level)), dtype=np.float32)
                 for start in range(0, len(pairs), chunk):
                     part = pairs[start:start + chunk]
                     out[start:start + len(part)] = encoder.embed(
