@@ -26,6 +26,7 @@ from vlbias.registry import Registry
 _MODULES = {
     "bua": "vlbias.regions.bua",
     "torchvision": "vlbias.regions.torchvision_frcnn",
+    "detectron_fpn": "vlbias.regions.detectron_fpn",
 }
 _ADAPTERS = Registry("detector", _MODULES)
 register, build = _ADAPTERS.register, _ADAPTERS.build
