@@ -157,9 +157,9 @@ def test_detectron_pickle_loads_strictly(detector, blobs, tmp_path):
     bad = dict(blobs, res2_0_branch2a_w=blobs["res2_0_branch2a_w"][:32])
     with pytest.raises(InputError, match="wrong shapes res2_0_branch2a_w"):
         build({**spec, "checkpoint": write_pkl(tmp_path / "shape.pkl", bad)})
+    renamed = {**{k: v for k, v in blobs.items() if k != "fc7_w"}, "extra_w": 0 * blobs["fc6_b"]}
     with pytest.raises(InputError, match="missing fc7_w, .*unexpected extra_w"):
-        build({**spec, "checkpoint": write_pkl(tmp_path / "names.pkl",
-                                               {**{k: v for k, v in blobs.items() if k != "fc7_w"}, "extra_w": 0 * blobs["fc6_b"]})})
+        build({**spec, "checkpoint": write_pkl(tmp_path / "names.pkl", renamed)})
 
 
 class Payload:

@@ -380,7 +380,8 @@ def test_visualbert_original_checkpoint_maps_strictly(encoders, tmp_path):
             continue  # the original has one prediction bias, and no position_ids buffer
         for new, old in renames.items():
             key = key.replace(new, old)
-        original[("bert.bert." + key[len("visual_bert."):]) if key.startswith("visual_bert.") else "bert." + key] = value
+        prefix = "bert.bert." if key.startswith("visual_bert.") else "bert."
+        original[prefix + key.removeprefix("visual_bert.")] = value
     assert "bert.bert.embeddings.token_type_embeddings_visual.weight" in original
     torch.save(original, tmp_path / "nlvr2_coco_pre_trained.th")
     spec = {k: v for k, v in TINY["visualbert"].items() if k not in ("weights", "seed")}
