@@ -201,6 +201,24 @@ def test_experiments_on_an_embedding_file(embedded):
     assert {"d_x", "d_y", "p_x", "p_y"} <= set(e3)
 
 
+def test_masked_statistic_switch_changes_only_the_masked_rows(embedded):
+    """Switch masked_statistic (docs/grounded.md row 4): "1" runs experiment 1's test on the masked
+    embeddings, as the authors' code; every other row stays the same."""
+    from vlbias.stats.grounded import experiment1
+
+    path = embedded[2]["lxmert"][0]
+    paper = run_experiments(path, n_samples=50, seed=3, exact="auto")
+    authors = run_experiments(path, n_samples=50, seed=3, exact="auto", masked_statistic="1")
+    sets, _ = read_embeddings(path)
+    for a, b in zip(paper, authors):
+        if a["experiment"] != "3-masked":
+            assert a == b
+            continue
+        assert (a["masked_statistic"], b["masked_statistic"]) == ("2", "1")
+        ref = experiment1(*(sets[("S", b["mask"])][r] for r in ROLES), n_samples=50, seed=3)
+        assert (b["d"], b["p"]) == (ref.effect_size, ref.p) and b["d"] != a["d"]
+
+
 # --- the paper's tables on hand-made rows ---------------------------------------------------------
 
 def row(test, model, experiment, level, mask="none", d=0.5, p=0.01, status="ok", dataset="google"):

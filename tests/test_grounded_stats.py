@@ -18,6 +18,7 @@ from vlbias.stats.grounded import (
     experiment3_masked,
     experiment3_sw,
     grounded_test,
+    signflip_test,
 )
 
 # Table 2(b) of the paper: embedding index -> vector. 1 = "man"/any man, 2 = "man"/any woman,
@@ -64,9 +65,14 @@ def test_toy_experiment2():
     assert r.statistic == pytest.approx(-0.2)
     assert r.effect_size == pytest.approx(-math.sqrt(2))
     assert r.p == 1.0
-    # masking variant of experiment 3 = experiment 2's statistic on (here: the same) embeddings
+    # masking variant of experiment 3 = experiment 2's statistic on (here: the same) embeddings,
+    # or experiment 1's with the authors' masked_statistic "1"
     m = experiment3_masked(*TOY_SETS)
     assert (m.statistic, m.effect_size, m.p) == (r.statistic, r.effect_size, r.p)
+    one = experiment3_masked(*TOY_SETS, statistic="1")
+    assert one.experiment == "3-masked" and one.statistic == pytest.approx(experiment1(*TOY_SETS).statistic)
+    with pytest.raises(ValueError, match="masked statistic must be '1' or '2'"):
+        experiment3_masked(*TOY_SETS, statistic="3")
 
 
 def test_toy_experiment3_formula_and_the_papers_worked_example():
@@ -126,6 +132,17 @@ def test_brute_force_experiments_1_and_2():
     np.testing.assert_allclose(np.concatenate([sx, sy]), s1)
 
 
+def _signflip_p(d, groups):
+    """p of T = Σ_g |Σ_{i∈g} ε_i d_i| by enumerating every sign vector (ties count as extreme)."""
+    obs = sum(abs(sum(v for v, g in zip(d, groups) if g == k)) for k in set(groups))
+    hits = total = 0
+    for eps in itertools.product((1, -1), repeat=len(d)):
+        t = sum(abs(sum(e * v for e, v, g in zip(eps, d, groups) if g == k)) for k in set(groups))
+        total += 1
+        hits += t >= obs - 1e-12
+    return hits / total
+
+
 def test_brute_force_experiment3():
     X, Y, Ax, Ay, Bx, By = _random_sets(np.random.default_rng(2))
     r = experiment3(X, Y, Ax, Ay, Bx, By, n_samples=1000)
@@ -137,14 +154,67 @@ def test_brute_force_experiment3():
         vals = list(con) + list(inc)
         stat = sum(con) - sum(inc)
         d = (np.mean(con) - np.mean(inc)) / np.std(vals, ddof=1)
-        p2 = min(1.0, 2 * min(_exact_p(vals, len(con)), _exact_p([-v for v in vals], len(con))))
+        p = _signflip_p(list(con - inc), [0] * len(con))  # paired: one difference per target
         assert r.parts[name]["statistic"] == pytest.approx(stat)
         assert r.parts[name]["effect_size"] == pytest.approx(d)
-        assert r.parts[name]["p"] == pytest.approx(p2) and r.parts[name]["exact"]
-        halves[name] = (stat, d, p2)
+        assert r.parts[name]["p"] == pytest.approx(p) and r.parts[name]["exact"]
+        halves[name] = (stat, d, p)
     assert r.statistic == pytest.approx(0.5 * (abs(halves["X"][0]) + abs(halves["Y"][0])))
     assert r.effect_size == pytest.approx(0.5 * (abs(halves["X"][1]) + abs(halves["Y"][1])))
-    assert r.p == pytest.approx(min(1.0, 2 * min(halves["X"][2], halves["Y"][2])))
+    # the joint null flips every target's sign independently; the statistic is the paper's
+    joint = _signflip_p(list(cx - ix) + list(cy - iy), [0] * len(cx) + [1] * len(cy))
+    assert r.p == pytest.approx(joint) and r.parts["joint"]["exact"]
+    assert r.parts["joint"]["n_configurations"] == 2 ** (len(X) + len(Y))
+
+
+@pytest.mark.parametrize("groups", [[0] * 9, [0] * 4 + [1] * 5, [0, 1, 2, 0, 1, 2, 0, 1, 2]])
+def test_signflip_exact_matches_brute_force(groups):
+    rng = np.random.default_rng(len(set(groups)))
+    d = rng.normal(0.3, 1.0, size=len(groups))
+    r = signflip_test(d, groups, n_samples=10_000)
+    assert r.exact and r.n_samples == r.n_configurations == 2 ** len(d)
+    assert r.p == pytest.approx(_signflip_p(list(d), groups), abs=1e-15)
+    assert r.statistic == pytest.approx(sum(abs(d[np.array(groups) == g].sum()) for g in set(groups)))
+
+
+def test_signflip_hand_checked_and_ties():
+    # d = (1, 2): T over the four sign vectors = 3, 1, 1, 3 -> p = 2/4 (the observed one ties itself)
+    assert signflip_test([1.0, 2.0]).p == 0.5
+    # d = (1, 1, 1): |Σ ε| is 3 for (+++) and (---) only -> 2/8
+    assert signflip_test([1.0, 1.0, 1.0]).p == 0.25
+    # two groups of one: T = |d1| + |d2| whatever the signs -> every vector ties -> p = 1
+    assert signflip_test([0.4, -2.0], [0, 1]).p == 1.0
+
+
+def test_signflip_sampled_is_seeded_thread_independent_and_close_to_exact():
+    import numba
+
+    rng = np.random.default_rng(5)
+    d = rng.normal(0.25, 1.0, size=16)
+    groups = np.repeat([0, 1], 8)
+    exact = signflip_test(d, groups, n_samples=2**16)
+    threads = numba.get_num_threads()
+    try:
+        a = signflip_test(d, groups, n_samples=40_000, exact=False, seed=3, threads=1)
+        b = signflip_test(d, groups, n_samples=40_000, exact=False, seed=3, threads=max(2, threads))
+    finally:
+        numba.set_num_threads(threads)
+    assert exact.exact and not a.exact and a.seed == 3
+    assert a.p == b.p and a.n_extreme == b.n_extreme
+    assert signflip_test(d, groups, n_samples=40_000, exact=False, seed=4).p != a.p
+    assert abs(a.p - exact.p) < 4 * a.p_se + 1e-4
+    # more than 64 pairs: a draw takes several random words
+    long = signflip_test(rng.normal(size=130), n_samples=5000, seed=1)
+    assert not long.exact and 0.0 < long.p <= 1.0
+
+
+def test_signflip_bad_inputs():
+    with pytest.raises(ValueError, match="NaN or inf"):
+        signflip_test([1.0, np.nan])
+    with pytest.raises(ValueError, match="groups must be 2 labels"):
+        signflip_test([1.0, 2.0], [0])
+    with pytest.raises(ValueError, match="refused"):
+        signflip_test(np.ones(40), exact=True)
 
 
 def test_sampled_mode_is_seeded_and_close_to_exact():
@@ -252,7 +322,7 @@ def test_reference_experiment3(reference):
     # The authors report d per target set: d_x as ours, d_y with the opposite orientation
     # (s(y,A_x,B_x) − s(y,A_y,B_y)); the paper's |·| removes the sign. Their sampler never adds a
     # permutation to its counts (the loop ends before computing s_i), so their p is always 1;
-    # for |X| ≤ 20 it raises. Ours is the permutation p of the docstring.
+    # for |X| ≤ 20 it raises. Ours is the paired sign-flip p of the docstring.
     ref_sets, sets = _inputs(12, (24, 24, 6, 5, 5, 6), shift=0.5)
     # shift X's congruent attribute images A_x the same way as X: S_x > 0
     for k in ref_sets[2]:
@@ -285,3 +355,5 @@ def test_reference_masking_variant(reference):
           f"{float(d_spec):.6f}; authors' run_weat_mask (exp-1 statistic) {float(d_union):.6f}")
     assert ours.effect_size == pytest.approx(float(d_spec), rel=1e-5)
     assert ours.effect_size != pytest.approx(float(d_union), rel=1e-3)
+    authors = experiment3_masked(*sets, n_samples=1000, statistic="1")  # masked_statistic: "1"
+    assert authors.effect_size == pytest.approx(float(d_union), rel=1e-5)

@@ -29,6 +29,28 @@ def grounded_mirror(mirror):
     return mirror
 
 
+def test_caption_indices_written_as_text_read_either_way():
+    """Protocol switch caption_indices (docs/grounded.md row 7): the file keeps upstream's "12";
+    ``number`` reads caption 12, ``digits`` captions 1 and 2 (the authors' loaders)."""
+    raw = yaml.safe_load((STIMULI / "coco" / "weat6.yaml").read_text(encoding="utf-8"))
+    pairs = raw["levels"]["sentence"]["images"]["X"]["pairs"]
+    assert pairs["COCO_val2014_000000400265.jpg"] == "12" and pairs["COCO_val2014_000000410554.jpg"] == "0"
+    number = load_grounded_stimulus(STIMULI / "coco" / "weat6.yaml")
+    digits = load_grounded_stimulus(STIMULI / "coco" / "weat6.yaml", caption_indices="digits")
+    assert number.caption_indices == "number" and digits.caption_indices == "digits"
+    image = "weat6/X/COCO_val2014_000000400265.jpg"
+    captions = number.levels["sentence"]["captions"]["X"]
+    assert [c for c, i in number.pairs("sentence", "X") if i == image] == [captions[12]]
+    assert [c for c, i in digits.pairs("sentence", "X") if i == image] == [captions[1], captions[2]]
+    # 10 single-digit indices read alike; 54 two-digit ones give two captions each
+    assert len(digits.pairs("sentence", "X")) == 10 + 2 * 54 and len(number.pairs("sentence", "X")) == 64
+    # nothing else changes: the word level and the attribute sets are lists upstream
+    assert digits.pairs("word", "X") == number.pairs("word", "X")
+    assert digits.pairs("sentence", "A_x") == number.pairs("sentence", "A_x")
+    with pytest.raises(InputError, match="caption_indices 'letters': must be one of number, digits"):
+        load_grounded_stimulus(STIMULI / "coco" / "weat6.yaml", caption_indices="letters")
+
+
 def test_every_listed_test_is_committed_and_loads():
     expected = {f"{d}/{t}" for d, tests in TESTS.items() for t in tests}
     assert {f"{p.parent.name}/{p.stem}" for p in COMMITTED} == expected
@@ -161,6 +183,7 @@ def test_convert_level_of_a_small_test(tmp_path):
     ({"targ1.images": {"../x.jpg": [0]}}, "key 'targ1/images/../x.jpg': not a plain file name"),
     ({"attr1.M_Images": {"nowhere.jpg": [0]}}, "images of A_x: expected all in one folder"),
     ({"targ1.category": 3}, "key 'targ1/category': expected str, got int"),
+    ({"targ1.images": {"m0.jpg": "12"}}, "key 'targ1/images/m0.jpg': caption index '12' out of range either way"),
 ])
 def test_malformed_upstream_names_file_and_key(tmp_path, change, message):
     path = _write(tmp_path, _upstream(**change))
@@ -170,6 +193,13 @@ def test_malformed_upstream_names_file_and_key(tmp_path, change, message):
         except InputError as e:
             assert message in str(e)
             raise
+
+
+def test_caption_indices_as_text_are_kept_as_written(tmp_path):
+    doc = _upstream(**{"targ1.captions": {"0": "John", "1": "Paul"}, "targ1.images": {"m0.jpg": "10"}})
+    level, _ = convert_level(_write(tmp_path, doc), "google", ROLES_BY_FILE)
+    assert level["images"]["X"]["pairs"] == {"m0.jpg": "10"}  # "10": caption 10 is out of range, 1 and 0 are not
+    assert any("as text" in n for n in level["notes"])
 
 
 def test_unlisted_image_keeps_its_set_folder(tmp_path):
@@ -200,6 +230,10 @@ def _stimulus(tmp_path, edit, name="weat6"):
     (lambda d: d["levels"]["word"]["images"]["B_y"]["pairs"].update({"x.jpg": [8]}),
      "key 'levels/word/images/B_y/pairs/x.jpg': caption index 8 out of range"),
     (lambda d: d["levels"]["word"]["images"]["Y"].pop("role"), "key 'levels/word/images/Y/role'"),
+    (lambda d: d["levels"]["word"]["images"]["X"]["pairs"].update({"x.jpg": "1a"}),
+     "key 'levels/word/images/X/pairs/x.jpg'"),
+    (lambda d: d["levels"]["word"]["images"]["B_y"]["pairs"].update({"x.jpg": "18"}),
+     "key 'levels/word/images/B_y/pairs/x.jpg': caption index 18 out of range"),
     (lambda d: d.update(suite="seat"), "key 'suite'"),
 ])
 def test_malformed_stimulus_names_file_and_key(tmp_path, edit, message):

@@ -12,7 +12,7 @@ from PIL import Image
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import read_manifest
-from vlbias.regions import Regions, build, keep_boxes, register
+from vlbias.regions import Regions, build, keep_boxes, regions_with_labels, register
 from vlbias.regions.extract import extract_regions, manifest_entries
 from vlbias.regions.store import RegionStore, write_person_list
 
@@ -33,6 +33,20 @@ TINY = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 3
 ])
 def test_keep_boxes(scores, lo, hi, conf, expected):
     assert keep_boxes(np.array(scores, dtype=np.float32), lo, hi, conf).tolist() == expected
+
+
+def test_regions_with_labels_is_the_labels_image_mask():
+    """Switch image_mask: labels (docs/grounded.md row 5): a region is masked when its class name is
+    one of the test's region labels; offset -1 is the authors' off-by-one reading of LXMERT's ids."""
+    names = ["yolk", "man", "shirt", "woman", "office"]  # as the store keeps them: no background
+    ids = np.array([1, 2, 4, 0, 3, 1])
+    labels = ["man", "woman", "Office", "people"]  # the test's words and person words, case-sensitive
+    np.testing.assert_array_equal(regions_with_labels(ids, names, labels), [1, 0, 0, 0, 1, 1])
+    # offset -1: each region reads the name of the class before it (class 0 reads "background")
+    np.testing.assert_array_equal(regions_with_labels(ids, names, labels, offset=-1), [0, 1, 1, 0, 0, 0])
+    assert regions_with_labels(np.zeros(0, np.int64), names, labels).shape == (0,)
+    with pytest.raises(ValueError, match="class ids must index the 5 class names"):
+        regions_with_labels([5], names, labels)
 
 
 def test_keep_boxes_rejects_bad_bounds():

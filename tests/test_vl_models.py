@@ -266,3 +266,131 @@ def test_bad_entries_and_inputs(encoders):
         encoder.embed(CAPTIONS, REGIONS, "S", mask="T")
     with pytest.raises(InputError, match="regions: 2 entries for 3 captions"):
         encoder.embed(CAPTIONS, REGIONS[:2], "S")
+
+
+# --- protocol switches (docs/grounded.md): each changes exactly what it should ------------------
+
+def test_token_mask_word_collapses_the_first_term_found(tokenizer):
+    """Switch token_mask (row 6): the authors' dataloader masks ONE term (the first of the terms
+    sorted by the length of their id strings), each occurrence by one [MASK], and appends [PAD]s
+    the model still attends to."""
+    caption = "Lakisha is happy; LAKISHA laughs."
+    piece = encode_text(tokenizer, [caption], 512, mask_terms=["happy", "lakisha"], words=["laughs"])
+    word = encode_text(tokenizer, [caption], 512, mask_terms=["happy", "lakisha"], words=["laughs"], token_mask="word")
+    assert piece.tokens[0] == ["[CLS]", "[MASK]", "[MASK]", "[MASK]", "is", "[MASK]", ";", "[MASK]", "[MASK]",
+                               "[MASK]", "laughs", ".", "[SEP]"]
+    # "lakisha" is 3 ids, its id string longer than happy's: only it is masked, once per occurrence
+    assert word.tokens[0] == ["[CLS]", "[MASK]", "is", "happy", ";", "[MASK]", "laughs", ".", "[SEP]", "[PAD]",
+                              "[PAD]", "[PAD]", "[PAD]"]
+    torch.testing.assert_close(word.attention_mask, piece.attention_mask)  # kept: the [PAD]s are attended
+    assert word.tokens[0][word.positions[0]] == "laughs" and word.positions[0] == piece.positions[0] - 4
+    # one single-piece term: both modes agree
+    one = dict(mask_terms=["happy"], words=["laughs"])
+    a = encode_text(tokenizer, [caption], 512, **one)
+    b = encode_text(tokenizer, [caption], 512, token_mask="word", **one)
+    assert a.tokens == b.tokens and a.positions.tolist() == b.positions.tolist()
+    torch.testing.assert_close(a.input_ids, b.input_ids)
+    with pytest.raises(InputError, match="caption 'A dog.': contains none of the mask terms"):
+        encode_text(tokenizer, ["A dog."], 512, mask_terms=["lakisha"], token_mask="word")
+
+
+def test_token_mask_changes_only_text_masked_embeddings(encoders):
+    spec = TINY["lxmert"]
+    word = build({**spec, "token_mask": "word"})
+    piece = encoders["lxmert"]
+    assert word.info["token_mask"] == "word" and piece.info["token_mask"] == "piece"
+    for level, kwargs in (("S", {}), ("C", {"words": WORDS}), ("S", {"mask": "I"})):
+        np.testing.assert_array_equal(word.embed(CAPTIONS, REGIONS, level, **kwargs),
+                                      piece.embed(CAPTIONS, REGIONS, level, **kwargs))
+    terms = ["Lakisha", "nurse"]  # caption 0: a 3-piece name and a 1-piece word
+    t_word = word.embed(CAPTIONS[:1], REGIONS[:1], "S", mask="T", mask_terms=terms)
+    t_piece = piece.embed(CAPTIONS[:1], REGIONS[:1], "S", mask="T", mask_terms=terms)
+    assert np.abs(t_word - t_piece).max() > 1e-4
+    single = ["woman"]  # caption 2 is the single piece "woman": the two modes feed the same ids
+    np.testing.assert_array_equal(word.embed(CAPTIONS[2:], REGIONS[2:], "S", mask="T", mask_terms=single),
+                                  piece.embed(CAPTIONS[2:], REGIONS[2:], "S", mask="T", mask_terms=single))
+    with pytest.raises(InputError, match="token_mask 'whole': must be one of piece, word"):
+        build({**spec, "token_mask": "whole"})
+
+
+def test_ws_vector_language_visual_appends_the_first_vision_state(encoders):
+    """Switch ws_vector (row 3): W and S (masked too) become [CLS] ⊕ the vision stream's first
+    state; C and everything else stay the language stream's."""
+    spec = TINY["lxmert"]
+    both = build({**spec, "ws_vector": "language+visual"})
+    language = encoders["lxmert"]
+    assert both.output_dim("S") == both.output_dim("W") == 64 and both.output_dim("C") == 32
+    assert language.output_dim("S") == 32 and both.info["ws_vector"] == "language+visual"
+    vision = []
+    hook = both.model.lxmert.register_forward_hook(lambda m, args, out: vision.append(out.vision_output[:, 0]))
+    try:
+        for mask, kwargs in ((None, {}), ("T", {"mask_terms": TERMS}), ("I", {})):
+            vision.clear()
+            s = both.embed(CAPTIONS, REGIONS, "S", mask=mask, **kwargs)
+            assert s.shape == (3, 64)
+            np.testing.assert_array_equal(s[:, :32], language.embed(CAPTIONS, REGIONS, "S", mask=mask, **kwargs))
+            np.testing.assert_array_equal(s[:, 32:], vision[0].numpy())
+    finally:
+        hook.remove()
+    np.testing.assert_array_equal(both.embed(CAPTIONS, REGIONS, "C", words=WORDS),
+                                  language.embed(CAPTIONS, REGIONS, "C", words=WORDS))
+    with pytest.raises(InputError, match="ws_vector 'language\\+visual': visualbert gives language"):
+        build({**TINY["visualbert"], "ws_vector": "language+visual"})
+
+
+def test_visualbert_regions_are_token_type_zero(encoders):
+    """Row 2 (no switch): VisualBERT's pre-training fed regions as token type 0; transformers'
+    default would be 1."""
+    encoder = encoders["visualbert"]
+    seen = []
+    hook = encoder.model.visual_bert.embeddings.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(kwargs.get("visual_token_type_ids")), with_kwargs=True)
+    try:
+        s = encoder.embed(CAPTIONS, REGIONS, "S")
+    finally:
+        hook.remove()
+    assert seen and seen[0] is not None and not seen[0].any()
+    assert encoder.info["region_token_type"] == 0
+    # the value matters: the same inputs as type 1 (transformers' default) give another embedding
+    text, feats, _, vmask = encoder._batch(CAPTIONS, REGIONS, 0, None, None, None)
+    with torch.inference_mode():
+        ones = encoder.model.visual_bert(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                                         visual_embeds=feats, visual_attention_mask=vmask).last_hidden_state[:, 0]
+    assert np.abs(ones.numpy() - s).max() > 1e-4
+
+
+def test_visualbert_image_feature_cap_reads_the_first_regions(encoders):
+    capped = build({**TINY["visualbert"], "image_feature_cap": 2})
+    first_two = [Visual(r.features[:2]) for r in REGIONS]
+    np.testing.assert_array_equal(capped.embed(CAPTIONS, REGIONS, "S"),
+                                  encoders["visualbert"].embed(CAPTIONS, first_two, "S"))
+    assert capped.info["image_feature_cap"] == 2
+    with pytest.raises(InputError, match="image_feature_cap: must be a positive integer"):
+        build({**TINY["visualbert"], "image_feature_cap": 0})
+
+
+def test_visualbert_original_checkpoint_maps_strictly(encoders, tmp_path):
+    """nlvr2_coco_pre_trained.th is a state_dict of VisualBERT's own code (bert.bert.*, bert.cls.*)."""
+    encoder = encoders["visualbert"]
+    renames = {"visual_token_type_embeddings": "token_type_embeddings_visual",
+               "visual_position_embeddings": "position_embeddings_visual", "visual_projection": "projection"}
+    original = {}
+    for key, value in encoder.model.state_dict().items():
+        if key in ("cls.predictions.decoder.bias",) or key.endswith("position_ids"):
+            continue  # the original has one prediction bias, and no position_ids buffer
+        for new, old in renames.items():
+            key = key.replace(new, old)
+        prefix = "bert.bert." if key.startswith("visual_bert.") else "bert."
+        original[prefix + key.removeprefix("visual_bert.")] = value
+    assert "bert.bert.embeddings.token_type_embeddings_visual.weight" in original
+    torch.save(original, tmp_path / "nlvr2_coco_pre_trained.th")
+    spec = {k: v for k, v in TINY["visualbert"].items() if k not in ("weights", "seed")}
+    loaded = build({**spec, "checkpoint": str(tmp_path / "nlvr2_coco_pre_trained.th")})
+    np.testing.assert_array_equal(loaded.embed(CAPTIONS, REGIONS, "C", words=WORDS),
+                                  encoder.embed(CAPTIONS, REGIONS, "C", words=WORDS))
+    np.testing.assert_array_equal(loaded.mask_logprobs(["[MASK] is here."])[0],
+                                  encoder.mask_logprobs(["[MASK] is here."])[0])
+    torch.save({**original, "bert.bert.embeddings.extra.weight": torch.zeros(1)}, tmp_path / "extra.th")
+    with pytest.raises(InputError, match="extra.th: not a VisualBERT pre-training checkpoint: unexpected "
+                                         "visual_bert.embeddings.extra.weight"):
+        build({**spec, "checkpoint": str(tmp_path / "extra.th")})

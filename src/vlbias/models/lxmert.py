@@ -5,8 +5,11 @@ Config entry (``adapter: lxmert``): the keys of vlbias.models.vl; the published 
 2048-d bottom-up-attention features of 36 boxes per image, each with its normalised box).
 
 The language output is the language stream after the cross-modality layers (``language_output``).
-(Ross et al.'s code concatenated it with the vision stream's first state for W and S; the paper
-says the language Transformer's output, which this follows.)
+``ws_vector: language+visual`` (the authors' code, scripts/models/modeling.py:72-76, also for the
+masked T and I runs) makes the W and S vectors that state's [CLS] concatenated with the vision
+stream's first state (``vision_output[:, 0]``, the first region; LXMERT has no visual [CLS]):
+2 × hidden_size wide; C stays the language state. The default ``language`` is the paper's ("the
+outputs of the language Transformer", section 4).
 
 Image masking: LXMERT's masked-object pre-training replaced a masked region's RoI feature by zeros
 (Tan & Bansal 2019, section 3.1.2), keeping its box; Ross et al.'s code masks person regions the
@@ -31,6 +34,7 @@ class LxmertEncoder(VLEncoder):
     feature_dim_key = "visual_feat_dim"
     uses_boxes = True
     supports_image_masking = True
+    ws_vectors = ("language", "language+visual")
     image_masking = "region features set to zeros, boxes kept (LXMERT's masked-object pre-training)"
     no_image = "one region with zero features and the whole-image box (0, 0, 1, 1)"
 
@@ -41,10 +45,13 @@ class LxmertEncoder(VLEncoder):
     def _masked_region(self, feats):
         return np.zeros_like(feats)
 
-    def _language_states(self, text, feats, boxes, vmask):
+    def _streams(self, text, feats, boxes, vmask):
         out = self.model.lxmert(input_ids=text.input_ids, attention_mask=text.attention_mask,
                                 visual_feats=feats, visual_pos=boxes, visual_attention_mask=vmask)
-        return out.language_output
+        return out.language_output, out.vision_output
+
+    def _language_states(self, text, feats, boxes, vmask):
+        return self._streams(text, feats, boxes, vmask)[0]
 
     def _lm_head(self, states):
         return self.model.cls.predictions(states)

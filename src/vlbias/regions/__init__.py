@@ -4,7 +4,8 @@
     x = detector.prepare(rgb)                  # PIL RGB image -> CPU input (run in decode threads)
     regions = detector.detect([x, ...])        # -> list[Regions], one per image, best box first
 
-Every detector has ``name``, ``feature_dim``, ``class_names`` (index = ``Regions.class_ids``),
+Every detector has ``name``, ``feature_dim``, ``class_names`` (index = ``Regions.class_ids``: class
+0 is the first named class, never the background),
 ``attribute_names`` (None when the detector predicts no attributes), ``person_classes`` (the
 class names whose boxes show people, for the image-masking experiment), ``weights`` (sha256 of
 the weight file, or "random") and ``settings`` (a JSON-able dict of everything that shaped the
@@ -25,6 +26,7 @@ from vlbias.registry import Registry
 _MODULES = {
     "bua": "vlbias.regions.bua",
     "torchvision": "vlbias.regions.torchvision_frcnn",
+    "detectron_fpn": "vlbias.regions.detectron_fpn",
 }
 _ADAPTERS = Registry("detector", _MODULES)
 register, build = _ADAPTERS.register, _ADAPTERS.build
@@ -56,3 +58,27 @@ def keep_boxes(scores, min_boxes, max_boxes, conf):
     order = np.argsort(-scores, kind="stable")
     n = int(np.clip((scores >= conf).sum(), min_boxes, max_boxes))
     return order[:n]
+
+
+def regions_with_labels(class_ids, class_names, labels, offset=0):
+    """bool (n,): the regions whose class name is one of ``labels`` (exact, case-sensitive match).
+
+    The image mask I of the ``labels`` protocol (docs/grounded.md row 5): Ross et al.'s code masks
+    a region when its detector label is a contextual word of the test (or its lower-case form) or
+    a person word, ``mask.region_labels`` of the stimulus files (LXMERT, VL-BERT), or one of man,
+    woman, person (ViLBERT). ``class_ids`` index ``class_names`` as the region store keeps them (no
+    background, vlbias.regions.store).
+
+    ``offset`` reads the name of class ``class_id + offset`` instead, "background" below 0. The
+    authors looked names up in ``['background'] + objects_vocab`` with LXMERT's ``objects_id``,
+    which counts from the first object class (its extraction takes the argmax of cls_prob[:, 1:]),
+    so on LXMERT's COCO features they read each region's name one class early: ``offset=-1``
+    reproduces that (it masks shirts and players, not men).
+    """
+    class_ids = np.asarray(class_ids, dtype=np.int64)
+    if class_ids.size and not (0 <= class_ids.min() and class_ids.max() < len(class_names)):
+        raise ValueError(f"class ids must index the {len(class_names)} class names, got "
+                         f"{class_ids.min()}..{class_ids.max()}")
+    names = np.array(["background", *class_names], dtype=object)
+    shifted = np.clip(class_ids + offset + 1, 0, len(class_names))
+    return np.isin(names[shifted], list(labels))

@@ -12,18 +12,29 @@ The paper puts its gender and race tests side by side; here the groups are stack
 first column. Each cell is the effect size d with its p; p < ``alpha`` is bold (Markdown, LaTeX)
 and ``True`` in the CSV's ``p<alpha`` column. A column no model fills (ViLBERT, VL-BERT until they
 land, a model switched off) stays empty; "–" marks a cell that does not apply (image masking on
-VisualBERT, a level the test does not define); "skipped" a test that could not run (its row in
+VisualBERT, a level the test does not define) or that the paper prints as "–" (our value, if any,
+stays in the rows file and the comparison view); "skipped" a test that could not run (its row in
 the experiment results says why).
+
+With the paper's transcription (resources/published/grounded_tables.tsv, ``read_printed``) every
+cell also shows the printed number, in brackets, starred where the paper highlights it
+(p < 0.05), and the CSV has ``<column> paper`` and ``<column> paper significant``;
+``printed_groups`` gives each table's tests by half as printed (ABW in both halves of Tables 3
+and 4). ``comparison`` lines up, per printed cell, the published number and the results of
+several protocols (vlbias.suites.grounded.protocol), ``experiment3_summary`` the effect size
+Section 5 quotes for experiment 3's first variant.
 """
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from vlbias.io.atomic import atomic_path
-from vlbias.report.tables import latex_escape, markdown_table
+from vlbias.report.tables import latex_escape, markdown_table, read_published
 
 NA = "–"
+DASHES = ("–", "-")  # what the paper prints where it has no number
 EXPERIMENT_NAMES = {"1": "Experiment 1", "2": "Experiment 2", "3": "Experiment 3 (congruent vs. incongruent)",
                     "3-masked": "Experiment 3 (masking)"}
 
@@ -50,6 +61,7 @@ class Layout:
     counts: bool = False   # cells are (significant, tests) counts, not (d, p)
     alpha: float = 0.05
     note: str = ""
+    printed: list | None = None  # per row, per column the paper's (value, significant) or None
 
 
 def index_results(rows):
@@ -74,25 +86,40 @@ def _cell(results, column, test, experiment, level, mask):
     return results.get((column.dataset, column.model, test, experiment, level, mask), NA)
 
 
-def experiment_table(results, tests, columns, experiment, levels, names=None, alpha=0.05, caption="", label=""):
-    """Tables 3 and 4: ``tests`` [(group, test id)], a row per test × level, a column per model."""
+def _add_row(layout, index, cells, printed, keys):
+    """Append a row; with the paper's cells (``printed``: {key: (value, significant)}) record the
+    printed cell of each column (``keys``: its key or None) and show "–" where the paper prints one."""
+    if printed is not None:
+        shown = [printed.get(k) if k else None for k in keys]
+        cells = [NA if p and p[0] in DASHES and c != "" else c for c, p in zip(cells, shown)]
+        layout.printed = (layout.printed or []) + [shown]
+    layout.rows.append((index, cells))
+
+
+def experiment_table(results, tests, columns, experiment, levels, names=None, alpha=0.05, caption="", label="",
+                     printed=None):
+    """Tables 3 and 4: ``tests`` [(group, test id)], a row per test × level, a column per model.
+    ``printed``: the paper's cells of the table (``printed_cells``), shown beside ours."""
     names = names or {}
     layout = Layout(caption, label, ["group", "test", "level"], list(columns), alpha=alpha)
     for group, test in tests:
         for level in levels:
-            layout.rows.append(([group, names.get(test, test), level],
-                                [_cell(results, c, test, experiment, level, "none") for c in columns]))
+            _add_row(layout, [group, names.get(test, test), level],
+                     [_cell(results, c, test, experiment, level, "none") for c in columns], printed,
+                     [(test, experiment, level, "", c.label, c.dataset) for c in columns])
     return layout
 
 
-def masked_table(results, tests, columns, masks, level="S", names=None, alpha=0.05, caption="", label=""):
+def masked_table(results, tests, columns, masks, level="S", names=None, alpha=0.05, caption="", label="",
+                 printed=None):
     """Table 5: experiment 3 with masking, a row per test × mask (T, I) at ``level``."""
     names = names or {}
     layout = Layout(caption, label, ["group", "test", "mask"], list(columns), alpha=alpha)
     for group, test in tests:
         for mask in masks:
-            layout.rows.append(([group, names.get(test, test), mask],
-                                [_cell(results, c, test, "3-masked", level, mask) for c in columns]))
+            _add_row(layout, [group, names.get(test, test), mask],
+                     [_cell(results, c, test, "3-masked", level, mask) for c in columns], printed,
+                     [(test, "3-masked", level, mask, c.label, c.dataset) for c in columns])
     return layout
 
 
@@ -107,7 +134,7 @@ def _level_mask_rows(levels, masks):
 
 
 def datasets_table(results, tests, columns, experiments, levels, masks, mask_level="S", names=None, alpha=0.05,
-                   caption="", label=""):
+                   caption="", label="", printed=None):
     """Table 6: experiments side by side (blocks), each column a model on its dataset; a row per
     test and level, the masking block's rows by mask (at ``mask_level``)."""
     names = names or {}
@@ -115,34 +142,43 @@ def datasets_table(results, tests, columns, experiments, levels, masks, mask_lev
     layout = Layout(caption, label, ["group", "test", "level", "mask"], cols, alpha=alpha)
     for group, test in tests:
         for level, mask in _level_mask_rows(levels, masks):
-            cells = []
+            cells, keys = [], []
             for c in cols:
                 masked = c.experiment == "3-masked"
                 at, m = (mask_level, mask) if masked else (level, "none")
-                cells.append(_cell(results, c, test, c.experiment, at, m) if (mask if masked else level) else "")
-            layout.rows.append(([group, names.get(test, test), level, mask], cells))
+                on = mask if masked else level
+                cells.append(_cell(results, c, test, c.experiment, at, m) if on else "")
+                keys.append((test, c.experiment, at, m if masked else "", c.label, c.dataset) if on else None)
+            _add_row(layout, [group, names.get(test, test), level, mask], cells, printed, keys)
     return layout
 
 
+def _count(results, column, tests, experiment, level, mask, alpha):
+    """(tests with p < alpha, tests with a result) of one count cell, NA when none has a result."""
+    found = [_cell(results, column, t, experiment, level, mask) for t in tests]
+    ok = [r for r in found if isinstance(r, dict) and r["status"] == "ok"]
+    return (sum(float(r["p"]) < alpha for r in ok), len(ok)) if ok else NA
+
+
 def counts_table(results, groups, columns, experiments, levels, masks, mask_level="S", alpha=0.05, caption="",
-                 label=""):
+                 label="", printed=None):
     """Table 7: per group of tests ({group: [test ids]}), the number of tests with p < ``alpha``
     out of the tests with a result, per experiment block, level (or mask) and model column."""
     cols = _block_columns(columns, experiments)
     layout = Layout(caption, label, ["group", "tests", "level", "mask"], cols, counts=True, alpha=alpha)
     for group, tests in groups.items():
         for level, mask in _level_mask_rows(levels, masks):
-            cells = []
+            cells, keys = [], []
             for c in cols:
                 masked = c.experiment == "3-masked"
                 at, m = (mask_level, mask) if masked else (level, "none")
-                if c.model is None or not (mask if masked else level):
+                if not (mask if masked else level):
                     cells.append("")
+                    keys.append(None)
                     continue
-                found = [_cell(results, c, t, c.experiment, at, m) for t in tests]
-                ok = [r for r in found if isinstance(r, dict) and r["status"] == "ok"]
-                cells.append((sum(float(r["p"]) < alpha for r in ok), len(ok)) if ok else NA)
-            layout.rows.append(([group, len(tests), level, mask], cells))
+                cells.append("" if c.model is None else _count(results, c, tests, c.experiment, at, m, alpha))
+                keys.append((group, c.experiment, at, m if masked else "", c.label, c.dataset))
+            _add_row(layout, [group, len(tests), level, mask], cells, printed, keys)
     return layout
 
 
@@ -171,17 +207,20 @@ def to_frame(layout):
     or ``<heading> significant``, ``tests`` (counts); text cells ("–", "skipped") in the first."""
     records = []
     sig = f"p<{layout.alpha:g}"
-    for index, cells in layout.rows:
+    for i, (index, cells) in enumerate(layout.rows):
         rec = dict(zip(layout.index, index))
-        for c, cell in zip(layout.columns, cells):
+        for j, (c, cell) in enumerate(zip(layout.columns, cells)):
             h = _heading(c)
             if layout.counts:
                 k, n = cell if isinstance(cell, tuple) else (cell, "")
                 rec |= {f"{h} significant": k, f"{h} tests": n}
-                continue
-            v = _value(cell, layout.alpha)
-            rec |= ({f"{h} d": round(v[0], 4), f"{h} p": v[1], f"{h} {sig}": v[2]} if v else
-                    {f"{h} d": _text(cell), f"{h} p": "", f"{h} {sig}": ""})
+            else:
+                v = _value(cell, layout.alpha)
+                rec |= ({f"{h} d": round(v[0], 4), f"{h} p": v[1], f"{h} {sig}": v[2]} if v else
+                        {f"{h} d": _text(cell), f"{h} p": "", f"{h} {sig}": ""})
+            if layout.printed is not None:
+                value, significant = layout.printed[i][j] or ("", "")
+                rec |= {f"{h} paper": value, f"{h} paper significant": significant}
         records.append(rec)
     return pd.DataFrame(records)
 
@@ -191,28 +230,35 @@ def _p(p):
 
 
 def _display(layout, bold):
-    """Rows of display strings: d (p) per result cell, bold when p < alpha; counts as "k" or "k of n"."""
+    """Rows of display strings: d (p) per result cell, bold when p < alpha; counts as "k" or "k of n";
+    the paper's printed value after it in brackets, starred where the paper highlights it."""
     rows = []
-    for index, cells in layout.rows:
+    for i, (index, cells) in enumerate(layout.rows):
         out = [str(v) for v in index]
-        for cell in cells:
+        for j, cell in enumerate(cells):
             if layout.counts:
-                out.append(cell if not isinstance(cell, tuple) else
-                           str(cell[0]) if int(index[1]) == cell[1] else f"{cell[0]} of {cell[1]}")
-                continue
-            v = _value(cell, layout.alpha)
-            out.append(_text(cell) if v is None else f"{bold(f'{v[0]:.2f}') if v[2] else f'{v[0]:.2f}'} ({_p(v[1])})")
+                text = (cell if not isinstance(cell, tuple) else
+                        str(cell[0]) if int(index[1]) == cell[1] else f"{cell[0]} of {cell[1]}")
+            else:
+                v = _value(cell, layout.alpha)
+                text = _text(cell) if v is None else f"{bold(f'{v[0]:.2f}') if v[2] else f'{v[0]:.2f}'} ({_p(v[1])})"
+            printed = layout.printed[i][j] if layout.printed is not None else None
+            if printed:
+                text = f"{text} [{printed[0]}{'*' if printed[1] == 'yes' else ''}]".strip()
+            out.append(text)
         rows.append(out)
     return rows
 
 
 def _note(layout):
+    printed = (" [x]: the number the paper prints, x* where it highlights it (p < 0.05); –: also where the "
+               "paper prints –." if layout.printed is not None else "")
     if layout.counts:
         return (f"Number of tests with p < {layout.alpha:g}; \"k of n\" where only n of the group's tests have a "
-                "result. Empty: no model fills the column. –: does not apply.")
+                f"result. Empty: no model fills the column. –: does not apply.{printed}")
     return (f"Effect size d (p-value of the permutation test); bold: p < {layout.alpha:g}. Empty: no model "
             "fills the column. –: does not apply (e.g. image masking on a model never pre-trained with masked "
-            "regions). skipped: the test could not run (see the rows file).")
+            f"regions). skipped: the test could not run (see the rows file).{printed}")
 
 
 def to_markdown(layout):
@@ -277,18 +323,19 @@ CAPTIONS = {
 }
 
 
-def paper_table(spec, rows):
+def paper_table(spec, rows, printed=None):
     """The Layout of table ``spec["table"]`` (table3 ... table7) from experiment result rows.
 
     ``spec``: columns [{label, model, dataset}], groups {group: [test ids]}, levels, masks (those
     computed at ``level``), level (of the masking tables), experiments (tables 6, 7), alpha, caption.
+    ``printed``: the paper's transcription (``read_printed``), shown beside our numbers.
     """
     table = spec["table"]
     results, names = index_results(rows), test_names(rows)
     columns = [Column(c["label"], c["model"], c["dataset"]) for c in spec["columns"]]
     tests = [(g, t) for g, ts in spec["groups"].items() for t in ts]
     common = {"alpha": spec["alpha"], "caption": spec.get("caption") or CAPTIONS[table],
-              "label": f"tab:grounded-{table}"}
+              "label": f"tab:grounded-{table}", "printed": None if printed is None else printed_cells(printed, table)}
     if table in ("table3", "table4"):
         return experiment_table(results, tests, columns, {"table3": "1", "table4": "2"}[table], spec["levels"],
                                 names, **common)
@@ -301,3 +348,81 @@ def paper_table(spec, rows):
         return counts_table(results, spec["groups"], columns, spec["experiments"], spec["levels"], spec["masks"],
                             spec["level"], **common)
     raise ValueError(f"unknown grounded table {table!r}; expected one of {sorted(CAPTIONS)}")
+
+
+# -- the paper's printed numbers ------------------------------------------------------------------
+
+def read_printed(path):
+    """The transcription of the paper's Tables 3-7 (resources/published/grounded_tables.tsv) as rows."""
+    return read_published(path).to_dict("records")
+
+
+def _printed_key(r):
+    return (r["half"] if r["table"] == "table7" else r["test"], r["experiment"], r["level"], r["mask"], r["model"],
+            r["dataset"])
+
+
+def printed_cells(printed, table):
+    """{(test, or the half in Table 7; experiment; level; mask or ""; model column; dataset): (value as
+    printed, significant yes/no/"")} of one table. ABW, printed in both halves, is one cell."""
+    return {_printed_key(r): (r["value"], r["significant"]) for r in printed if r["table"] == table}
+
+
+def printed_groups(printed, table):
+    """{half: [test ids]} of one table in the paper's order (ABW in both halves of Tables 3 and 4)."""
+    groups = {}
+    for r in printed:
+        if r["table"] == table and r["test"] and r["test"] not in groups.setdefault(r["half"], []):
+            groups[r["half"]].append(r["test"])
+    return groups
+
+
+def experiment3_summary(rows, alpha=0.05, dataset="google"):
+    """What Section 5 quotes for experiment 3's first variant ("s=0.42 for ViLBERT and s=0.467 for
+    VisualBERT with 12% of tests being statistically significant"): per model column the mean of
+    the effect size ½(|d_x| + |d_y|) over the tests and levels of ``dataset``, and over all of them
+    the share with p < ``alpha``. The paper does not say how it averaged; this is the plain mean.
+    Returns {column: (mean d, tests)} and the share (NaN without results)."""
+    ok = [r for r in rows if r["experiment"] == "3" and r["status"] == "ok" and r["dataset"] == dataset]
+    by = {}
+    for r in ok:
+        by.setdefault(r["column"], []).append(float(r["d"]))
+    share = float(np.mean([float(r["p"]) < alpha for r in ok])) if ok else float("nan")
+    return {c: (float(np.mean(ds)), len(ds)) for c, ds in by.items()}, share
+
+
+def comparison(printed, protocols, alpha=0.05, groups=None):
+    """Per printed cell: the published number and each protocol's, side by side (a DataFrame).
+
+    ``protocols``: {name: experiment result rows (with their ``column``, the model's table column)},
+    e.g. {"authors": ..., "paper": ...}. Effect-size cells get ``<name> d`` and ``<name> p``; Table 7's
+    count cells ``<name>`` (tests with p < alpha, of the half's tests in ``groups``, default the
+    halves of Table 5, which has Table 7's 6 gender and 7 race tests); Section 5's numbers the
+    protocol's ``experiment3_summary``.
+    """
+    groups = groups or printed_groups(printed, "table5")
+    indexed = {}
+    for name, rows in protocols.items():
+        indexed[name] = {(r["dataset"], r["column"], r["test"], r["experiment"], r["level"],
+                          r["mask"] if r["experiment"] == "3-masked" else ""): r for r in rows}
+    summaries = {name: experiment3_summary(rows, alpha) for name, rows in protocols.items()}
+    records = []
+    for p in printed:
+        rec = {k: p[k] for k in ("table", "half", "test", "label", "experiment", "level", "mask", "model", "dataset",
+                                 "quantity")} | {"printed": p["value"], "printed significant": p["significant"]}
+        for name, results in indexed.items():
+            if p["table"] == "text":
+                means, share = summaries[name]
+                rec[f"{name} d"] = share if p["quantity"] == "share" else means.get(p["model"], (float("nan"),))[0]
+                continue
+            if p["quantity"] == "count":
+                found = [results.get((p["dataset"], p["model"], t, p["experiment"], p["level"], p["mask"]))
+                         for t in groups.get(p["half"], [])]
+                ok = [r for r in found if r and r["status"] == "ok"]
+                rec[name] = sum(float(r["p"]) < alpha for r in ok) if ok else ""
+                continue
+            r = results.get((p["dataset"], p["model"], p["test"], p["experiment"], p["level"], p["mask"]))
+            ok = r is not None and r["status"] == "ok"
+            rec |= {f"{name} d": float(r["d"]) if ok else "", f"{name} p": float(r["p"]) if ok else ""}
+        records.append(rec)
+    return pd.DataFrame(records)

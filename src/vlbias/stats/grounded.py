@@ -12,8 +12,9 @@ Experiment 2 (section 4.2) — each target against attribute images of its own c
     s = Σ_x s(x, A_x, B_x) − Σ_y s(y, A_y, B_y)
 Experiment 3, variant 1 (section 4.3) — each target against congruent vs. incongruent images:
     s = ½ ( |Σ_x s(x, A_x, B_x) − Σ_x s(x, A_y, B_y)| + |Σ_y s(y, A_y, B_y) − Σ_y s(y, A_x, B_x)| )
-Experiment 3, variant 2 (section 4.3) — experiment 2's statistic on embeddings computed with the
-    test's words masked in the captions (T) or person regions masked in the images (I); see
+Experiment 3, variant 2 (section 4.3) — experiment 2's statistic (the paper's text; the authors'
+    code used experiment 1's, ``statistic="1"``) on embeddings computed with the test's words
+    masked in the captions (T) or person regions masked in the images (I); see
     ``experiment3_masked``.
 
 Effect sizes follow eq. (3): difference of the two means of s-values over the sample standard
@@ -21,16 +22,19 @@ deviation (ddof=1) of all s-values that enter the numerator. The paper prints no
 experiment 3 variant 1; ours is ½(|d_x| + |d_y|) with d_x, d_y eq. (3) applied to each half of its
 statistic (the authors' code computes the same d_x and −d_y).
 
-p-values come from the shared permutation engine (vlbias.stats.permutation_test_sw): exact over
-all partitions when there are at most ``n_samples`` of them, else ``n_samples`` random ones.
-Each function's docstring says which null its permutations sample.
+p-values of experiments 1 and 2 come from the shared permutation engine
+(vlbias.stats.permutation_test_sw): exact over all partitions when there are at most ``n_samples``
+of them, else ``n_samples`` random ones. Experiment 3 variant 1 pairs its values and uses the
+sign-flip null of ``signflip_test``. Each function's docstring says which null it samples.
 """
 
 from dataclasses import asdict, dataclass
+from math import sqrt
 
 import numpy as np
 
-from vlbias.stats.weat import PermutationResult, _check, effect_size_sw, permutation_test_sw, s_wAB
+from vlbias.stats import _kernels
+from vlbias.stats.weat import MAX_EXACT, TIE_RTOL, PermutationResult, _check, effect_size_sw, permutation_test_sw, s_wAB
 
 ROLES = ("X", "Y", "A_x", "A_y", "B_x", "B_y")
 
@@ -50,7 +54,7 @@ class GroundedResult:
     effect_size: float
     p: float
     permutation: PermutationResult | None  # the engine's result (experiments 1, 2)
-    parts: dict | None = None  # experiment 3: the X and Y halves (statistic, d, p each)
+    parts: dict | None = None  # experiment 3: the X and Y halves (statistic, d, p each), "joint" (its test)
 
     def asdict(self):
         return asdict(self)
@@ -108,22 +112,96 @@ def experiment2(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto
     return GroundedResult("2", stat, d, perm.p, perm)
 
 
-def experiment3_masked(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
-    """Experiment 3, variant 2: experiment 2 on masked embeddings (section 4.3: "the same test as
-    in Experiment 2 with the addition of masking"). Pass embeddings computed with the test's
-    mask terms replaced by [MASK] (T) or with person regions masked (I); the statistic, effect
-    size and null are experiment 2's. (The authors' code applies experiment 1's statistic here.)
+def experiment3_masked(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto", statistic="2"):
+    """Experiment 3, variant 2: an experiment's test on masked embeddings. Pass embeddings computed
+    with the test's mask terms replaced by [MASK] (T) or with person regions masked (I).
+
+    ``statistic`` (protocol switch ``masked_statistic``, docs/grounded.md row 4): "2", the paper's
+    text (section 4.3: "the same test as in Experiment 2 with the addition of masking"), or "1",
+    what the authors' code ran (scripts/bias_test.py:262-274 calls experiment 1's test). The
+    statistic, effect size and null are then that experiment's.
     """
-    r = experiment2(X, Y, A_x, A_y, B_x, B_y, n_samples=n_samples, seed=seed, exact=exact)
+    if statistic not in ("1", "2"):
+        raise ValueError(f"masked statistic must be '1' or '2', got {statistic!r}")
+    r = EXPERIMENTS[statistic](X, Y, A_x, A_y, B_x, B_y, n_samples=n_samples, seed=seed, exact=exact)
     return GroundedResult("3-masked", r.statistic, r.effect_size, r.p, r.permutation)
 
 
-def _two_sided(s_a, s_b, n_samples, seed, exact):
-    """Two-sided permutation p of Σ s_a − Σ s_b: twice the smaller tail, at most 1."""
-    s = np.concatenate([s_a, s_b])
-    upper = permutation_test_sw(s, len(s_a), n_samples=n_samples, seed=seed, exact=exact)
-    lower = permutation_test_sw(-s, len(s_a), n_samples=n_samples, seed=seed, exact=exact)
-    return min(1.0, 2.0 * min(upper.p, lower.p)), upper
+@dataclass(frozen=True)
+class SignFlipResult:
+    """A sign-flip (paired) permutation p-value with what a reader needs to trust it."""
+
+    p: float  # fraction of sign vectors scoring at least the observed statistic
+    p_se: float  # Monte-Carlo standard error of p (0 when exact)
+    exact: bool  # all 2^n sign vectors enumerated, or sampled
+    n_samples: int  # sign vectors evaluated (the observed one included)
+    n_extreme: int  # of those, scoring at least the observed statistic
+    n_configurations: int  # 2^n
+    seed: int | None  # seed of the sampled sign vectors (None when exact)
+    statistic: float  # Σ_g |Σ_{i∈g} d_i|
+
+    def asdict(self):
+        return asdict(self)
+
+
+def signflip_test(d, groups=None, n_samples=100_000, seed=0, exact="auto", threads=None):
+    r"""Paired permutation test of T = Σ_g |Σ_{i∈g} d_i| under the sign-flip null.
+
+    ``d`` (n,): one difference per pair, d_i = a_i − b_i of two values measured on the same unit
+    i; ``groups`` (n,) int labels 0..G−1 (default: one group), so T = |Σ d| for one group.
+
+    The null and why: if, for every unit, which of its two values is labelled "a" carries no
+    information (the labels are exchangeable within the pair), then swapping the two values of any
+    set of pairs leaves the joint distribution unchanged. A swap of pair i turns d_i into −d_i, so
+    conditional on the observed pairs the 2^n sign vectors ε ∈ {±1}^n are equally likely and
+    T(ε) = Σ_g |Σ_{i∈g} ε_i d_i| has the permutation distribution
+        p = #{ε : T(ε) ≥ T(1)} / 2^n.
+    Units stay whole: unlike an unpaired null, a unit's own level (what both its values share)
+    never moves between the two sides. T(ε) = T(−ε), so the test is two-sided for one group, and
+    for several groups tests "no difference in any group" with the |·| of each, as the statistic
+    does. Ties (within a relative 1e-10, as the engine) count as at least as extreme.
+
+    Modes (``exact="auto"``): all 2^n sign vectors when 2^n ≤ ``n_samples``; otherwise
+    ``n_samples`` vectors where the observed one counts once and ``n_samples − 1`` are uniform
+    random draws, from counter-based streams per block of draws (vlbias.stats._kernels), so the
+    same ``seed`` gives the same p on any number of threads.
+    """
+    d = np.ascontiguousarray(d, dtype=np.float64)
+    n = d.shape[0]
+    if d.ndim != 1 or n < 1:
+        raise ValueError(f"need a 1-D array of at least one difference, got shape {d.shape}")
+    if not np.isfinite(d).all():
+        raise ValueError("differences contain NaN or inf")
+    groups = np.zeros(n, dtype=np.int64) if groups is None else np.ascontiguousarray(groups, dtype=np.int64)
+    if groups.shape != (n,) or groups.min() < 0:
+        raise ValueError(f"groups must be {n} labels 0..G-1, got shape {groups.shape}")
+    if exact not in ("auto", True, False):
+        raise ValueError(f"exact must be 'auto', True or False, got {exact!r}")
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be ≥ 1, got {n_samples}")
+    n_groups = int(groups.max()) + 1
+    observed = float(sum(abs(d[groups == g].sum()) for g in range(n_groups)))
+    threshold = observed - TIE_RTOL * max(float(np.abs(d).sum()), np.finfo(float).tiny)
+    n_configurations = 2**n
+    use_exact = n_configurations <= n_samples if exact == "auto" else bool(exact)
+    if use_exact and n_configurations > MAX_EXACT:
+        raise ValueError(f"exact test over {n_configurations} sign vectors refused (limit {MAX_EXACT})")
+    if threads is not None:
+        import numba
+
+        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+    if use_exact:
+        n_extreme, total = _kernels.count_signflip_exact(d, groups, n_groups, threshold)
+        p_se, used_seed = 0.0, None
+    else:
+        total = int(n_samples)
+        n_extreme = 1 + int(_kernels.count_signflip_sampled(d, groups, n_groups, total - 1, int(seed), threshold))
+        used_seed = int(seed)
+    p = n_extreme / total
+    if not use_exact:
+        p_se = sqrt(p * (1.0 - p) / total)
+    return SignFlipResult(p=p, p_se=p_se, exact=use_exact, n_samples=int(total), n_extreme=int(n_extreme),
+                          n_configurations=n_configurations, seed=used_seed, statistic=observed)
 
 
 def experiment3(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
@@ -134,24 +212,28 @@ def experiment3(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto
     effect size of the congruent vs. incongruent s-values of X (std over both, ddof=1), d_y
     likewise for Y.
 
-    Null sampled by the permutations, separately for X and for Y: the image-category labels
-    "congruent" (A_x, B_x for a target from X) and "incongruent" (A_y, B_y) are exchangeable
-    over the 2|X| s-values of X — every split of them into two halves of |X| is equally likely.
-    Because the paper takes |S_x|, p_x is two-sided (twice the smaller one-sided tail, each tail
-    from the engine with the same seed); likewise p_y. The paper gives no p for the combined
-    statistic; ``p`` here is the Bonferroni combination min(1, 2·min(p_x, p_y)), a valid test
-    of "no difference for X and none for Y".
+    Null sampled (paired, ``signflip_test``): every target contributes one congruent and one
+    incongruent s-value, d_i their difference, so S_x = Σ_x d_i. If the image category of the
+    attribute pairs does not matter to a target, its two values are exchangeable: each d_i
+    keeps or flips its sign with probability ½, independently over the targets of X and Y. ``p``
+    is that null's probability of ½(|S*_x| + |S*_y|) ≥ the observed statistic — a test of the
+    paper's statistic itself ("no difference for X and none for Y"). ``parts`` gives each half's
+    own test: p_x = Pr[|S*_x| ≥ |S_x|] (two-sided, as the paper takes |S_x|), likewise p_y.
+    (The authors' sampler never counts a permutation, scripts/weat/weat_images_intra_targ.py, so
+    their p is 1.0 for every test with more than 20 targets, and it raises for fewer.)
     """
     (cx, ix), (cy, iy) = experiment3_sw(X, Y, A_x, A_y, B_x, B_y)
+    dx, dy = cx - ix, cy - iy
     parts = {}
-    for name, (con, inc) in (("X", (cx, ix)), ("Y", (cy, iy))):
-        p, perm = _two_sided(con, inc, n_samples, seed, exact)
+    for name, (con, inc), d in (("X", (cx, ix), dx), ("Y", (cy, iy), dy)):
+        r = signflip_test(d, n_samples=n_samples, seed=seed, exact=exact)
         parts[name] = {"statistic": float(np.sum(con) - np.sum(inc)), "effect_size": effect_size_sw(con, inc),
-                       "p": p, "exact": perm.exact, "n_samples": perm.n_samples}
+                       "p": r.p, "p_se": r.p_se, "exact": r.exact, "n_samples": r.n_samples}
+    joint = signflip_test(np.concatenate([dx, dy]), np.repeat([0, 1], [len(dx), len(dy)]), n_samples=n_samples,
+                          seed=seed, exact=exact)
     stat = 0.5 * (abs(parts["X"]["statistic"]) + abs(parts["Y"]["statistic"]))
     d = 0.5 * (abs(parts["X"]["effect_size"]) + abs(parts["Y"]["effect_size"]))
-    p = min(1.0, 2.0 * min(parts["X"]["p"], parts["Y"]["p"]))
-    return GroundedResult("3", stat, d, p, None, parts)
+    return GroundedResult("3", stat, d, joint.p, None, {**parts, "joint": joint.asdict()})
 
 
 EXPERIMENTS = {"1": experiment1, "2": experiment2, "3": experiment3, "3-masked": experiment3_masked}

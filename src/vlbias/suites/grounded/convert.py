@@ -118,15 +118,21 @@ def _pairs(doc, path, keys, n_captions, notes):
         if "/" in file or "\\" in file or file in ("", ".", ".."):
             raise InputError(path, f"key '{where}': not a plain file name")
         if isinstance(idx, str) and idx.isdigit():
-            idx, as_text = [int(idx)], as_text + 1
+            # kept as upstream wrote it: the loader reads it as one number or digit by digit
+            # (protocol switch caption_indices, vlbias.suites.grounded.stimulus)
+            if int(idx) >= n_captions and any(int(c) >= n_captions for c in idx):
+                raise InputError(path, f"key '{where}': caption index '{idx}' out of range either way "
+                                       f"({n_captions} captions)")
+            out[file], as_text = idx, as_text + 1
+            continue
         if not isinstance(idx, list) or not idx or not all(type(i) is int and 0 <= i < n_captions for i in idx):
             raise InputError(path, f"key '{where}': expected a non-empty list of caption indices < {n_captions}")
         out[file] = list(idx)
     if as_text:
-        # e.g. coco/sent-weat6: {"<image>": "12"}; the authors' loaders iterate over the string,
-        # pairing that image with captions 1 and 2; one caption per image is meant
-        notes.append(f"upstream gives {as_text} caption indices of '{'/'.join(keys)}' as text (\"12\"); read as "
-                     f"one index (12), where the authors' loaders paired each digit (captions 1 and 2)")
+        # e.g. coco/sent-weat6: {"<image>": "12"}; the authors' loaders iterate over the string
+        notes.append(f"upstream gives {as_text} caption indices of '{'/'.join(keys)}' as text (\"12\"), kept as "
+                     "written: caption_indices 'number' reads one index (12), 'digits' one per digit (captions 1 "
+                     "and 2, as the authors' loaders did)")
     return out
 
 

@@ -22,6 +22,7 @@ MISSING_COLUMNS = ["test", "level", "mask", "role", "caption", "image", "reason"
 ROLE_COUNTS = [f"n_{r}" for r in ROLES]
 RESULT_COLUMNS = ["dataset", "test", "name", "model", "column", "experiment", "level", "mask", "status",
                   "statistic", "d", "p", "p_se", "exact", "n_samples", "seed", "d_x", "d_y", "p_x", "p_y",
+                  "masked_statistic",
                   *ROLE_COUNTS, "model_id", "revision", "commit", "weights_sha256", "detector"]
 
 
@@ -186,7 +187,7 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
                 out = cached_vectors(cache, keys, compute, chunk=chunk or encoder.batch_size * 8)
                 progress.advance(len(rows))
                 g = group.create_group(role)
-                g.create_dataset("embeddings", data=out.reshape(len(rows), encoder.dim).astype(np.float32))
+                g.create_dataset("embeddings", data=out.reshape(len(rows), encoder.output_dim(level)).astype(np.float32))
                 g.create_dataset("caption", data=[c for c, *_ in rows], dtype=text)
                 g.create_dataset("image", data=[i for _, i, _ in rows], dtype=text)
                 if level == "C":
@@ -208,12 +209,12 @@ def read_embeddings(path):
         return sets, dict(f.attrs), {test: dict(f[test].attrs) for test in f}
 
 
-def run_experiments(path, n_samples, seed, exact):
+def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
     """Rows (RESULT_COLUMNS) of the grounded experiments on every test of one ``embed_tests`` file:
-    experiments 1, 2 and 3 (variant 1) on each unmasked level, experiment 3 variant 2 ("3-masked":
-    experiment 2's statistic) on each masked one. A set left empty (every pair dropped) gives a row
-    whose status says so. The null each permutation samples: see vlbias.stats.grounded and
-    docs/grounded.md.
+    experiments 1, 2 and 3 (variant 1) on each unmasked level, experiment 3 variant 2 ("3-masked") on each
+    masked one, with experiment ``masked_statistic``'s test ("2" the paper, "1" the authors' code;
+    protocol switch, docs/grounded.md). A set left empty (every pair dropped) gives a row whose
+    status says so. The null each permutation samples: see vlbias.stats.grounded and docs/grounded.md.
     """
     from vlbias.stats.grounded import grounded_test
 
@@ -230,13 +231,16 @@ def run_experiments(path, n_samples, seed, exact):
             progress.advance()
             row = {**base, "test": test, "name": test_attrs[test].get("name", ""), "experiment": experiment,
                    "level": level, "mask": mask, **counts, "n_samples": n_samples, "seed": seed, "exact": exact}
+            options = {}
+            if experiment == "3-masked":
+                row["masked_statistic"] = options["statistic"] = masked_statistic
             empty = [r for r in ROLES if not len(emb[r])]
             if empty:
                 rows.append({**row, "status": f"skipped: no pairs left in {', '.join(empty)}"})
                 continue
             try:
                 r = grounded_test(experiment, *(emb[role] for role in ROLES), n_samples=n_samples, seed=seed,
-                                  exact=exact)
+                                  exact=exact, **options)
             except ValueError as e:  # e.g. a zero embedding: cosine undefined
                 rows.append({**row, "status": f"skipped: {e}"})
                 continue
@@ -244,9 +248,9 @@ def run_experiments(path, n_samples, seed, exact):
             if r.permutation is not None:
                 row |= {"p_se": r.permutation.p_se, "exact": r.permutation.exact,
                         "n_samples": r.permutation.n_samples}
-            else:  # experiment 3: a two-sided p per half, combined (see experiment3)
-                row |= {"exact": r.parts["X"]["exact"] and r.parts["Y"]["exact"],
-                        "n_samples": r.parts["X"]["n_samples"],
+            else:  # experiment 3: the paired (sign-flip) test of the statistic, and each half's
+                joint = r.parts["joint"]
+                row |= {"p_se": joint["p_se"], "exact": joint["exact"], "n_samples": joint["n_samples"],
                         "d_x": r.parts["X"]["effect_size"], "d_y": r.parts["Y"]["effect_size"],
                         "p_x": r.parts["X"]["p"], "p_y": r.parts["Y"]["p"]}
             rows.append(row)

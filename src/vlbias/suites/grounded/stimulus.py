@@ -8,6 +8,12 @@ paired with the indices of its captions.
 Google images are identified as in the acquisition manifest, ``<dataset_dir>/<role>/<file>``;
 COCO and Conceptual Captions images (``dataset_dir: null``) as ``<test id>/<image set>/<file>``, the
 acquisition id of vlbias.images.sources' manifests.
+
+Caption indices that upstream wrote as text (coco/sent-weat6: ``"12"``) are kept so in the file and
+read by ``caption_indices`` (protocol switch, docs/grounded.md row 7): ``number`` reads "12" as
+caption 12 (the evident intent: one caption per image, as everywhere else); ``digits`` as
+captions 1 and 2, what the authors' loaders did (they iterate over the value,
+scripts/dataloaders/visualbert/bias_dataset.py:77, lxmert/lxmert_bias_data.py:43).
 """
 
 from dataclasses import dataclass
@@ -18,6 +24,7 @@ from vlbias.io.stimuli import read_stimulus_file
 
 SCHEMA = "grounded_stimulus.schema.yaml"
 ROLES = ("X", "Y", "A_x", "A_y", "B_x", "B_y")
+CAPTION_INDICES = ("number", "digits")
 
 
 @dataclass(frozen=True)
@@ -26,8 +33,9 @@ class GroundedStimulus:
     name: str
     dataset: str
     labels: dict  # X, Y, A, B -> the upstream category names
-    levels: dict  # "word" / "sentence" -> the level mapping of the file
+    levels: dict  # "word" / "sentence" -> the level mapping of the file (caption indices read as lists)
     path: str
+    caption_indices: str = "number"  # how caption indices written as text were read
 
     def image_id(self, level, role, file):
         """The image's id in the acquisition manifest: ``<dataset_dir>/<get.sh folder>/<file>``
@@ -51,8 +59,13 @@ class GroundedStimulus:
                        for r in ROLES for f in self.levels[lv]["images"][r]["pairs"]})
 
 
-def load_grounded_stimulus(path):
-    """Load and validate one grounded stimulus file; errors name the file and the key."""
+def load_grounded_stimulus(path, caption_indices="number"):
+    """Load and validate one grounded stimulus file; errors name the file and the key.
+
+    ``caption_indices``: how an index upstream wrote as text is read, "number" or "digits" (see above).
+    """
+    if caption_indices not in CAPTION_INDICES:
+        raise InputError(f"caption_indices '{caption_indices}'", f"must be one of {', '.join(CAPTION_INDICES)}")
     path = Path(path)
     doc = read_stimulus_file(path, SCHEMA, "id, name, suite, dataset, X, Y, A, B, levels")
     for name, lv in doc["levels"].items():
@@ -65,8 +78,11 @@ def load_grounded_stimulus(path):
                 raise InputError(path, f"key 'levels/{name}/images/{r}/role': required for google images only")
             n = len(lv["captions"][r[0]])
             for file, idx in img["pairs"].items():
+                if isinstance(idx, str):
+                    idx = img["pairs"][file] = [int(idx)] if caption_indices == "number" else [int(c) for c in idx]
                 if max(idx) >= n:
                     raise InputError(path, f"key 'levels/{name}/images/{r}/pairs/{file}': caption index "
                                            f"{max(idx)} out of range (set {r[0]} has {n} captions)")
     return GroundedStimulus(id=doc["id"], name=doc["name"], dataset=doc["dataset"],
-                            labels={s: doc[s]["label"] for s in "XYAB"}, levels=doc["levels"], path=str(path))
+                            labels={s: doc[s]["label"] for s in "XYAB"}, levels=doc["levels"], path=str(path),
+                            caption_indices=caption_indices)

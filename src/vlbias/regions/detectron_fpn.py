@@ -1,0 +1,485 @@
+"""Detectron's COCO Mask R-CNN (ResNet-101 FPN) box head as a region-feature detector: VisualBERT's.
+
+VisualBERT's image features (Li et al. 2019; the NLVR2/COCO configs, 1024-d, and Ross et al.'s
+VisualBERT features) are the fc7 activations of Detectron's ``e2e_mask_rcnn_R-101-FPN_2x`` (model
+35861858, trained on coco_2014_train + valminusminival; config
+configs/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_2x.yaml of facebookresearch/Detectron), computed by
+uclanlp/visualbert's ``visualbert/utils/get_image_features/extract_image_features_nlvr.py`` ("the
+extraction" below) on Detectron's test-time box branch (the mask branch is never run). Rebuilt here
+on torchvision components (FrozenBatchNorm2d, FeaturePyramidNetwork with LastLevelMaxPool, RPNHead,
+TwoMLPHead, roi_align, nms) with Detectron's arithmetic where torchvision's differs: its anchors
+(Detectron's generate_anchors), its box coding and areas (the "+1" pixel convention), its FPN level
+of a RoI, its proposal rule (per level, then all levels), and the extraction's box rule.
+
+Config entry keys:
+    weights, exactly one of:
+      url (+ sha256)   Detectron's model_final.pkl (DETECTRON_URL is 35861858's), downloaded once into
+                       ``<cache>/detectron/``; ``sha256`` pins it (recommended: the file is not
+                       pinned upstream), else its sha256 is only recorded
+      checkpoint       a local model_final.pkl (Detectron's Caffe2 blobs, read by a restricted
+                       unpickler that builds numpy arrays only: vlbias.io.weights.read_numpy_pickle),
+                       or a .safetensors of this module's own state_dict
+      weights: random  seeded random weights (``seed``, default 0), for tests and timing
+    min_size, max_size   the test scale (Detectron's TEST.SCALE 800, TEST.MAX_SIZE 1333)
+    post_nms_topk  RPN proposals kept per level and in all (TEST.RPN_POST_NMS_TOP_N 1000; fewer only
+                   to make tests fast)
+    min_boxes, max_boxes, conf   the box rule (vlbias.regions.keep_boxes): VisualBERT's extraction
+                   keeps 10-100 boxes at 0.2 (its --min_bboxes, --max_bboxes, --conf_thresh defaults)
+    cache          where a downloaded checkpoint is kept (the workflow's cache directory)
+    device, threads, batch_size  see vlbias.models.runtime
+
+Test-time behaviour, as Detectron's with that config (detectron/core/test.py im_detect_bbox,
+utils/blob.py, modeling/FPN.py, ops/generate_proposals.py, ops/collect_and_distribute_fpn_rpn_
+proposals.py) and the extraction: the image (BGR, as cv2.imread gives it) minus the pixel means
+(102.9801, 115.9465, 122.7717) is resized by one factor, the shorter side to min_size unless the
+longer would then exceed max_size, bilinearly (cv2.resize's INTER_LINEAR with that factor), and
+zero-padded to a multiple of 32. The MSRA ResNet-101 (stride in the 1x1 convolutions, frozen affine
+batch norm, max pool 3/2 with padding 1) feeds the FPN (256 channels, lateral 1x1 + nearest 2x
+top-down, 3x3 outputs, P6 = P5 subsampled). On each level P2-P6 the RPN (3 anchors, sizes 32-512,
+ratios 0.5, 1, 2) keeps the 1000 most likely anchors, decodes them, clips them to the PADDED image
+(Detectron's im_info is the blob's size), drops boxes narrower than one original pixel, and keeps
+1000 after NMS at 0.7; the 1000 most likely of all levels are the RoIs. Each RoI is RoIAligned (7x7,
+sampling ratio 2, no half-pixel offset) on the level floor(4 + log2(sqrt(area) / 224)) in 2-5 and
+goes through fc6, fc7 (1024, ReLU): its feature. The class scores (softmax over 81) give each RoI its
+confidence: the highest score of a class for which the RoI survives that class's NMS at 0.5
+(computed on the RoIs in original-image pixels); ``keep_boxes`` then picks the RoIs. Boxes are the
+RoIs themselves, not regressed (the extraction keeps ``rois / im_scale``), clipped to the image for
+the store; the class is the one that gave the confidence (else the best non-background class).
+
+Each image runs alone: Detectron's test batch is one image, and padding another image's canvas
+around it would change the features near its border (the frozen batch norm's bias makes the padding
+non-zero after the first layer). VisualBERT reads at most 144 regions per image (its dataloader's
+``image_feature_cap``, vlbias.models.visualbert), which never binds at max_boxes 100.
+
+Differences from Detectron, on purpose or unavoidable: images are decoded by PIL, not cv2 (libjpeg
+versions may differ by a grey level); NMS suppresses at IoU > t where Detectron's does at >= t (equal
+only for exact ties); the resize is torch's bilinear kernel (in float64) with cv2's size and scale.
+"""
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchvision
+from torch import nn
+from torch.nn import functional as F
+from torchvision.models.detection import FasterRCNN_ResNet50_FPN_Weights
+from torchvision.models.detection.faster_rcnn import TwoMLPHead
+from torchvision.models.detection.rpn import RPNHead
+from torchvision.ops import FeaturePyramidNetwork, FrozenBatchNorm2d, batched_nms, nms, roi_align
+from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
+
+from vlbias.errors import InputError
+from vlbias.io.atomic import atomic_path
+from vlbias.io.fetch import DownloadError, download, sha256_file
+from vlbias.io.weights import read_numpy_pickle, read_state_dict, some
+from vlbias.models import runtime
+from vlbias.regions import Regions, keep_boxes, register
+from vlbias.regions.bua import ConvNorm, stage
+
+log = logging.getLogger(__name__)
+
+DETECTRON_URL = ("https://dl.fbaipublicfiles.com/detectron/35861858/12_2017_baselines/"
+                 "e2e_mask_rcnn_R-101-FPN_2x.yaml.02_32_51.SgT4y1cO/output/train/"
+                 "coco_2014_train%3Acoco_2014_valminusminival/generalized_rcnn/model_final.pkl")
+# Detectron's config defaults and e2e_mask_rcnn_R-101-FPN_2x.yaml, test time
+PIXEL_MEANS_BGR = (102.9801, 115.9465, 122.7717)
+TEST_SCALE, TEST_MAX_SIZE = 800, 1333
+COARSEST_STRIDE = 32
+FPN_DIM = 256
+RPN_LEVELS = (2, 3, 4, 5, 6)
+ANCHOR_START_SIZE, ASPECT_RATIOS = 32, (0.5, 1.0, 2.0)
+RPN_PRE_NMS_TOP_N, RPN_POST_NMS_TOP_N, RPN_NMS = 1000, 1000, 0.7
+ROI_LEVELS = (2, 5)
+CANONICAL_SCALE, CANONICAL_LEVEL = 224, 4
+POOLER_RESOLUTION, SAMPLING_RATIO = 7, 2
+MLP_DIM = 1024
+CLASS_NMS = 0.5  # TEST.NMS, the extraction's per-class NMS
+BBOX_XFORM_CLIP = math.log(1000.0 / 16)
+# COCO's 80 classes in Detectron's order (detectron/datasets/dummy_datasets.py), as torchvision lists them
+COCO_CLASSES = [c for c in FasterRCNN_ResNet50_FPN_Weights.COCO_V1.meta["categories"] if c != "N/A"][1:]
+# ResNet-101 stages: (name, blocks, bottleneck width, output width, stride of the first block)
+STAGES = (("res2", 3, 64, 256, 1), ("res3", 4, 128, 512, 2), ("res4", 23, 256, 1024, 2), ("res5", 3, 512, 2048, 2))
+# blobs of model_final.pkl this detector does not use: optimiser state, box regression (the
+# extraction keeps the proposals), the mask head
+UNUSED_BLOBS = re.compile(r".*_momentum|bbox_pred_[wb]|_\[mask\]_fcn\d+_[wb]|conv5_mask_[wb]|mask_fcn_logits_[wb]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------
+
+class Stem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = ConvNorm(3, 64, 7, stride=2, padding=3)
+
+    def forward(self, x):
+        return F.max_pool2d(F.relu_(self.conv1(x)), kernel_size=3, stride=2, padding=1)
+
+
+class ResNet101(nn.Module):
+    """MSRA ResNet-101 body: (N, 3, H, W) -> {res2: stride 4, ..., res5: stride 32}."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = Stem()
+        width = 64
+        for name, blocks, bottleneck, out, stride in STAGES:
+            self.add_module(name, stage(blocks, width, bottleneck, out, stride))
+            width = out
+
+    def forward(self, x):
+        x = self.stem(x)
+        out = {}
+        for name, *_ in STAGES:
+            x = out[name] = getattr(self, name)(x)
+        return out
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = ResNet101()
+        self.fpn = FeaturePyramidNetwork([w for *_, w, _ in STAGES], FPN_DIM, extra_blocks=LastLevelMaxPool())
+
+    def forward(self, x):
+        """{2: P2, ..., 6: P6}."""
+        return dict(zip(RPN_LEVELS, self.fpn(self.body(x)).values()))
+
+
+class RoIHeads(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.box_head = TwoMLPHead(FPN_DIM * POOLER_RESOLUTION**2, MLP_DIM)  # fc6, fc7, each with ReLU
+        self.cls_score = nn.Linear(MLP_DIM, num_classes + 1)
+
+
+class DetectronFPN(nn.Module):
+    def __init__(self, num_classes=80):
+        super().__init__()
+        self.backbone = Backbone()
+        self.rpn = nn.Module()
+        self.rpn.head = RPNHead(FPN_DIM, len(ASPECT_RATIOS))
+        self.roi_heads = RoIHeads(num_classes)
+        for m in self.modules():
+            if isinstance(m, FrozenBatchNorm2d):
+                m.eps = 0.0  # Caffe2's AffineChannel: y = x * scale + bias exactly
+
+
+def _c2_name(name):
+    """The Detectron (Caffe2) blob of one of our parameters, or None for a BatchNorm statistic
+    (AffineChannel has none: mean 0, variance 1)."""
+    if name.endswith(("running_mean", "running_var")):
+        return None
+    suffix = {"weight": "w", "bias": "b"}[name.rsplit(".", 1)[1]]
+    norm = {"w": "s", "b": "b"}[suffix]
+    if m := re.fullmatch(r"backbone\.body\.stem\.conv1\.(norm\.)?\w+", name):
+        return f"res_conv1_bn_{norm}" if m.group(1) else f"conv1_{suffix}"
+    if m := re.fullmatch(r"backbone\.body\.(res\d)\.(\d+)\.(conv\d|shortcut)\.(norm\.)?\w+", name):
+        branch = "branch1" if m.group(3) == "shortcut" else "branch2" + "abc"[int(m.group(3)[-1]) - 1]
+        return f"{m.group(1)}_{m.group(2)}_{branch}" + (f"_bn_{norm}" if m.group(4) else f"_{suffix}")
+    blobs = [f"res{k}_{blocks - 1}_sum" for k, (_, blocks, *_) in zip(range(2, 6), STAGES)]
+    if m := re.fullmatch(r"backbone\.fpn\.(inner|layer)_blocks\.(\d)\.0\.\w+", name):
+        j = int(m.group(2))
+        if m.group(1) == "layer":
+            return f"fpn_{blobs[j]}_{suffix}"
+        return f"fpn_inner_{blobs[j]}_{suffix}" if j == 3 else f"fpn_inner_{blobs[j]}_lateral_{suffix}"
+    rpn = {"conv.0.0": "conv_rpn_fpn2", "cls_logits": "rpn_cls_logits_fpn2", "bbox_pred": "rpn_bbox_pred_fpn2"}
+    if m := re.fullmatch(r"rpn\.head\.(conv\.0\.0|cls_logits|bbox_pred)\.\w+", name):
+        return f"{rpn[m.group(1)]}_{suffix}"
+    if m := re.fullmatch(r"roi_heads\.(?:box_head\.)?(fc6|fc7|cls_score)\.\w+", name):
+        return f"{m.group(1)}_{suffix}"
+    raise KeyError(name)
+
+
+def detectron_state_dict(blobs, model, source):
+    """Our state_dict from Detectron's blobs ({name: numpy array}); every parameter must be filled
+    with the right shape, and every blob used or known to be unused (UNUSED_BLOBS)."""
+    state, used, wrong, missing = {}, set(), [], []
+    for name, value in model.state_dict().items():
+        blob = _c2_name(name)
+        if blob is None:
+            state[name] = torch.zeros_like(value) if name.endswith("running_mean") else torch.ones_like(value)
+        elif blob not in blobs:
+            missing.append(blob)
+        elif tuple(np.shape(blobs[blob])) != tuple(value.shape):
+            wrong.append(f"{blob} {tuple(np.shape(blobs[blob]))} (expected {tuple(value.shape)})")
+        else:
+            state[name] = torch.as_tensor(np.asarray(blobs[blob], dtype=np.float32))
+            used.add(blob)
+    unexpected = sorted(b for b in set(blobs) - used if not UNUSED_BLOBS.fullmatch(b))
+    if missing or wrong or unexpected:
+        raise InputError(source, f"not Detectron's R-101-FPN weights: missing {some(sorted(missing))}, "
+                                 f"wrong shapes {some(wrong)}, unexpected {some(unexpected)}")
+    return state
+
+
+def random_init_(model, seed):
+    """Seeded random weights with finite activations and spread scores, for tests: He-normal layers,
+    each residual branch ending in a norm of weight 0.2, objectness and class logits a few units
+    apart (saturated sigmoids would tie, and ties have no defined order)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                fan_in = module.weight[0].numel()
+                module.weight.copy_(torch.randn(module.weight.shape, generator=gen) * math.sqrt(2.0 / fan_in))
+                if module.bias is not None:
+                    module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
+            elif isinstance(module, FrozenBatchNorm2d):
+                module.weight.fill_(0.2 if name.endswith("conv3.norm") else 1.0)
+                module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
+        model.backbone.body.stem.conv1.weight.div_(64.0)  # pixels are in [-123, 153], not unit scale
+        model.rpn.head.bbox_pred.weight.mul_(0.05)
+        model.rpn.head.cls_logits.weight.mul_(0.05)
+        model.roi_heads.cls_score.weight.mul_(0.15)
+
+
+# ---------------------------------------------------------------------------------------------
+# Detectron's box arithmetic
+# ---------------------------------------------------------------------------------------------
+
+def cell_anchors(stride, size, ratios=ASPECT_RATIOS):
+    """Detectron's generate_anchors: (len(ratios), 4) anchors of one level around (0, 0, stride-1,
+    stride-1): per ratio the rounded width and height of a stride² box, scaled to ``size``."""
+    w = h = float(stride)
+    x_ctr = y_ctr = 0.5 * (stride - 1)
+    out = []
+    for ratio in ratios:
+        ws = round(math.sqrt(w * h / ratio))  # numpy's round: half to even, as Python's
+        hs = round(ws * ratio)
+        ws, hs = ws * size / stride, hs * size / stride
+        out.append([x_ctr - 0.5 * (ws - 1), y_ctr - 0.5 * (hs - 1), x_ctr + 0.5 * (ws - 1), y_ctr + 0.5 * (hs - 1)])
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def decode(deltas, boxes):
+    """Detectron's bbox_transform with weights (1, 1, 1, 1): widths are x2 - x1 + 1."""
+    widths = boxes[:, 2] - boxes[:, 0] + 1.0
+    heights = boxes[:, 3] - boxes[:, 1] + 1.0
+    ctr_x, ctr_y = boxes[:, 0] + 0.5 * widths, boxes[:, 1] + 0.5 * heights
+    dx, dy = deltas[:, 0], deltas[:, 1]
+    dw, dh = deltas[:, 2].clamp(max=BBOX_XFORM_CLIP), deltas[:, 3].clamp(max=BBOX_XFORM_CLIP)
+    pred_ctr_x, pred_ctr_y = dx * widths + ctr_x, dy * heights + ctr_y
+    pred_w, pred_h = torch.exp(dw) * widths, torch.exp(dh) * heights
+    return torch.stack([pred_ctr_x - 0.5 * pred_w, pred_ctr_y - 0.5 * pred_h,
+                        pred_ctr_x + 0.5 * pred_w - 1, pred_ctr_y + 0.5 * pred_h - 1], dim=1)
+
+
+def clip(boxes, height, width):
+    """Detectron's clip_tiled_boxes: into [0, width - 1] x [0, height - 1]."""
+    x = boxes[:, 0::2].clamp(0, width - 1)
+    y = boxes[:, 1::2].clamp(0, height - 1)
+    return torch.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], dim=1)
+
+
+def _plus_one(boxes):
+    # torchvision's IoU on (x1, y1, x2 + 1, y2 + 1) is Detectron's IoU with its "+1" areas
+    return boxes + boxes.new_tensor([0.0, 0.0, 1.0, 1.0])
+
+
+def roi_levels(boxes):
+    """FPN level of each RoI: floor(4 + log2(sqrt(area) / 224 + 1e-6)) in 2..5, areas with the +1."""
+    area = (boxes[:, 2] - boxes[:, 0] + 1) * (boxes[:, 3] - boxes[:, 1] + 1)
+    level = torch.floor(CANONICAL_LEVEL + torch.log2(torch.sqrt(area) / CANONICAL_SCALE + 1e-6))
+    return level.clamp(*ROI_LEVELS).to(torch.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Detector
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Prepared:
+    """One image as the network takes it: BGR minus the pixel means, resized; its scale and size."""
+
+    image: torch.Tensor   # float32 (3, h, w), not padded
+    scale: float          # im_scale: resized / original
+    size: tuple           # (height, width) of the original image
+
+
+def image_scale(height, width, min_size, max_size):
+    """Detectron's prep_im_for_blob: the factor taking the shorter side to min_size, unless the
+    longer side would then round above max_size."""
+    scale = min_size / min(height, width)
+    if round(scale * max(height, width)) > max_size:
+        scale = max_size / max(height, width)
+    return scale
+
+
+@register("detectron_fpn")
+class DetectronFPNDetector:
+    def __init__(self, spec):
+        url, checkpoint, weights = spec.get("url"), spec.get("checkpoint"), spec.get("weights")
+        if sum(x is not None for x in (url, checkpoint, weights)) != 1:
+            raise InputError("detectron_fpn detector", "set exactly one of `url` (with `sha256`), "
+                                                       "`checkpoint: <file>` or `weights: random`")
+        if weights is not None and weights != "random":
+            raise InputError(f"weights '{weights}'", "only `weights: random` is known; use url or checkpoint")
+        self.device, _ = runtime(spec)
+        self.min_boxes, self.max_boxes, self.conf = int(spec["min_boxes"]), int(spec["max_boxes"]), float(spec["conf"])
+        if not 0 <= self.min_boxes <= self.max_boxes:
+            raise InputError("min_boxes/max_boxes", f"need 0 <= min_boxes <= max_boxes, got "
+                                                    f"{self.min_boxes}, {self.max_boxes}")
+        self.min_size = int(spec.get("min_size", TEST_SCALE))
+        self.max_size = int(spec.get("max_size", TEST_MAX_SIZE))
+        self.post_nms_topk = int(spec.get("post_nms_topk", RPN_POST_NMS_TOP_N))
+
+        model, seed = DetectronFPN(len(COCO_CLASSES)), None
+        if weights == "random":
+            seed = int(spec.get("seed", 0))
+            random_init_(model, seed)
+            self.weights = "random"
+        else:
+            path = _cached_download(url, spec.get("sha256"), spec.get("cache")) if url else Path(checkpoint)
+            if not path.is_file():
+                raise InputError(checkpoint, "checkpoint file not found")
+            if path.suffix == ".pkl":
+                doc = read_numpy_pickle(path)
+                blobs = doc.get("blobs", doc) if isinstance(doc, dict) else None
+                if not isinstance(blobs, dict) or not all(isinstance(v, np.ndarray) for v in blobs.values()):
+                    raise InputError(path, "expected Detectron's weights: a dict of numpy arrays under 'blobs'")
+                state = detectron_state_dict(blobs, model, path)
+            else:
+                state = read_state_dict(path)
+            try:
+                model.load_state_dict(state, strict=True)
+            except RuntimeError as e:
+                raise InputError(path, f"does not fit the detectron_fpn model ({str(e).splitlines()[0]})") from e
+            self.weights = sha256_file(path)
+        self.model = model.eval().requires_grad_(False).to(self.device)
+        anchors = [cell_anchors(2**lvl, ANCHOR_START_SIZE * 2 ** (lvl - RPN_LEVELS[0])) for lvl in RPN_LEVELS]
+        self.anchors = [a.to(self.device) for a in anchors]
+
+        self.name = "detectron_fpn"
+        self.class_names = list(COCO_CLASSES)
+        self.attribute_names = None
+        self.person_classes = frozenset({"person"})
+        self.feature_dim = MLP_DIM
+        self.settings = {
+            "adapter": "detectron_fpn", "model": "Detectron e2e_mask_rcnn_R-101-FPN_2x (35861858), fc7",
+            "url": url, "checkpoint": checkpoint, "weights": self.weights, "seed": seed,
+            "min_size": self.min_size, "max_size": self.max_size, "input": "BGR minus Detectron's pixel means",
+            "rpn": {"pre_nms_topk": RPN_PRE_NMS_TOP_N, "post_nms_topk": self.post_nms_topk, "nms": RPN_NMS},
+            "pooler": f"RoIAlign {POOLER_RESOLUTION}x{POOLER_RESOLUTION}, sampling {SAMPLING_RATIO}",
+            "class_nms": CLASS_NMS, "min_boxes": self.min_boxes, "max_boxes": self.max_boxes, "conf": self.conf,
+            "selection": "RPN proposals; confidence = best class score surviving that class's NMS; keep_boxes; "
+                         "boxes and features of the proposals (VisualBERT's extraction)",
+            "device": str(self.device), "torch": torch.__version__, "torchvision": torchvision.__version__,
+        }
+        log.info("detectron_fpn: %s weights, on %s", self.weights, self.device)
+
+    def prepare(self, rgb):
+        """PIL RGB image -> Prepared: BGR minus the means, resized as cv2.resize(fx=fy=scale, INTER_LINEAR)."""
+        pixels = np.asarray(rgb.convert("RGB"), dtype=np.float32)[:, :, ::-1] - np.float32(PIXEL_MEANS_BGR)
+        height, width = pixels.shape[:2]
+        scale = image_scale(height, width, self.min_size, self.max_size)
+        size = [round(height * scale), round(width * scale)]  # cv2's output size for fx = fy = scale
+        if min(size) < 1:
+            raise InputError(f"image of {width}x{height} pixels", "too elongated for the detector")
+        image = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))[None].double()
+        # bilinear with cv2's mapping: source = (destination + 0.5) / scale - 0.5, the given scale; in
+        # float64, as cv2 computes the source positions (float32 positions near 1000 are off by 1e-4)
+        image = torch.ops.aten.upsample_bilinear2d(image, size, False, scale, scale)[0].float()
+        return Prepared(image, scale, (height, width))
+
+    @torch.inference_mode()
+    def detect(self, inputs):
+        """list[Prepared] -> list[Regions], boxes in original-image pixels, best first."""
+        return [self._detect_one(x) for x in inputs]
+
+    def _detect_one(self, x):
+        rois, fc7, scores = self.forward(x)
+        boxes = rois / x.scale  # the extraction's cls_boxes: the RoIs in original-image pixels
+        confidence, label = self._confidence(boxes, scores)
+        keep = torch.from_numpy(keep_boxes(confidence.cpu().numpy(), self.min_boxes, self.max_boxes, self.conf))
+        keep = keep.to(boxes.device)
+        height, width = x.size
+        kept = torchvision.ops.clip_boxes_to_image(boxes[keep], (height, width))
+        return Regions(boxes=kept.float().cpu().numpy(), features=fc7[keep].float().cpu().numpy(),
+                       class_ids=(label[keep] - 1).cpu().numpy().astype(np.int64),
+                       class_scores=confidence[keep].float().cpu().numpy(), image_size=(height, width))
+
+    def forward(self, x):
+        """One Prepared image -> (RoIs (R, 4) in network pixels, fc7 (R, 1024), class scores (R, 81))."""
+        h, w = x.image.shape[-2:]
+        pad_h, pad_w = (math.ceil(s / COARSEST_STRIDE) * COARSEST_STRIDE for s in (h, w))
+        image = F.pad(x.image.to(self.device), (0, pad_w - w, 0, pad_h - h))[None]
+        m = self.model
+        features = m.backbone(image)
+        rois = self._proposals(features, pad_h, pad_w, x.scale)
+        fc7 = m.roi_heads.box_head(self._pool(features, rois))
+        return rois, fc7, F.softmax(m.roi_heads.cls_score(fc7), dim=-1)
+
+    def _proposals(self, features, height, width, scale):
+        """Detectron's GenerateProposals per level (im_info = the padded size) and collection."""
+        logits, deltas = self.model.rpn.head(list(features.values()))
+        boxes, probs = [], []
+        for lvl, anchors, logit, delta in zip(RPN_LEVELS, self.anchors, logits, deltas):
+            a, fh, fw = logit.shape[1:]
+            stride = 2**lvl
+            ys, xs = torch.meshgrid(torch.arange(fh, device=logit.device) * stride,
+                                    torch.arange(fw, device=logit.device) * stride, indexing="ij")
+            shifts = torch.stack([xs, ys, xs, ys], dim=-1).reshape(-1, 1, 4).to(anchors.dtype)
+            level_anchors = (shifts + anchors[None]).reshape(-1, 4)  # (H, W, A) order
+            prob = torch.sigmoid(logit[0]).permute(1, 2, 0).reshape(-1)
+            delta = delta[0].permute(1, 2, 0).reshape(-1, 4)  # (4A, H, W) -> (H, W, A) x 4
+            prob, order = prob.topk(min(RPN_PRE_NMS_TOP_N, prob.numel()))
+            box = clip(decode(delta[order], level_anchors[order]), height, width)
+            # at least one pixel wide and high in the original image (Detectron's _filter_boxes)
+            ok = ((box[:, 2] - box[:, 0]) / scale + 1 >= 1) & ((box[:, 3] - box[:, 1]) / scale + 1 >= 1)
+            box, prob = box[ok], prob[ok]
+            survivors = nms(_plus_one(box), prob, RPN_NMS)[: self.post_nms_topk]
+            boxes.append(box[survivors])
+            probs.append(prob[survivors])
+        prob, order = torch.cat(probs).topk(min(self.post_nms_topk, sum(len(p) for p in probs)))
+        return torch.cat(boxes)[order]
+
+    def _pool(self, features, rois):
+        """(R, 256, 7, 7) RoIAlign features, each RoI on its FPN level, in RoI order."""
+        levels = roi_levels(rois)
+        out = rois.new_zeros((len(rois), FPN_DIM, POOLER_RESOLUTION, POOLER_RESOLUTION))
+        for lvl in range(ROI_LEVELS[0], ROI_LEVELS[1] + 1):
+            idx = torch.nonzero(levels == lvl).flatten()
+            if len(idx):
+                out[idx] = roi_align(features[lvl], [rois[idx]], POOLER_RESOLUTION, 1.0 / 2**lvl,
+                                     SAMPLING_RATIO, aligned=False)
+        return out
+
+    @staticmethod
+    def _confidence(boxes, scores):
+        """The extraction's max_conf per RoI, and the class giving it: the first class (1..80) with
+        that score among those whose NMS the RoI survives; the best class if it survives none."""
+        num = scores.shape[1] - 1
+        cls = torch.arange(1, num + 1, device=boxes.device).repeat_interleave(len(boxes))
+        flat = scores[:, 1:].T.reshape(-1)  # class-major, as cls
+        kept = batched_nms(_plus_one(boxes).repeat(num, 1), flat, cls, CLASS_NMS)
+        roi, value = kept % len(boxes), flat[kept]
+        best = torch.zeros(len(boxes), dtype=scores.dtype, device=boxes.device)
+        best.scatter_reduce_(0, roi, value, reduce="amax")
+        label = scores[:, 1:].argmax(dim=1) + 1
+        top = value == best[roi]
+        first = torch.full_like(label, num + 1).scatter_reduce_(0, roi[top], cls[kept][top], reduce="amin")
+        return best, torch.where(first <= num, first, label)
+
+
+def _cached_download(url, sha256, cache):
+    """``url`` downloaded once into ``<cache>/detectron/`` and checked against ``sha256`` when given."""
+    dest = Path(cache or "results/cache") / "detectron" / Path(url.split("?")[0]).name
+    if not dest.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with atomic_path(dest) as tmp, open(tmp, "wb") as out:
+                got = download(url, out, timeout=60, retries=3, max_bytes=2**30, backoff=1.0)
+                if sha256 and got != sha256:
+                    raise InputError(url, f"sha256 {got} differs from the pinned {sha256}")
+        except DownloadError as e:
+            raise InputError(url, f"{e.reason}; set `checkpoint:` to a local copy") from None
+    elif sha256 and sha256_file(dest) != sha256:
+        raise InputError(dest, f"sha256 differs from the pinned {sha256}; delete it to download again")
+    return dest

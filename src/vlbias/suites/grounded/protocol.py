@@ -1,0 +1,88 @@
+"""The grounded protocol: the paper's text or the authors' code, one documented switch per difference.
+
+Ross et al.'s printed Tables 3-7 came from their code (candacelax/bias-in-vision-and-language @
+162298016af6d728453a8c3d47554a6e87e18be2), which differs from the paper's text in the places below
+(docs/grounded.md has the table with the evidence). A protocol is a preset, ``authors`` (what
+produced the printed numbers) or ``paper`` (what the text says), optionally with single switches
+flipped, so the effect of each undocumented choice can be seen on its own:
+
+    resolve("authors")                                   # every switch as the authors' code
+    resolve({"preset": "paper", "token_mask": "word"})   # the paper, but the authors' token mask
+
+Each switch acts in one place of the pipeline (``Switch.acts_in``): the VisualBERT model and its
+detector (row 1), the vision-language encoders' options (rows 3, 6), the regions masked by mask I
+(row 5), the stimulus loader (row 7), the experiment job (row 4). Row 2 (VisualBERT's region token
+type) is no switch: both presets use the value VisualBERT was pre-trained with (vlbias.models.visualbert).
+"""
+
+from dataclasses import dataclass
+
+from vlbias.errors import InputError
+
+
+@dataclass(frozen=True)
+class Switch:
+    row: int          # the row of docs/grounded.md's table
+    values: tuple     # (the paper's value, the authors' value)
+    acts_in: str      # where the workflow applies it
+    meaning: str
+
+
+SWITCHES = {
+    "visualbert": Switch(
+        1, ("paper", "authors"), "the VisualBERT model entry and its region detector",
+        "paper: uclanlp/visualbert-vqa-coco-pre on 2048-d bottom-up (Visual Genome) regions; authors: "
+        "nlvr2_coco_pre_trained.th (uclanlp/visualbert-nlvr2-coco-pre), visual_embedding_dim 1024, on the "
+        "fc7 features of Detectron's COCO R-101-FPN (detector detectron_fpn, 10-100 boxes at 0.2, "
+        "image_feature_cap 144)"),
+    "ws_vector": Switch(
+        3, ("language", "language+visual"), "encoder option of two-stream models (LXMERT, ViLBERT)",
+        "W and S vectors: the language [CLS] state, or it concatenated with the vision stream's first state"),
+    "masked_statistic": Switch(
+        4, ("2", "1"), "experiment job (run_experiments)",
+        "experiment 3 with masking runs experiment 2's test (the text) or experiment 1's (the code)"),
+    "image_mask": Switch(
+        5, ("persons", "labels"), "embedding job: the regions mask I hides",
+        "persons: every region the detector labels as a person (the store's is_person); labels: regions "
+        "whose label is one of the test's mask.region_labels (vlbias.regions.regions_with_labels)"),
+    "token_mask": Switch(
+        6, ("piece", "word"), "encoder option of every vision-language model",
+        "mask T: one [MASK] per sub-token of every mask term, or one [MASK] per occurrence of the first "
+        "term found, [PAD] appended"),
+    "caption_indices": Switch(
+        7, ("number", "digits"), "stimulus loader (load_grounded_stimulus)",
+        "caption indices upstream wrote as text (\"12\"): caption 12, or captions 1 and 2"),
+}
+PRESETS = {name: {k: s.values[i] for k, s in SWITCHES.items()} for i, name in enumerate(("paper", "authors"))}
+
+
+def resolve(protocol):
+    """{switch: value} of ``protocol``: a preset name, or a mapping with ``preset`` and any switches
+    to override. Unknown presets, switches and values are errors naming them."""
+    if isinstance(protocol, str):
+        protocol = {"preset": protocol}
+    if not isinstance(protocol, dict) or "preset" not in protocol:
+        raise InputError("protocol", f"expected a preset name ({', '.join(PRESETS)}) or a mapping with 'preset'")
+    preset = protocol["preset"]
+    if preset not in PRESETS:
+        raise InputError(f"protocol preset '{preset}'", f"must be one of {', '.join(PRESETS)}")
+    out = dict(PRESETS[preset])
+    for key, value in protocol.items():
+        if key == "preset":
+            continue
+        if key not in SWITCHES:
+            raise InputError(f"protocol switch '{key}'", f"unknown (switches: {', '.join(SWITCHES)})")
+        if value not in SWITCHES[key].values:
+            raise InputError(f"protocol switch '{key}'", f"is {value!r}; must be one of "
+                                                         f"{', '.join(map(repr, SWITCHES[key].values))}")
+        out[key] = value
+    return out
+
+
+def encoder_options(switches, family):
+    """Options of the vision-language encoder entry of ``family`` (vlbias.models.vl): token_mask for
+    every family, ws_vector for the two-stream ones."""
+    options = {"token_mask": switches["token_mask"]}
+    if family in ("lxmert", "vilbert"):
+        options["ws_vector"] = switches["ws_vector"]
+    return options

@@ -1,0 +1,47 @@
+"""The grounded protocol presets (vlbias.suites.grounded.protocol): each switch resolves, routes to
+the part of the pipeline it acts in, and rejects what it does not know."""
+
+import pytest
+
+from vlbias.errors import InputError
+from vlbias.models import build
+from vlbias.suites.grounded.protocol import PRESETS, SWITCHES, encoder_options, resolve
+
+
+def test_presets_set_every_switch_to_its_papers_or_authors_value():
+    assert set(PRESETS["paper"]) == set(PRESETS["authors"]) == set(SWITCHES)
+    assert PRESETS["paper"] == {"visualbert": "paper", "ws_vector": "language", "masked_statistic": "2",
+                                "image_mask": "persons", "token_mask": "piece", "caption_indices": "number"}
+    assert PRESETS["authors"] == {"visualbert": "authors", "ws_vector": "language+visual", "masked_statistic": "1",
+                                  "image_mask": "labels", "token_mask": "word", "caption_indices": "digits"}
+    assert sorted(s.row for s in SWITCHES.values()) == [1, 3, 4, 5, 6, 7]  # row 2 is no switch
+
+
+def test_one_switch_flipped_changes_that_switch_only():
+    flipped = resolve({"preset": "paper", "token_mask": "word"})
+    assert flipped == {**PRESETS["paper"], "token_mask": "word"}
+    assert resolve("authors") == PRESETS["authors"]
+
+
+@pytest.mark.parametrize("protocol, message", [
+    ("author", "protocol preset 'author': must be one of paper, authors"),
+    ({"token_mask": "word"}, "protocol: expected a preset name"),
+    ({"preset": "paper", "tokens": "word"}, "protocol switch 'tokens': unknown"),
+    ({"preset": "paper", "masked_statistic": 1}, "protocol switch 'masked_statistic': is 1; must be one of '2', '1'"),
+])
+def test_bad_protocols_are_named(protocol, message):
+    with pytest.raises(InputError, match=message):
+        resolve(protocol)
+
+
+def test_encoder_options_build_the_encoders():
+    authors = resolve("authors")
+    assert encoder_options(authors, "visualbert") == {"token_mask": "word"}
+    assert encoder_options(authors, "lxmert") == {"token_mask": "word", "ws_vector": "language+visual"}
+    spec = {"adapter": "lxmert", "weights": "random", "device": "cpu",
+            "config": {"hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 20, "l_layers": 1,
+                       "x_layers": 1, "r_layers": 1, "num_qa_labels": 2, "visual_feat_dim": 8}}
+    encoder = build({**spec, **encoder_options(authors, "lxmert")})
+    assert encoder.info["token_mask"] == "word" and encoder.output_dim("S") == 32
+    paper = build({**spec, **encoder_options(resolve("paper"), "lxmert")})
+    assert paper.info["ws_vector"] == "language" and paper.output_dim("S") == 16
