@@ -24,6 +24,8 @@ _MODULES = {
     "visualbert": "vlbias.models.visualbert",
     "lxmert": "vlbias.models.lxmert",
     "bert_mlm": "vlbias.models.bert_mlm",
+    "igpt": "vlbias.models.igpt",
+    "simclr": "vlbias.models.simclr",
 }
 _ADAPTERS = Registry("model", _MODULES)
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the
