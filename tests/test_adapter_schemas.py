@@ -3,7 +3,6 @@
 import jsonschema
 import pytest
 import yaml
-
 from conftest import REPO
 from test_igpt import TINY as IGPT
 from test_models import TINY_TEXT as OPEN_CLIP

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO
+
 from vlbias.images.decode import ImageDecodeError, prepare
 from vlbias.io.fetch import read_manifest
 from vlbias.io.published import read_ieat_csv

@@ -105,8 +105,8 @@ class OpenClipImageEncoder:
         if not (self.tokenizer_name in open_clip.list_models() or self.tokenizer_name in _DEFINED
                 or self.tokenizer_name.startswith(("hf-hub:", "local-dir:"))):
             # open_clip would fall back to OpenAI's tokenizer without a word
-            raise InputError(f"tokenizer '{self.tokenizer_name}'", "not an open_clip model name (see "
-                                                                   "open_clip.list_models()), hf-hub:<id> or local-dir:<path>")
+            raise InputError(f"tokenizer '{self.tokenizer_name}'", "not an open_clip model name (see open_clip."
+                                                                   "list_models()), hf-hub:<id> or local-dir:<path>")
         self._tokenizer = None  # built on the first encode_texts: image-only runs never need it
         self.info = {
             "adapter": "open_clip",
@@ -180,8 +180,9 @@ class OpenClipImageEncoder:
                 tokens = self._tokenizer(texts[start:start + self.batch_size]).to(self.device)
                 vocab = getattr(self.model, "vocab_size", None)
                 if vocab is not None and int(tokens.max()) >= vocab:
-                    raise InputError(f"tokenizer '{self.tokenizer_name}'", f"gives token ids up to {int(tokens.max())}, "
-                                                                          f"beyond the text tower's {vocab} embeddings")
+                    raise InputError(f"tokenizer '{self.tokenizer_name}'",
+                                     f"gives token ids up to {int(tokens.max())}, beyond the text tower's {vocab} "
+                                     "embeddings")
                 emb = self.model.encode_text(tokens)
                 assert emb.shape == (len(tokens), self.dim), emb.shape
                 out[start:start + len(tokens)] = emb.float().cpu().numpy()
