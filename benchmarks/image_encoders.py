@@ -9,7 +9,7 @@ For each encoder (random weights: the speed is the real model's), at batch 1 and
 Images are generated 640x480 JPEGs (benchmarks/regions.py), as many as the batch (at least 4);
 each figure is the best of ``--repeats`` runs, after a one-image warm-up.
 
-    python benchmarks/image_encoders.py [--encoders igpt-s simclr-r152-3x-sk1 clip-vit-b-32]
+    python benchmarks/image_encoders.py [--encoders igpt-s simclr-r152-3x-sk1 simclr-r50-1x-sk1 clip-vit-b-32]
                                         [--batches 1 32] [--device cpu] [--threads 2] [--repeats 1]
 """
 
@@ -31,6 +31,8 @@ ENCODERS = {
     # the paper's SimCLRv2 (r152_3x_sk1, 795M parameters) at 224; store at 224, area
     "simclr-r152-3x-sk1": ({"adapter": "simclr", "depth": 152, "width": 3, "sk": 1, "weights": "random"},
                            224, "area"),
+    # the smallest SimCLRv2 (r50_1x_sk1): the paper's r152_3x_sk1 is ~13x its work per image
+    "simclr-r50-1x-sk1": ({"adapter": "simclr", "depth": 50, "width": 1, "sk": 1, "weights": "random"}, 224, "area"),
     # an open_clip ViT-B/32 (both towers built; the image tower runs); store at 224, bicubic
     "clip-vit-b-32": ({"adapter": "open_clip", "arch": "ViT-B-32", "random_init": True}, 224, "bicubic"),
 }
