@@ -24,7 +24,7 @@ test: setup
 
 benchmark: setup
 	$(BIN)/python benchmarks/permutation_engine.py
-	$(BIN)/python benchmarks/ieat_tables.py
+	$(BIN)/python benchmarks/workflow.py
 	$(BIN)/python benchmarks/regions.py
 	$(BIN)/python benchmarks/grounded_embed.py
 

@@ -1,7 +1,13 @@
 # vlbias: social-bias association tests for vision, language and vision-language models.
 # `snakemake --cores N` builds every table of the configured suites; see README.md.
 
-from snakemake.utils import min_version, validate
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version
+
+from vlbias.config import check_config
+from vlbias.workdir import claim
 
 min_version("8.20")
 
@@ -9,7 +15,14 @@ min_version("8.20")
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# every key, model and detector entry checked (defaults filled in) before anything runs
+check_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+
+# after a run killed hard: its stale locks and temporary files go, so this run just starts
+# (not in the jobs a cluster executor starts: they run inside the main process's run)
+if workflow.is_main_process:
+    for path in claim(folders=["results", config["cache"]]):
+        print(f"removed {path}: left by an interrupted run", file=sys.stderr)
 
 
 include: "workflow/rules/common.smk"
@@ -19,12 +32,12 @@ include: "workflow/rules/grounded.smk"
 include: "workflow/rules/regions.smk"
 include: "workflow/rules/mlm.smk"
 include: "workflow/rules/grounded_tests.smk"
-include: "workflow/rules/associate.smk"
 
 
 rule all:
     input:
-        all_targets(),
+        ieat_targets(),
+        seat_targets(),
         grounded_targets(),
         regions_targets(),
         mlm_targets(),

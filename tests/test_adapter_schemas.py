@@ -2,25 +2,18 @@
 
 import jsonschema
 import pytest
-import yaml
-from conftest import REPO
 from test_igpt import TINY as IGPT
 from test_models import TINY_TEXT as OPEN_CLIP
 from test_simclr import R50_SK1 as SIMCLR
 
-SCHEMAS = REPO / "src/vlbias/schemas/models"
+from vlbias.config import adapter_schema
 
 
 def schema(adapter):
-    """The adapter's schema with its fragments merged, every other key refused (adapter, threads: the workflow's)."""
-    own = yaml.safe_load((SCHEMAS / f"{adapter}.yaml").read_text())
-    properties = {"adapter": {"const": adapter}, "threads": {"type": "integer", "minimum": 1}}
-    for name in own.get("include", []):
-        properties |= yaml.safe_load((SCHEMAS / f"{name}.yaml").read_text())["properties"]
-    properties |= own["properties"]
-    assert own["description"]
-    return {"type": "object", "properties": properties, "required": own.get("required", []),
-            "additionalProperties": False}
+    """The adapter's keys (vlbias.config.adapter_schema) and the workflow's, every other key refused."""
+    own = adapter_schema("models", adapter)
+    return {**own, "additionalProperties": False,
+            "properties": {**own["properties"], "adapter": {"const": adapter}, "threads": {"type": "integer"}}}
 
 
 @pytest.mark.parametrize("adapter,entry", [

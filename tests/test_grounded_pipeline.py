@@ -3,6 +3,7 @@ vocabulary, a tiny region store), the experiments on their output, the paper-lay
 hand-made rows, and the full table set built by the real Snakefile on a tiny project."""
 
 import json
+import re
 from types import SimpleNamespace
 
 import h5py
@@ -17,7 +18,8 @@ from vlbias.models.vl import Visual
 from vlbias.regions import Regions
 from vlbias.regions.store import RegionStore, write_region_store
 from vlbias.report.grounded import NA, paper_table, to_frame, to_latex, to_markdown
-from vlbias.suites.grounded.jobs import embed_test, embedding_combos, read_embeddings, run_experiments
+from vlbias.io.cache import RecordCache
+from vlbias.suites.grounded.jobs import embed_tests, embedding_combos, read_embeddings, run_experiments
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 
 TINY = {
@@ -97,9 +99,10 @@ def embedded(tmp_path_factory, encoders):
     out = {}
     for name, encoder in encoders.items():
         with RegionStore(store) as s:
-            dropped = embed_test(stimulus, encoder, s, root / f"{name}.h5", ["W", "S", "C"], {"T": ["S"], "I": ["S"]},
-                                 attrs={"dataset": "google", "test": "toy-a", "name": stimulus.name, "model": name,
-                                        "column": name, "detector": "toy"}, manifest_rows=manifest, chunk=3)
+            dropped = embed_tests([stimulus], encoder, s, root / f"{name}.h5", ["W", "S", "C"],
+                                  {"T": ["S"], "I": ["S"]}, attrs={"dataset": "google", "model": name, "column": name,
+                                                                   "detector": "toy"},
+                                  manifest_rows=manifest, chunk=3)
         out[name] = (root / f"{name}.h5", dropped)
     return stimulus, store, out
 
@@ -113,7 +116,9 @@ def test_combos_follow_the_config_and_image_masking_support():
 def test_embedding_file_layout_counts_and_dropped_pairs(embedded):
     stimulus, _, out = embedded
     path, dropped = out["lxmert"]
-    with h5py.File(path) as f:
+    with h5py.File(path) as root:
+        assert list(root) == ["toy-a"] and root["toy-a"].attrs["stimulus_sha256"]
+        f = root["toy-a"]
         assert sorted((lv, m) for lv in f for m in f[lv]) == [("C", "none"), ("S", "I"), ("S", "T"), ("S", "none"),
                                                               ("W", "none")]
         assert f["S/none/X/embeddings"].shape == (2, 32) and f["S/none/X/embeddings"].dtype == np.float32
@@ -123,7 +128,8 @@ def test_embedding_file_layout_counts_and_dropped_pairs(embedded):
         assert f["S/none/A_x"].attrs["n"] == 2 and f["S/T/A_x"].attrs["n"] == 1 and f["C/none/A_x"].attrs["n"] == 1
         assert f["S/T/A_x"].attrs["n_listed"] == 2 and f["S/T/A_x"].attrs["n_dropped"] == 1
         assert [w.decode() for w in f["C/none/X/word"][()]] == ["John", "Paul"]
-        assert f.attrs["detector"] == "toy" and json.loads(f.attrs["info"])["weights"] == "random-init"
+        assert root.attrs["detector"] == "toy" and json.loads(root.attrs["info"])["weights"] == "random-init"
+    assert {d["test"] for d in dropped} == {"toy-a"}
     reasons = {(d["level"], d["mask"], d["role"], d["caption"]): d["reason"] for d in dropped}
     assert reasons[("S", "none", "B_y", "This is home.")] == "not obtained: HTTP 404"
     assert reasons[("C", "none", "A_x", "A building.")] == "the caption contains none of the test's contextual words"
@@ -136,7 +142,9 @@ def test_embeddings_are_the_encoders_own(embedded, encoders):
     first contextual word, T with the test's mask terms, I with person regions masked."""
     stimulus, store, out = embedded
     enc = encoders["lxmert"]
-    with RegionStore(store) as s, h5py.File(out["lxmert"][0]) as f:
+    with RegionStore(store) as s, h5py.File(out["lxmert"][0]) as root:
+        f = root["toy-a"]
+
         def visual(i):
             regions, person = s.get(i)
             return Visual(regions.features, s.boxes_norm(i), person)
@@ -159,7 +167,7 @@ def test_embeddings_are_the_encoders_own(embedded, encoders):
 def test_visualbert_has_no_image_masked_embeddings(embedded):
     path, dropped = embedded[2]["visualbert"]
     with h5py.File(path) as f:
-        assert "I" not in f["S"] and json.loads(f.attrs["not_applicable"]) == ["S/I"]
+        assert "I" not in f["toy-a/S"] and json.loads(f["toy-a"].attrs["not_applicable"]) == ["S/I"]
 
 
 def test_a_coco_test_reads_its_acquisition_ids_and_a_missing_level_is_listed(tmp_path, encoders):
@@ -167,10 +175,10 @@ def test_a_coco_test_reads_its_acquisition_ids_and_a_missing_level_is_listed(tmp
     stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "coco/toy-c.yaml", doc))
     assert stimulus.image_ids()[0] == "toy-c/A_x/a_x0.jpg"  # <test>/<image set>/<file>, as its manifest
     with RegionStore(write_store(tmp_path / "store.h5", image_ids(doc))) as store:
-        dropped = embed_test(stimulus, encoders["visualbert"], store, tmp_path / "e.h5", ["W", "S"], {})
+        dropped = embed_tests([stimulus], encoders["visualbert"], store, tmp_path / "e.h5", ["W", "S"], {})
     with h5py.File(tmp_path / "e.h5") as f:
-        assert list(f) == ["S"] and [f[f"S/none/{r}"].attrs["n"] for r in ROLES] == [2] * 6
-    assert dropped == [{"level": "W", "mask": "none", "role": "", "caption": "", "image": "",
+        assert list(f["toy-c"]) == ["S"] and [f[f"toy-c/S/none/{r}"].attrs["n"] for r in ROLES] == [2] * 6
+    assert dropped == [{"test": "toy-c", "level": "W", "mask": "none", "role": "", "caption": "", "image": "",
                         "reason": "the stimulus has no word-level captions"}]
 
 
@@ -184,9 +192,10 @@ def test_experiments_on_an_embedding_file(embedded):
     assert all(r["status"] == "ok" and 0 < r["p"] <= 1 for r in rows)
     s = next(r for r in rows if r["experiment"] == "2" and r["level"] == "S")
     assert (s["n_X"], s["n_B_y"], s["exact"], s["seed"], s["model"], s["detector"]) == (2, 1, True, 3, "lxmert", "toy")
-    sets, _ = read_embeddings(path)
+    assert (s["test"], s["name"]) == ("toy-a", "Toy toy-a")
+    sets, _, _ = read_embeddings(path)
     from vlbias.stats.grounded import experiment2
-    ref = experiment2(*(sets[("S", "none")][r] for r in ROLES), n_samples=50, seed=3)
+    ref = experiment2(*(sets["toy-a"][("S", "none")][r] for r in ROLES), n_samples=50, seed=3)
     assert (s["d"], s["p"]) == (ref.effect_size, ref.p)
     e3 = next(r for r in rows if r["experiment"] == "3" and r["level"] == "S")
     assert {"d_x", "d_y", "p_x", "p_y"} <= set(e3)
@@ -353,13 +362,14 @@ def test_the_full_table_set_is_built(project):
     missing = pd.read_csv(project / "results/grounded/table3.missing.tsv", sep="\t", dtype=str)
     gone = missing[missing["image"] == "toy-b/attr2/b_y1.jpg"]
     assert set(gone["model"]) == {"visualbert", "lxmert"} and gone["reason"].str.startswith("not obtained").all()
-    with h5py.File(project / "results/embeddings/grounded/google/lxmert/toy-a.h5") as f:
+    with h5py.File(project / "results/embeddings/grounded/google/lxmert.h5") as f:
         assert f.attrs["detector"] == "frcnn-tiny" and len(f.attrs["region_store_sha256"]) == 64
+        assert sorted(f) == ["toy-a", "toy-b"]
 
 
 @pytest.mark.workflow
 def test_second_run_does_nothing_and_a_stimulus_edit_reruns_its_jobs_only(project):
-    from test_workflow import planned_jobs
+    from test_workflow import planned_jobs, snakemake
 
     assert planned_jobs(project, *TABLES) == {}
     path = project / "resources/stimuli/grounded/google/toy-b.yaml"
@@ -367,5 +377,32 @@ def test_second_run_does_nothing_and_a_stimulus_edit_reruns_its_jobs_only(projec
     doc["levels"]["sentence"]["captions"]["X"][1] = "Here is Paul."
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     planned = planned_jobs(project, *TABLES)
-    # toy-b on both models; the tables that show toy-b (3, 4, 5, 7), not Table 6
-    assert planned == {"grounded_embed": 2, "grounded_experiment": 2, "grounded_table": 4}
+    # one embedding and one experiment job per model of the dataset; every table reading its results
+    assert planned == {"grounded_embed": 2, "grounded_experiment": 2, "grounded_table": 5}
+    snakemake(project, *TABLES)
+    # the embedding cache: only the edited caption's pairs (X, at S and C, unmasked and T and I) are new
+    for model in ("visualbert", "lxmert"):
+        log = (project / f"results/logs/grounded_embed/google/{model}.log").read_text()
+        done = re.search(r"pairs: (\d+)/(\d+) done .*; (\d+) from the cache", log)
+        assert done and int(done[2]) - int(done[3]) == {"visualbert": 3, "lxmert": 4}[model], done
+
+
+def test_the_embedding_cache_gives_the_vectors_computed_without_it(tmp_path, encoders, embedded):
+    stimulus, store, out = embedded
+    encoder = encoders["lxmert"]
+    with RegionStore(store) as s:
+        with RecordCache(tmp_path / "cache") as cache:
+            embed_tests([stimulus], encoder, s, tmp_path / "first.h5", ["W", "S", "C"], {"T": ["S"], "I": ["S"]},
+                        cache=cache)
+            assert cache.hits == 0 and len(cache) > 0
+        with RecordCache(tmp_path / "cache") as cache:
+            embed_tests([stimulus], encoder, s, tmp_path / "second.h5", ["W", "S", "C"], {"T": ["S"], "I": ["S"]},
+                        cache=cache)
+            assert cache.misses == 0 and cache.hits == len(cache)
+    first, _, _ = read_embeddings(tmp_path / "first.h5")
+    second, _, _ = read_embeddings(tmp_path / "second.h5")
+    uncached, _, _ = read_embeddings(out["lxmert"][0])
+    for key, roles in uncached["toy-a"].items():
+        for role, vectors in roles.items():
+            np.testing.assert_array_equal(second["toy-a"][key][role], first["toy-a"][key][role])
+            np.testing.assert_allclose(first["toy-a"][key][role], vectors, atol=1e-5)  # other batches: float noise

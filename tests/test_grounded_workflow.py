@@ -62,27 +62,26 @@ def read(path):
 
 def test_status_and_failure_tables(project):
     out = project / "results/images/grounded/google"
-    a = read(out / "toy-a.tsv")
-    assert list(a.columns) == STATUS_COLUMNS
+    dataset = read(out / "manifest.tsv")
+    assert list(dataset.columns) == STATUS_COLUMNS and len(dataset) == len(MANIFEST)
+    a = dataset[dataset["test"] == "toy-a"]
     assert list(zip(a["file"], a["status"])) == [("a0.jpg", "ok"), ("a1.png", "ok"), ("page.jpg", "failed"),
                                                  ("gone.jpg", "failed")]
     ok = a[a["status"] == "ok"]
     assert all((project / p).read_bytes() == ROUTES[f] for p, f in zip(ok["path"], ok["file"]))
     assert ok["path"].iloc[0] == "results/cache/grounded/data/google-images/toy-a/targ1/a0.jpg"
     assert list(ok["width"]) == ["12", "12"] and list(ok["height"]) == ["9", "9"]
-    failures = read(out / "toy-a.failures.tsv").set_index("file")
+    failures = read(out / "failures.tsv").set_index("file")
     assert "looks like HTML" in failures.loc["page.jpg", "reason"]
     assert failures.loc["gone.jpg", "reason"] == "could not download: HTTP 404 Not Found"
-    assert (project / "results/logs/grounded_images/google/toy-a.log").read_text().rstrip().endswith(
-        "toy-a: 2 of 4 images arrived")
-
-    dataset = read(out / "manifest.tsv")
-    assert list(dataset.columns) == STATUS_COLUMNS and len(dataset) == len(MANIFEST)
-    # a duplicate across tests is marked in the dataset's table, not in its test's own
-    assert read(out / "toy-b.tsv").set_index("file").loc["dup.jpg", "reason"] == ""
+    assert (project / "results/logs/grounded_images/google.log").read_text().rstrip().endswith(
+        "google: 4 of 7 images arrived")
+    # a duplicate across tests is marked in the dataset's table
     assert dataset.set_index("file").loc["dup.jpg", "reason"] == "duplicate of toy-a/targ1/a0.jpg"
-    assert list(read(out / "failures.tsv")["file"]) == ["page.jpg", "gone.jpg", "nourl.jpg"]
-    assert read(out / "failures.tsv").set_index("file").loc["nourl.jpg", "reason"] == "no URL in the manifest"
+    assert list(failures.index) == ["page.jpg", "gone.jpg", "nourl.jpg"]
+    assert failures.loc["nourl.jpg", "reason"] == "no URL in the manifest"
+    summary = read(out / "summary.tsv").set_index("test")
+    assert summary.loc["toy-a", "obtained"] == "2" and summary.loc["toy-b", "failed"] == "1"
 
 
 def test_table1(project):

@@ -80,3 +80,26 @@ def test_image_manifest_matches_the_mirror(mirror):
     # the one file absent from the mirror is listed without a checksum
     assert missing == ["professional2_google.jpg"]
     assert not (mirror / "ieat/data/experiments/gender/career/professional2_google.jpg").exists()
+
+
+def test_published_vectors_keep_their_precision_and_give_the_authors_effect_sizes(stores, mirror):
+    """The store holds the published numbers exactly (float64), so d equals the authors' formula on
+    their own CSV values to 1e-9 (rounding them to float32 moved d by up to 1e-7)."""
+    from vlbias.io.published import read_ieat_csv
+    from vlbias.io.store import read_set
+    from vlbias.stats import reference
+
+    manifest = {(r["model_file"], r["category"]): r["path"] for r in read_manifest(
+        REPO / "resources/manifests/ieat_embeddings.tsv")}
+    worst = 0.0
+    for test in ("gender-career", "race", "intersectional-valence-wmbm"):
+        stim = load_stimulus(REPO / f"resources/stimuli/ieat/{test}.yaml")
+        published = {}
+        for s, st in stim.sets.items():
+            raw, _ = read_ieat_csv(mirror / "ieat" / manifest[("igpt_l_32", st.category)])
+            stored, _ = read_set(stores["igpt"], st.key)
+            assert stored.dtype == "float64" and (stored == raw).all()
+            published[s] = raw
+        ours = run_test(stim, stores["igpt"], "igpt", n_samples=10, seed=0)["d"]
+        worst = max(worst, abs(ours - reference.effect_size(*(published[s] for s in "XYAB"))))
+    assert worst < 1e-9, worst

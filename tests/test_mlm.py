@@ -116,6 +116,32 @@ def test_three_pieces_are_revealed_left_to_right(models, tokenizer):
     assert rec.fills == [[], ids[:1], ids[:2], []]
 
 
+def test_cached_log_probabilities_are_reused_and_keyed_by_the_image(models, tmp_path):
+    from vlbias.io.cache import RecordCache
+
+    model = models["lxmert"]
+    regions = {"a": visual(2, 0), "b": visual(3, 1)}
+    queries = [Query(CAPTION, "handbag", None), Query(CAPTION, "purse", "a"), Query(CAPTION, "purse", "b")]
+    plain = entity_logprobs(model, queries, regions)
+    with RecordCache(tmp_path) as cache:
+        first = entity_logprobs(model, queries, regions, cache)
+    assert cache.misses == 3
+    with RecordCache(tmp_path) as cache:
+        calls = []
+        model.mask_logprobs, real = (lambda *a, **k: calls.append(1) or real(*a, **k)), model.mask_logprobs
+        try:
+            again = entity_logprobs(model, queries, regions, cache)
+            # other regions under the same image id are another query
+            changed = {**regions, "b": Visual(regions["b"].features + 1, regions["b"].boxes_norm,
+                                              regions["b"].is_person)}
+            other = entity_logprobs(model, queries[2:], changed, cache)
+        finally:
+            del model.mask_logprobs
+    np.testing.assert_allclose(first, plain, atol=1e-5)
+    np.testing.assert_array_equal(again, first)
+    assert cache.hits == 3 and len(calls) == 1 and other[0] != pytest.approx(first[2], abs=1e-6)
+
+
 def test_fill_errors_and_text_only_reference(models):
     bert = models["bert_mlm"]
     with pytest.raises(InputError, match="has 1 \\[MASK\\]s; filling 1 leaves none"):

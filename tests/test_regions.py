@@ -274,3 +274,28 @@ def test_no_images_gives_an_empty_store(tmp_path):
         assert store.ids == [] and store.attrs["n_regions"] == 0
     with h5py.File(out) as f:
         assert f["regions/features"].shape == (0, 6) and f["images/start"].shape == (0,)
+
+
+def test_a_rerun_detects_only_images_the_cache_has_not_seen(images, tmp_path):
+    from vlbias.io.cache import RecordCache
+    from vlbias.regions.extract import detector_fingerprint
+
+    detector = build({"adapter": "fake-test"})
+    calls = []
+    detect = detector.detect
+    detector.detect = lambda inputs: calls.append(len(inputs)) or detect(inputs)
+    folder = tmp_path / "cache" / detector_fingerprint(detector)
+    first = [e for e in images if e[0] != "t/x/a.png"]
+    with RecordCache(folder) as cache:
+        s1 = extract_regions(first, detector, tmp_path / "first.h5", batch_size=2, cache=cache)
+    assert s1["n_cached"] == 0 and sum(calls) == len(SIZES) - 1
+    calls.clear()
+    with RecordCache(folder) as cache:  # the manifest gained one image: only it meets the detector
+        s2 = extract_regions(images, detector, tmp_path / "second.h5", batch_size=2, cache=cache)
+    assert calls == [1] and s2["n_cached"] == len(SIZES) - 1 and s2["n_skipped"] == 3
+    uncached = tmp_path / "uncached.h5"
+    extract_regions(images, build({"adapter": "fake-test"}), uncached, batch_size=3)
+    with h5py.File(tmp_path / "second.h5") as a, h5py.File(uncached) as b:
+        for name in ("images/id", "images/start", "images/count", "regions/boxes", "regions/features",
+                     "regions/class_id", "regions/attr_id", "regions/is_person", "skipped/id"):
+            np.testing.assert_array_equal(a[name][()], b[name][()], err_msg=name)

@@ -1,11 +1,14 @@
 """The real Snakefile on a tiny generated project: tiny images, a tiny random open_clip model,
 tiny published embeddings, two SEAT tests on the real MiniLM encoder."""
 
+import copy
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +97,7 @@ def make_project(root):
             "embeddings_manifest": "resources/manifests/embeddings.tsv",
             "published": "resources/published.tsv",
             "models": {"pub": {"source": "published", "file": "pub", "model_id": "toy", "revision": "r1"},
-                       "tiny-clip": TINY_CLIP},
+                       "tiny-clip": copy.deepcopy(TINY_CLIP)},
             "tables": {"t1": {"caption": "toy", "models": ["pub", "tiny-clip"], "tests": ["flower-insect"]},
                        "t2": {"caption": "toy 2", "models": ["pub"], "tests": ["insect-flower"]}},
             "specificity": {"test": "flower-insect", "models": ["pub"], "n_tests": 20, "n_samples": 200,
@@ -178,12 +181,15 @@ def edit(path, old, new):
 def test_editing_one_stimulus_reruns_only_its_jobs(project):
     # (Snakemake reruns on changed content: a bare touch with the same content reruns nothing)
     edit(project / "resources/stimuli/ieat/insect-flower.yaml", "label: Pleasant", "label: Pleasant images")
-    assert planned_jobs(project) == {"associate": 1, "ieat_table": 1, "all": 1}
+    assert planned_jobs(project) == {"ieat_table": 1, "all": 1}
     snakemake(project)
     edit(project / "resources/stimuli/seat/weat-toy.yaml", "- joy", "- delight")
-    assert planned_jobs(project) == {"seat_embed": 1, "associate": 1, "seat_table": 1, "all": 1}
+    assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "all": 1}
     snakemake(project)
     assert planned_jobs(project) == {}
+    # the encoder's job reran, but only the new word met the model: the rest came from its cache
+    log = (project / "results/logs/seat_embed/minilm.log").read_text()
+    assert re.search(r"texts: 16/16 done in .*; 15 from the cache", log), log
 
 
 def test_invalid_config_names_the_key(tmp_path):
@@ -237,3 +243,78 @@ def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(tmp_path)
     assert "http://127.0.0.1:9/ryansteed/ieat" in proc.stderr and "mirror" in proc.stderr
     assert (tmp_path / "results/seat/minilm/table.csv").exists()
     assert not list((tmp_path / "results").glob("embeddings/ieat/*.h5"))
+
+
+def test_a_misspelt_model_key_is_named_before_any_job_runs(tmp_path):
+    config = make_project(tmp_path)
+    config["ieat"]["models"]["tiny-clip"]["pretraind"] = "openai"
+    write_yaml(tmp_path / "config/config.yaml", config)
+    proc = snakemake(tmp_path, check=False)
+    assert proc.returncode != 0 and not (tmp_path / "results").exists()
+    assert "key 'ieat/models/tiny-clip/pretraind': unknown key (did you mean 'pretrained'?)" in proc.stderr
+    assert len(proc.stderr) < 2000  # a message, not a schema dump
+
+
+@pytest.mark.parametrize("stimulus,change,message", [
+    ("ieat/insect-flower.yaml", lambda t: t + "X:\n  label: again\n  category: toy/flower\n",
+     "insect-flower.yaml: not valid YAML: while constructing a mapping"),
+    ("seat/weat-toy.yaml", lambda t: t.replace("- joy", "- j\xf6y"), "weat-toy.yaml: not UTF-8 text: byte 0xf6 on line"),
+    ("seat/weat-toy.yaml", lambda t: t.replace("- pain", "- rose"), "weat-toy.yaml: key 'B': 'rose' is also in set X"),
+])
+def test_a_malformed_stimulus_file_is_named(tmp_path, stimulus, change, message):
+    make_project(tmp_path)
+    path = tmp_path / "resources/stimuli" / stimulus
+    text = change(path.read_text())
+    # the non-UTF-8 case: written as Latin-1, as an editor set to another encoding would
+    path.write_bytes(text.encode("latin-1" if "\xf6" in text else "utf-8"))
+    proc = snakemake(tmp_path, "--dry-run", check=False)
+    assert proc.returncode != 0 and message in proc.stdout + proc.stderr
+    if "twice" in message or "YAML" in message:
+        assert "key 'X' is given twice (first on line" in proc.stdout + proc.stderr
+
+
+def test_specificity_naming_an_unknown_test_is_named_by_its_key(tmp_path):
+    config = make_project(tmp_path)
+    config["ieat"]["specificity"]["test"] = "flower-insects"
+    write_yaml(tmp_path / "config/config.yaml", config)
+    proc = snakemake(tmp_path, "--dry-run", check=False)
+    assert proc.returncode != 0
+    assert "key 'ieat/specificity/test': 'flower-insects' is not a stimulus file" in proc.stdout + proc.stderr
+
+
+def test_outputs_follow_the_umask(tmp_path):
+    make_project(tmp_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2"],
+                          capture_output=True, text=True, env=env, preexec_fn=lambda: os.umask(0o007))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".h5" for p in files) and any("cache" in p.parts for p in files)
+    modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {"0o660"}, {k: v for k, v in modes.items() if v != "0o660"}
+
+
+def test_a_hard_kill_then_the_readme_command_recovers(tmp_path):
+    config = make_project(tmp_path)
+    config["ieat"]["specificity"]["n_tests"] = 100_000  # a long job to kill in the middle of
+    write_yaml(tmp_path / "config/config.yaml", config)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    log = tmp_path / "results/logs/ieat_specificity.log"
+    deadline = time.monotonic() + 300
+    while not (log.exists() and "re-partitions" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert log.exists(), "the specificity job never started"
+    os.killpg(proc.pid, signal.SIGKILL)  # snakemake and its jobs, as a closed session or the OOM killer
+    proc.wait()
+    assert list((tmp_path / ".snakemake/locks").iterdir())  # what a hard kill leaves behind
+    part = tmp_path / "results/ieat/.t1.csv.x1y2z3.part"  # a file being written when the kill came
+    part.write_text("half a ta")
+    # the README's command as is: no --unlock, no --rerun-incomplete
+    config["ieat"]["specificity"]["n_tests"] = 20
+    write_yaml(tmp_path / "config/config.yaml", config)
+    rerun = snakemake(tmp_path)
+    assert "left by an interrupted run" in rerun.stderr
+    assert not part.exists() and not list((tmp_path / "results").rglob("*.part"))
+    assert (tmp_path / "results/ieat/specificity.csv").exists() and planned_jobs(tmp_path) == {}

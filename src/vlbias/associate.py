@@ -1,10 +1,19 @@
-"""One association test on one model's embedding store → one result row with provenance."""
+"""Association tests on models' embedding stores → result rows with provenance.
+
+A table's tests on its models run in one process (``run_tests``): the statistics of a whole table
+take about a second, less than starting a process per test would.
+"""
+
+import logging
 
 import numpy as np
 
 from vlbias.errors import InputError
 from vlbias.io.store import read_provenance, read_set
+from vlbias.logs import Progress
 from vlbias.stats import effect_size_sw, permutation_test_sw, s_wAB
+
+log = logging.getLogger(__name__)
 
 # Column order of a result row (and of every results table built from rows).
 COLUMNS = [
@@ -48,6 +57,20 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
         "n_samples": res.n_samples, "exact": res.exact, "n_partitions": str(res.n_partitions),
         "seed": "" if res.seed is None else res.seed, "status": "ok",
     }
+
+
+def run_tests(stimuli, stores, *, n_samples, seed, exact="auto", threads=None):
+    """Rows of every test of ``stimuli`` on every model of ``stores`` ({model: store path}), test by
+    test in order, each test's models in the order of ``stores``."""
+    progress = Progress(len(stimuli) * len(stores), "tests", log)
+    rows = []
+    for stimulus in stimuli:
+        for model, path in stores.items():
+            rows.append(run_test(stimulus, path, model, n_samples=n_samples, seed=seed, exact=exact,
+                                 threads=threads))
+            progress.advance()
+    progress.done()
+    return rows
 
 
 def _stack(X, Y):

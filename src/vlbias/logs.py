@@ -1,7 +1,8 @@
-"""Logging for rule scripts: to the rule's log file and to stderr, errors included."""
+"""Logging for rule scripts: to the rule's log file and to stderr, errors included; progress of long loops."""
 
 import logging
 import sys
+import time
 
 
 def setup_logging(path=None, level=logging.INFO):
@@ -16,3 +17,45 @@ def setup_logging(path=None, level=logging.INFO):
         logging.getLogger("vlbias").error("%s: %s", kind.__name__, value, exc_info=(kind, value, tb))
 
     sys.excepthook = log_uncaught
+
+
+class Progress:
+    """Log "<what>: done/total (p%), rate, time left" every ``every`` seconds while a long loop runs.
+
+        progress = Progress(len(images), "images", log)
+        for ...:
+            progress.advance()     # or advance(n)
+        progress.done()            # the final line, with the total time
+
+    The lines go wherever the logger goes: the job's log file, and stderr, which is the terminal of
+    an interactive run (more often there, ``every_tty`` seconds).
+    """
+
+    def __init__(self, total, what, logger, every=10.0, every_tty=2.0):
+        self.total, self.what, self.log = int(total), what, logger
+        self.every = every_tty if sys.stderr.isatty() else every
+        self.n, self.start = 0, time.monotonic()
+        self.last = self.start
+
+    def advance(self, n=1):
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= self.every and self.n < self.total:
+            self.last = now
+            rate = self.n / (now - self.start)
+            left = (self.total - self.n) / rate if rate > 0 else float("inf")
+            self.log.info("%s: %d/%d (%.0f%%), %.1f/s, about %s left", self.what, self.n, self.total,
+                          100 * self.n / max(self.total, 1), rate, _duration(left))
+
+    def done(self, note=""):
+        seconds = time.monotonic() - self.start
+        self.log.info("%s: %d/%d done in %s%s", self.what, self.n, self.total, _duration(seconds),
+                      f"; {note}" if note else "")
+
+
+def _duration(seconds):
+    if seconds == float("inf"):
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

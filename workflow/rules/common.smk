@@ -1,6 +1,7 @@
-# Helpers shared by the rules: config lookups, target lists, wildcard constraints.
+# Helpers shared by the rules: config lookups, target lists, stimulus checks, wildcard constraints.
 
 import re
+from functools import cache
 from pathlib import Path
 
 from vlbias.io.fetch import Source, read_manifest
@@ -44,49 +45,26 @@ def provenance(spec):
     return {k: spec[k] for k in ("model_id", "revision") if spec.get(k)}
 
 
-def ieat_table_models(table):
-    models = IEAT_TABLES[table]["models"]
-    unknown = sorted(set(models) - set(IEAT["models"]))
-    if unknown:
-        raise ValueError(f"config/config.yaml: key 'ieat/tables/{table}/models' names unknown model(s) {unknown}")
-    return models
+@cache
+def image_categories():
+    """The categories the iEAT stimulus images (or, without image models, the published vectors) have."""
+    manifests = [IEAT["images"]["manifest"]] if IMAGE_MODELS or IEAT["build_images"] else []
+    manifests += [IEAT["embeddings_manifest"]] if PUBLISHED_MODELS else []
+    return {m: {r["category"] for r in read_manifest(m)} for m in manifests}
 
 
-def check_stimuli():
-    """Fail before anything runs on a malformed stimulus file, a table naming an unknown test,
-    or a test naming a category its dataset does not list; errors name the file and key."""
-    for table, spec in IEAT_TABLES.items():
-        missing = [t for t in spec["tests"] if not Path(IEAT["stimuli"], f"{t}.yaml").exists()]
-        if missing:
-            raise ValueError(f"config/config.yaml: key 'ieat/tables/{table}/tests' names tests with no "
-                             f"stimulus file in {IEAT['stimuli']}: {missing}")
-        ieat_table_models(table)
-    manifests = {IEAT["images"]["manifest"]: "category"} if IMAGE_MODELS or IEAT["build_images"] else {}
-    if PUBLISHED_MODELS:
-        manifests[IEAT["embeddings_manifest"]] = "category"
-    for manifest, column in manifests.items():
-        known = {r[column] for r in read_manifest(manifest)}
-        for test in sorted({t for spec in IEAT_TABLES.values() for t in spec["tests"]}):
-            check_categories(load_stimulus(Path(IEAT["stimuli"], f"{test}.yaml")), known, manifest)
-    for test in seat_tests():
-        load_stimulus(Path(SEAT["stimuli"], f"{test}.yaml"))
-
-
-def all_targets():
-    targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "missing.tsv"])
-    if IEAT["specificity"]["models"]:
-        targets.append("results/ieat/specificity.csv")
-    if IEAT["build_images"]:
-        targets.append("results/images/ieat/manifest.tsv")
-    targets += expand("results/seat/{model}/table.{ext}", model=SEAT["models"], ext=["csv", "md"])
-    return targets
-
-
-check_stimuli()
+@cache
+def checked_stimulus(suite, test):
+    """The stimulus file of ``test``, loaded and checked (errors name the file and key): called by the
+    input functions, so a malformed file fails the targets that use it before any job runs."""
+    path = f"{config[suite]['stimuli']}/{test}.yaml"
+    stimulus = load_stimulus(path)
+    if suite == "ieat":
+        for manifest, known in image_categories().items():
+            check_categories(stimulus, known, manifest)
+    return path
 
 
 wildcard_constraints:
-    suite="ieat|seat",
     table=alternatives(list(IEAT_TABLES)),
     model=alternatives(list(IEAT["models"]) + list(SEAT["models"])),
-    test=alternatives(stimulus_ids(IEAT["stimuli"]) + stimulus_ids(SEAT["stimuli"])),

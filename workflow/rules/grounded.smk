@@ -1,5 +1,5 @@
 # Grounded-WEAT/SEAT (Ross et al. 2021): image acquisition and the dataset table (paper Table 1).
-# One job per (dataset, test) obtains that test's images; one per dataset gathers them.
+# One job per dataset obtains its images (cached: a rerun asks only for what is not there yet).
 
 from functools import cache
 
@@ -25,12 +25,7 @@ def grounded_source(dataset):
     """The upstream repository that holds ``dataset``'s images, or None (``source: null``: the
     manifest's URLs point at the images' own site, e.g. images.cocodataset.org)."""
     name = GROUNDED_DATASETS[dataset].get("source", "grounded")
-    if name is None:
-        return None
-    if name not in config["sources"]:
-        raise ValueError(f"config/config.yaml: key 'grounded/images/datasets/{dataset}/source' names '{name}', "
-                         f"which is not under 'sources'")
-    return source(name)
+    return None if name is None else source(name)
 
 
 def grounded_dir(root, dataset):
@@ -52,29 +47,6 @@ rule grounded_images:
     input:
         manifest=lambda w: GROUNDED_DATASETS[w.dataset]["manifest"],
     output:
-        status="results/images/grounded/{dataset}/{test}.tsv",
-        failures="results/images/grounded/{dataset}/{test}.failures.tsv",
-    log:
-        "results/logs/grounded_images/{dataset}/{test}.log",
-    wildcard_constraints:
-        dataset=alternatives(list(GROUNDED_DATASETS)),
-        test=alternatives(sorted({t for d in GROUNDED_DATASETS for t in grounded_tests(d)})),
-    # downloads wait on the network, not the CPU: `download.workers` threads share one core
-    threads: 1
-    params:
-        cache=lambda w: grounded_dir(config["cache"], w.dataset),
-        mirror=lambda w: mirror() and grounded_dir(mirror(), w.dataset),
-        mirror_layout=lambda w: GROUNDED_DATASETS[w.dataset].get("mirror_layout", "tests"),
-        download=GROUNDED.get("images", {}).get("download", {}),
-    script:
-        "../scripts/grounded_images.py"
-
-
-rule grounded_images_dataset:
-    input:
-        lambda w: expand("results/images/grounded/{dataset}/{test}.tsv", dataset=w.dataset,
-                         test=grounded_tests(w.dataset)),
-    output:
         manifest=report(
             "results/images/grounded/{dataset}/manifest.tsv",
             caption="../report/grounded_images.rst",
@@ -89,11 +61,19 @@ rule grounded_images_dataset:
         ),
         summary="results/images/grounded/{dataset}/summary.tsv",
     log:
-        "results/logs/grounded_images_dataset/{dataset}.log",
+        "results/logs/grounded_images/{dataset}.log",
     wildcard_constraints:
         dataset=alternatives(list(GROUNDED_DATASETS)),
+    # downloads wait on the network, not the CPU: `download.workers` threads share one core
+    threads: 1
+    params:
+        tests=lambda w: grounded_tests(w.dataset),
+        cache=lambda w: grounded_dir(config["cache"], w.dataset),
+        mirror=lambda w: mirror() and grounded_dir(mirror(), w.dataset),
+        mirror_layout=lambda w: GROUNDED_DATASETS[w.dataset].get("mirror_layout", "tests"),
+        download=GROUNDED.get("images", {}).get("download", {}),
     script:
-        "../scripts/grounded_dataset.py"
+        "../scripts/grounded_images.py"
 
 
 rule grounded_table1:

@@ -1,6 +1,7 @@
 # Grounded WEAT/SEAT tests (Ross et al. 2021): embeddings of each test's (caption, image) pairs on
-# each vision-language model, experiments 1-3, and the paper's Tables 3-7. One embedding job and one
-# experiment job per (dataset, model, test): editing one stimulus file reruns that test's jobs only.
+# each vision-language model, experiments 1-3, and the paper's Tables 3-7. One embedding job per
+# (dataset, model), one model load for all its tests (pairs cached by content: an edited stimulus
+# file re-embeds its new pairs only), and one experiment job per (dataset, model).
 # Needs grounded.smk (datasets) and regions.smk (region stores) included before it.
 
 GROUNDED_STIMULI = GROUNDED.get("stimuli", "resources/stimuli/grounded")
@@ -18,20 +19,9 @@ def grounded_stimulus(dataset, test):
 
 
 def grounded_models_on():
-    """{column label: model name} of the models switched on (grounded/experiments/models)."""
-    on = {}
-    for i, name in enumerate(GROUNDED_EXPERIMENTS.get("models", [])):
-        key = f"config/config.yaml: key 'grounded/experiments/models/{i}'"
-        if name not in GROUNDED_MODELS:
-            raise ValueError(f"{key} names '{name}', which is not under 'grounded/models'")
-        spec = GROUNDED_MODELS[name]
-        if spec["detector"] not in REGION_DETECTORS:
-            raise ValueError(f"config/config.yaml: key 'grounded/models/{name}/detector' names "
-                             f"'{spec['detector']}', which is not under 'regions/detectors'")
-        if spec["column"] in on:
-            raise ValueError(f"{key}: '{name}' and '{on[spec['column']]}' both fill column '{spec['column']}'")
-        on[spec["column"]] = name
-    return on
+    """{column label: model name} of the models switched on (grounded/experiments/models; the config
+    check has made sure each names a model and fills its own column)."""
+    return {GROUNDED_MODELS[name]["column"]: name for name in GROUNDED_EXPERIMENTS.get("models", [])}
 
 
 def grounded_dataset_on(dataset):
@@ -50,49 +40,53 @@ def grounded_table_spec(table):
         dataset = datasets.get(label)
         model = on.get(label) if dataset and grounded_dataset_on(dataset) else None
         columns.append({"label": label, "model": model, "dataset": dataset})
-    tests = [(g, t) for g, ts in spec["groups"].items() for t in ts]
-    for group, test in tests:
-        if not any(Path(grounded_stimulus(d, test)).exists() for d in set(datasets.values())):
-            raise ValueError(f"config/config.yaml: key 'grounded/tables/{table}/groups/{group}' names '{test}', "
-                             f"which has no stimulus file in {GROUNDED_STIMULI}/<dataset> for "
-                             f"{sorted(set(datasets.values()))}")
-    jobs = sorted({(c["dataset"], c["model"], t) for c in columns if c["model"] for _, t in tests
-                   if Path(grounded_stimulus(c["dataset"], t)).exists()})
+    for group, tests in spec["groups"].items():
+        for test in tests:
+            if not any(Path(grounded_stimulus(d, test)).exists() for d in set(datasets.values())):
+                raise ValueError(f"config/config.yaml: key 'grounded/tables/{table}/groups/{group}' names '{test}', "
+                                 f"which has no stimulus file in {GROUNDED_STIMULI}/<dataset> for "
+                                 f"{sorted(set(datasets.values()))}")
+    jobs = sorted({(c["dataset"], c["model"]) for c in columns if c["model"]})
     level = spec.get("level", "S")
     return {
         "table": table, "caption": spec.get("caption", ""), "columns": columns, "groups": spec["groups"],
         "levels": GROUNDED_LEVELS, "masks": [m for m, at in GROUNDED_MASKS.items() if level in at],
         "level": level, "experiments": spec.get("experiments", ["1", "2", "3-masked"]),
         "alpha": GROUNDED_EXPERIMENTS.get("alpha", 0.05),
-        "results": [f"results/grounded/experiments/{d}/{m}/{t}.csv" for d, m, t in jobs],
-        "missing": [f"results/embeddings/grounded/{d}/{m}/{t}.missing.tsv" for d, m, t in jobs],
+        "results": [f"results/grounded/experiments/{d}/{m}.csv" for d, m in jobs],
+        "missing": [f"results/embeddings/grounded/{d}/{m}.missing.tsv" for d, m in jobs],
     }
+
+
+def grounded_dataset_tests(dataset):
+    """The tests of ``dataset`` that a table shows (and that have a stimulus file), sorted."""
+    tests = set()
+    for spec in GROUNDED_TABLES.values():
+        if dataset in (spec.get("datasets") or {"": spec.get("dataset")}).values():
+            tests |= {t for ts in spec["groups"].values() for t in ts}
+    return sorted(t for t in tests if Path(grounded_stimulus(dataset, t)).exists())
 
 
 def grounded_tests_targets():
     if not (GROUNDED and GROUNDED_EXPERIMENTS.get("build")):
         return []
-    grounded_models_on()  # a bad name fails here, naming its key
     return expand("results/grounded/{table}.{ext}", table=GROUNDED_TABLES, ext=TABLE_EXTS)
 
-
-grounded_models_on()
 
 
 rule grounded_embed:
     input:
-        stimulus=lambda w: grounded_stimulus(w.dataset, w.test),
+        stimuli=lambda w: [grounded_stimulus(w.dataset, t) for t in grounded_dataset_tests(w.dataset)],
         regions=lambda w: f"results/regions/{w.dataset}/{GROUNDED_MODELS[w.model]['detector']}.h5",
         manifest=lambda w: regions_manifest(w.dataset),
     output:
-        h5="results/embeddings/grounded/{dataset}/{model}/{test}.h5",
-        missing="results/embeddings/grounded/{dataset}/{model}/{test}.missing.tsv",
+        h5="results/embeddings/grounded/{dataset}/{model}.h5",
+        missing="results/embeddings/grounded/{dataset}/{model}.missing.tsv",
     log:
-        "results/logs/grounded_embed/{dataset}/{model}/{test}.log",
+        "results/logs/grounded_embed/{dataset}/{model}.log",
     wildcard_constraints:
         dataset="[a-z0-9][a-z0-9_-]*",
         model=alternatives(list(GROUNDED_MODELS)),
-        test="[a-z0-9][a-z0-9_.+-]*",
     threads: GROUNDED_EXPERIMENTS.get("threads", 2)
     resources:
         mem_mb=8000,
@@ -100,21 +94,22 @@ rule grounded_embed:
         spec=lambda w: GROUNDED_MODELS[w.model],
         levels=GROUNDED_LEVELS,
         masks=GROUNDED_MASKS,
+        cache=config["cache"],
     script:
         "../scripts/grounded_embed.py"
 
 
 rule grounded_experiment:
     input:
-        "results/embeddings/grounded/{dataset}/{model}/{test}.h5",
+        "results/embeddings/grounded/{dataset}/{model}.h5",
     output:
-        "results/grounded/experiments/{dataset}/{model}/{test}.csv",
+        "results/grounded/experiments/{dataset}/{model}.csv",
     log:
-        "results/logs/grounded_experiment/{dataset}/{model}/{test}.log",
+        "results/logs/grounded_experiment/{dataset}/{model}.log",
     wildcard_constraints:
         dataset="[a-z0-9][a-z0-9_-]*",
         model=alternatives(list(GROUNDED_MODELS)),
-        test="[a-z0-9][a-z0-9_.+-]*",
+    threads: 2
     params:
         stats=stats_params(),
     script:

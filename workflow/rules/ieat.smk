@@ -1,4 +1,15 @@
 # iEAT (Steed & Caliskan 2021): image stimuli and embeddings → tables 1-3 and the specificity check.
+# One embedding store per model (all image categories), one job per table (all its tests' statistics
+# in one process).
+
+
+def ieat_targets():
+    targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "missing.tsv"])
+    if IEAT["specificity"]["models"]:
+        targets.append("results/ieat/specificity.csv")
+    if IEAT["build_images"]:
+        targets.append("results/images/ieat/manifest.tsv")
+    return targets
 
 
 rule ieat_published_embeddings:
@@ -58,23 +69,18 @@ rule ieat_embed_images:
     params:
         spec=lambda w: IEAT["models"][w.model],
         provenance=lambda w: provenance(IEAT["models"][w.model]),
+        cache=config["cache"],
     script:
         "../scripts/embed_images.py"
 
 
 rule ieat_table:
     input:
-        rows=lambda w: expand(
-            "results/ieat/{model}/{test}.csv",
-            model=ieat_table_models(w.table),
-            test=IEAT_TABLES[w.table]["tests"],
-        ),
+        stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=IEAT_TABLES[w.table]["models"]),
+        stimuli=lambda w: [checked_stimulus("ieat", t) for t in IEAT_TABLES[w.table]["tests"]],
         published=IEAT["published"],
-        stimuli=lambda w: expand(f"{IEAT['stimuli']}/{{test}}.yaml", test=IEAT_TABLES[w.table]["tests"]),
         images=lambda w: (
-            ["results/images/ieat/manifest.tsv"]
-            if set(ieat_table_models(w.table)) & set(IMAGE_MODELS)
-            else []
+            ["results/images/ieat/manifest.tsv"] if set(IEAT_TABLES[w.table]["models"]) & set(IMAGE_MODELS) else []
         ),
     output:
         csv=report(
@@ -87,19 +93,20 @@ rule ieat_table:
         missing="results/ieat/{table}.missing.tsv",
     log:
         "results/logs/ieat_table/{table}.log",
+    threads: 2
     params:
         table=lambda w: w.table,
         caption=lambda w: IEAT_TABLES[w.table]["caption"],
-        tests=lambda w: IEAT_TABLES[w.table]["tests"],
-        models=lambda w: ieat_table_models(w.table),
+        models=lambda w: IEAT_TABLES[w.table]["models"],
         image_models=IMAGE_MODELS,
+        stats=stats_params(),
     script:
         "../scripts/ieat_table.py"
 
 
 rule ieat_specificity:
     input:
-        stimulus=f"{IEAT['stimuli']}/{IEAT['specificity']['test']}.yaml",
+        stimulus=lambda w: checked_stimulus("ieat", IEAT["specificity"]["test"]),
         stores=expand("results/embeddings/ieat/{model}.h5", model=IEAT["specificity"]["models"]),
     output:
         report(

@@ -12,32 +12,6 @@ MLM_TABLES = ["scores", "bias", "contradictions", "entities"]
 MLM_FIGURES = ["figure2", "figure3", "figure4", "figure5a", "figure5b"]
 
 
-def mlm_check():
-    """Fail before anything runs on a config whose mlm keys name what does not exist."""
-    if MLM_REFERENCE not in MLM_MODELS:
-        raise ValueError(f"config/config.yaml: key 'mlm/reference' names '{MLM_REFERENCE}', which is not under "
-                         "'mlm/models'")
-    for i, model in enumerate(MLM.get("build", [])):
-        if model not in MLM_VL:
-            raise ValueError(f"config/config.yaml: key 'mlm/build/{i}' names '{model}', which is not a "
-                             "vision-language model under 'mlm/models' (the reference is built with them)")
-    dataset = MLM.get("images")
-    if dataset is None:
-        return
-    if dataset not in (config.get("regions") or {}).get("manifests", {}):
-        raise ValueError(f"config/config.yaml: key 'mlm/images' names dataset '{dataset}', which has no image "
-                         "manifest under 'regions/manifests'")
-    for model in MLM_VL:
-        detector = MLM_MODELS[model].get("detector")
-        if detector not in REGION_DETECTORS:
-            raise ValueError(f"config/config.yaml: key 'mlm/models/{model}/detector' names '{detector}', which is "
-                             "not under 'regions/detectors' (the images of 'mlm/images' need region features)")
-
-
-if MLM:
-    mlm_check()
-
-
 def mlm_stimuli():
     return [MLM["case_study"], MLM["entities"]]
 
@@ -97,6 +71,7 @@ rule mlm_logprobs:
     params:
         spec=lambda w: MLM_MODELS[w.model],
         text_only=lambda w: w.model == MLM_REFERENCE,
+        cache=config["cache"],
     script:
         "../scripts/mlm_logprobs.py"
 

@@ -1,5 +1,6 @@
 # Region features from a Faster R-CNN detector, one HDF5 file per (dataset, detector).
 # The images come from a dataset's acquisition manifest (by default the grounded image rules').
+# Each image's regions are cached by content: new images in the manifest are the only ones detected.
 
 REGIONS = config.get("regions") or {}
 REGION_DETECTORS = REGIONS.get("detectors", {})
@@ -12,10 +13,7 @@ def regions_manifest(dataset):
 
 def regions_targets():
     targets = []
-    for i, pair in enumerate(REGIONS.get("build", [])):
-        if pair["detector"] not in REGION_DETECTORS:
-            raise ValueError(f"config/config.yaml: key 'regions/build/{i}/detector' names '{pair['detector']}', "
-                             f"which is not under 'regions/detectors'")
+    for pair in REGIONS.get("build", []):
         targets += expand("results/regions/{dataset}/{detector}.{ext}", **pair, ext=["h5", "persons.tsv"])
     return targets
 

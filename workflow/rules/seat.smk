@@ -1,23 +1,34 @@
-# SEAT/WEAT (May et al. 2019): word and sentence stimuli on text encoders.
+# SEAT/WEAT (May et al. 2019): word and sentence stimuli on text encoders. One embedding job per
+# model (every test's texts; cached by content, so an edited test re-encodes its new texts only) and
+# one table job per model (all its tests' statistics in one process).
+
+
+def seat_targets():
+    return expand("results/seat/{model}/table.{ext}", model=SEAT["models"], ext=["csv", "md"])
 
 
 rule seat_embed:
     input:
-        stimulus=f"{SEAT['stimuli']}/{{test}}.yaml",
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
     output:
-        "results/embeddings/seat/{model}/{test}.h5",
+        "results/embeddings/seat/{model}.h5",
     log:
-        "results/logs/seat_embed/{model}/{test}.log",
+        "results/logs/seat_embed/{model}.log",
+    threads: 2
+    resources:
+        mem_mb=4000,
     params:
         spec=lambda w: SEAT["models"][w.model],
         provenance=lambda w: provenance(SEAT["models"][w.model]),
+        cache=config["cache"],
     script:
-        "../scripts/embed_texts.py"
+        "../scripts/seat_embed.py"
 
 
 rule seat_table:
     input:
-        rows=expand("results/seat/{{model}}/{test}.csv", test=seat_tests()),
+        store="results/embeddings/seat/{model}.h5",
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
     output:
         csv=report(
             "results/seat/{model}/table.csv",
@@ -28,9 +39,9 @@ rule seat_table:
         md="results/seat/{model}/table.md",
     log:
         "results/logs/seat_table/{model}.log",
+    threads: 2
     params:
-        tests=seat_tests(),
-        models=lambda w: [w.model],
+        stats=stats_params(),
         caption=lambda w: f"Word- and sentence-level WEAT/SEAT (May et al. 2019) on {w.model}",
     script:
         "../scripts/seat_table.py"

@@ -1,29 +1,29 @@
 import logging
+from pathlib import Path
 
+from vlbias.io.cache import RecordCache, fingerprint
 from vlbias.io.fetch import read_manifest, sha256_file, write_manifest
 from vlbias.logs import setup_logging
 from vlbias.models import build
 from vlbias.regions.store import RegionStore
-from vlbias.suites.grounded.jobs import MISSING_COLUMNS, embed_test
+from vlbias.suites.grounded.jobs import MISSING_COLUMNS, embed_tests
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 setup_logging(snakemake.log[0])
-log = logging.getLogger("grounded_embed")
 w, spec = snakemake.wildcards, snakemake.params.spec
-stimulus = load_grounded_stimulus(snakemake.input.stimulus)
+stimuli = [load_grounded_stimulus(p) for p in snakemake.input.stimuli]
 encoder = build({**spec, "threads": snakemake.threads})
 info = encoder.info
-with RegionStore(snakemake.input.regions) as store:
-    dropped = embed_test(
-        stimulus, encoder, store, snakemake.output.h5, snakemake.params.levels, snakemake.params.masks,
-        manifest_rows=read_manifest(snakemake.input.manifest),
-        attrs={"dataset": w.dataset, "test": w.test, "name": stimulus.name, "model": w.model,
-               "column": spec["column"], "model_id": info["model_id"] or "", "revision": info["revision"] or "",
-               "commit": info["commit"] or "", "weights": info["weights"],
+with RegionStore(snakemake.input.regions) as store, \
+        RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(info))) as cache:
+    dropped = embed_tests(
+        stimuli, encoder, store, snakemake.output.h5, snakemake.params.levels, snakemake.params.masks,
+        manifest_rows=read_manifest(snakemake.input.manifest), cache=cache,
+        attrs={"dataset": w.dataset, "model": w.model, "column": spec["column"], "model_id": info["model_id"] or "",
+               "revision": info["revision"] or "", "commit": info["commit"] or "", "weights": info["weights"],
                "weights_sha256": info["weights_sha256"] or "", "detector": spec["detector"],
                "region_store": snakemake.input.regions, "region_store_sha256": sha256_file(snakemake.input.regions),
-               "region_weights": str(store.attrs.get("weights", "")),
-               "stimulus": snakemake.input.stimulus, "stimulus_sha256": sha256_file(snakemake.input.stimulus)})
+               "region_weights": str(store.attrs.get("weights", ""))})
 write_manifest(snakemake.output.missing, dropped, MISSING_COLUMNS)
-log.info("%s: %d (caption, image) pairs left out (listed in %s)", snakemake.output.h5, len(dropped),
-         snakemake.output.missing)
+logging.getLogger("grounded_embed").info("%s: %d (caption, image) pairs left out (listed in %s)",
+                                         snakemake.output.h5, len(dropped), snakemake.output.missing)

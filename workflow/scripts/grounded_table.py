@@ -14,19 +14,21 @@ def read(path, **kwargs):
 
 
 def missing(path):
-    """The pairs one embedding job left out, named by its (dataset, model, test)."""
-    dataset, model, name = Path(path).parts[-3:]
-    return read(path, sep="\t", comment="#").assign(dataset=dataset, model=model,
-                                                    test=name.removesuffix(".missing.tsv"))
+    """The pairs one embedding job left out, named by its (dataset, model)."""
+    dataset, model = Path(path).parts[-2], Path(path).name.removesuffix(".missing.tsv")
+    return read(path, sep="\t", comment="#").assign(dataset=dataset, model=model)
 
 
 setup_logging(snakemake.log[0])
 out = snakemake.output
+tests = {t for group in snakemake.params.spec["groups"].values() for t in group}
 rows = pd.concat([read(p) for p in snakemake.input.results] or [pd.DataFrame(columns=RESULT_COLUMNS)],
                  ignore_index=True)
+rows = rows[rows["test"].isin(tests)]  # an experiment job covers every table's tests of its dataset
 write_layout(paper_table(snakemake.params.spec, rows.to_dict("records")), csv=out.csv, md=out.md, tex=out.tex)
-left_out = pd.concat([missing(p) for p in snakemake.input.missing] or [pd.DataFrame()], ignore_index=True)
-left_out = left_out.reindex(columns=["dataset", "model", "test", *MISSING_COLUMNS])
+left_out = pd.concat([missing(p) for p in snakemake.input.missing] or [pd.DataFrame(columns=MISSING_COLUMNS)],
+                     ignore_index=True)
+left_out = left_out[left_out["test"].isin(tests)].reindex(columns=["dataset", "model", *MISSING_COLUMNS])
 with atomic_path(out.rows) as tmp:
     rows.to_csv(tmp, index=False)  # every result the table shows, with its provenance
 with atomic_path(out.missing) as tmp:

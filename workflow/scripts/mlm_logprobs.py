@@ -1,6 +1,8 @@
 import json
 import logging
+from pathlib import Path
 
+from vlbias.io.cache import RecordCache, fingerprint
 from vlbias.io.fetch import write_manifest
 from vlbias.logs import setup_logging
 from vlbias.mlm.probability import load_visuals
@@ -31,7 +33,8 @@ if "manifest" in snakemake.input.keys():
     images = {case_study.id: [r for r in rows if r.id in visuals]}
 
 model = build({**snakemake.params.spec, "threads": snakemake.threads})
-df = logprob_table(model, stimuli, images, visuals)
+with RecordCache(Path(snakemake.params.cache, "mlm", fingerprint(model.info))) as cache:
+    df = logprob_table(model, stimuli, images, visuals, cache)
 info = json.dumps(model.info, sort_keys=True, default=str)
 write_logprob_table(snakemake.output.logprobs, df,
                     comments=[f"model: {snakemake.wildcards.model}", f"info: {info}",

@@ -1,22 +1,26 @@
 import logging
+from pathlib import Path
 
+from vlbias.io.cache import RecordCache
 from vlbias.io.fetch import sha256_file
 from vlbias.logs import setup_logging
 from vlbias.regions import build
-from vlbias.regions.extract import extract_regions, manifest_entries
+from vlbias.regions.extract import detector_fingerprint, extract_regions, manifest_entries
 from vlbias.regions.store import write_person_list
 
 setup_logging(snakemake.log[0])
 spec, manifest = snakemake.params.spec, snakemake.input.manifest
 # adapters that download small files (bua's vocabularies) keep them in the workflow's cache
 detector = build({"cache": snakemake.params.cache, **spec, "threads": snakemake.threads})
-summary = extract_regions(
-    manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec.get("batch_size", 2),
-    workers=snakemake.threads,
-    provenance={"detector": snakemake.wildcards.detector, "dataset": snakemake.wildcards.dataset,
-                "manifest": manifest, "manifest_sha256": sha256_file(manifest)},
-)
-logging.getLogger("vlbias").info("%s: %d images, %d regions, %d skipped in %.1f s (%.1f s in the detector)",
-                                 snakemake.output.store, summary["n_images"], summary["n_regions"],
-                                 summary["n_skipped"], summary["seconds"], summary["detect_seconds"])
+with RecordCache(Path(snakemake.params.cache, "regions", detector_fingerprint(detector))) as cache:
+    summary = extract_regions(
+        manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec.get("batch_size", 2),
+        workers=snakemake.threads, cache=cache,
+        provenance={"detector": snakemake.wildcards.detector, "dataset": snakemake.wildcards.dataset,
+                    "manifest": manifest, "manifest_sha256": sha256_file(manifest)},
+    )
+logging.getLogger("vlbias").info("%s: %d images (%d from the cache), %d regions, %d skipped in %.1f s (%.1f s in "
+                                 "the detector)", snakemake.output.store, summary["n_images"], summary["n_cached"],
+                                 summary["n_regions"], summary["n_skipped"], summary["seconds"],
+                                 summary["detect_seconds"])
 write_person_list(snakemake.output.store, snakemake.output.persons)

@@ -1,9 +1,10 @@
-import pandas as pd
-
+from vlbias.associate import run_tests
+from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
 from vlbias.report.tables import assemble, write_table
 
 setup_logging(snakemake.log[0])
-p = snakemake.params
-rows = pd.concat([pd.read_csv(f) for f in snakemake.input.rows]).to_dict("records")
-write_table(assemble(rows, p.tests, p.models), snakemake.output.csv, snakemake.output.md, p.caption)
+p, model = snakemake.params, snakemake.wildcards.model
+stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
+rows = run_tests(stimuli, {model: snakemake.input.store}, threads=snakemake.threads, **p.stats)
+write_table(assemble(rows, [s.id for s in stimuli], [model]), snakemake.output.csv, snakemake.output.md, p.caption)

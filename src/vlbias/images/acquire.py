@@ -36,6 +36,7 @@ from vlbias.errors import InputError
 from vlbias.images.decode import ImageDecodeError, load_rgb
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import DownloadError, FetchError, download, read_manifest, sha256_file, write_manifest
+from vlbias.logs import Progress
 
 log = logging.getLogger(__name__)
 
@@ -262,10 +263,13 @@ def acquire(rows, cache, *, mirror=None, mirror_layout="tests", workers=8, timeo
         first.setdefault(image_id(row), i)
     todo = sorted(first.values())  # two workers must never write one file
     status = [None] * len(rows)
+    progress = Progress(len(todo), "images", log)
     with ThreadPoolExecutor(max(1, workers)) as pool:
         flat = mirror_layout == "flat"
         for i, s in zip(todo, pool.map(lambda i: _obtain(rows[i], cache, mirror, flat, net), todo)):
             status[i] = s
+            progress.advance()
+    progress.done(f"{sum(s['status'] == 'ok' for s in status if s)} obtained")
     for i, row in enumerate(rows):
         if status[i] is None:
             status[i] = _status(row, "failed", f"listed twice (also row {first[image_id(row)] + 1})")

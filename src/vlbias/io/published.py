@@ -13,7 +13,7 @@ from vlbias.errors import InputError
 def read_ieat_csv(path):
     """(vectors float64 (n, dim), image names) from one published CSV; malformed files are named."""
     try:
-        df = pd.read_csv(path, index_col=0)
+        df = pd.read_csv(path, index_col=0)  # pandas >= 3 parses each number to its exact float64
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise InputError(path, f"not a readable embeddings CSV: {e}") from None
     if "img" not in df.columns:

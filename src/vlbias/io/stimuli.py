@@ -13,8 +13,22 @@ from vlbias.errors import InputError
 # Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SETS = ("X", "Y", "A", "B")
-# libyaml when present: the grounded stimulus files are large (the Python parser takes seconds for all)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """Safe YAML (libyaml when present: the grounded stimulus files are large) that refuses a key
+    given twice in one mapping, which YAML parsers otherwise resolve silently to the last one."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.MarkedYAMLError("while constructing a mapping", node.start_mark,
+                                           f"key '{key}' is given twice (first on line {seen[key] + 1})",
+                                           key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 @lru_cache(maxsize=None)
@@ -74,6 +88,10 @@ def read_stimulus_file(path, schema_name, keys):
         raise InputError(path, "stimulus file not found") from None
     except OSError as e:
         raise InputError(path, f"cannot read stimulus file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise InputError(path, f"not UTF-8 text: byte 0x{e.object[e.start]:02x} on line {line} (save the file "
+                               "as UTF-8)") from None
     except yaml.YAMLError as e:
         raise InputError(path, f"not valid YAML: {e}") from None
     if not isinstance(doc, dict):
@@ -88,15 +106,20 @@ def load_stimulus(path):
     """Load and validate one stimulus file; errors name the file and the key."""
     path = Path(path)
     doc = read_stimulus_file(path, "stimulus.schema.yaml", "id, name, suite, X, Y, A, B")
-    sets = {}
+    sets, owner = {}, {}
     for s in SETS:
         d = doc[s]
         items = tuple(d["items"]) if "items" in d else None
         if items is not None and len(set(items)) != len(items):
             dup = sorted({i for i in items if items.count(i) > 1})
             raise InputError(path, f"key '{s}/items': duplicate stimuli {dup}")
-        # image categories are shared by many tests' stores; text sets live in a per-test store
-        key = d.get("category", s)
+        # a stimulus in two sets would count for both sides of the test
+        for item in items or [d.get("category")]:
+            if item in owner:
+                raise InputError(path, f"key '{s}': '{item}' is also in set {owner[item]}")
+            owner[item] = s
+        # image categories are shared by many tests (one store per model); text sets are the test's own
+        key = d.get("category") or f"{doc['id']}/{s}"
         sets[s] = StimulusSet(key=key, label=d["label"], category=d.get("category"), items=items)
     return Stimulus(
         id=doc["id"], name=doc["name"], suite=doc["suite"], level=doc.get("level"),

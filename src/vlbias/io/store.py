@@ -2,11 +2,12 @@
 
 Layout::
 
-    /<key>/vectors   float32 (n, dim)   one row per stimulus
+    /<key>/vectors   float32 or float64 (n, dim)   one row per stimulus (float64 only for vectors
+                                                   published so: the authors' iEAT CSVs)
     /<key>/ids       utf-8 strings (n,) the stimulus (image file name, word, sentence)
     attrs            provenance: JSON under "provenance" (model id, revision, weights, ...)
 
-``<key>`` is an image category ("insect-flower/flower") or a text set's label.
+``<key>`` is an image category ("insect-flower/flower") or a text set's "<test id>/<X|Y|A|B>".
 """
 
 import json
@@ -21,11 +22,16 @@ _STR = h5py.string_dtype("utf-8")
 
 
 def write_embeddings(path, sets, provenance):
-    """Write ``sets`` ({key: (vectors, ids)}) and ``provenance`` (a JSON-able dict) atomically."""
+    """Write ``sets`` ({key: (vectors, ids)}) and ``provenance`` (a JSON-able dict) atomically.
+
+    Vectors keep float64 when given so (published vectors stay exactly as published); anything else
+    is stored as float32, the precision models compute in.
+    """
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["provenance"] = json.dumps(provenance, sort_keys=True, default=str)
         for key, (vectors, ids) in sets.items():
-            vectors = np.asarray(vectors, dtype=np.float32)
+            vectors = np.asarray(vectors)
+            vectors = vectors if vectors.dtype == np.float64 else vectors.astype(np.float32)
             if vectors.ndim != 2 or vectors.shape[0] != len(ids):
                 raise ValueError(f"set '{key}': {vectors.shape} vectors for {len(ids)} ids")
             g = f.create_group(key)

@@ -27,11 +27,16 @@ caption alone (zero regions), LXMERT one region with zero features and the whole
 masked-object input; LXMERT cannot run without regions), text-only BERT has no visual input at all.
 """
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from vlbias.errors import InputError
+from vlbias.io.cache import digest
+from vlbias.logs import Progress
+
+log = logging.getLogger(__name__)
 
 MASK = "[MASK]"
 CHUNK = 256  # captions per call: bounds the (captions x vocabulary) log-probabilities held at once
@@ -60,14 +65,28 @@ def masked_caption(caption, n):
     return caption.replace("{entity}", " ".join([MASK] * n))
 
 
-def entity_logprobs(model, queries, visuals=None):
-    """float64 (len(queries),): ln P(entity | caption, image) of each query (chain rule over pieces)."""
+def entity_logprobs(model, queries, visuals=None, cache=None):
+    """float64 (len(queries),): ln P(entity | caption, image) of each query (chain rule over pieces).
+
+    ``cache`` (a vlbias.io.cache.RecordCache of ``model``) keeps each query's value under a digest of
+    its caption, entity and the image's regions: a rerun after an edit queries only what is new.
+    """
     visuals = visuals or {}
-    pieces = {}
+    pieces, seen = {}, {}
     captions, regions, fill, want, owner = [], [], [], [], []
+    out = np.zeros(len(queries), dtype=np.float64)
+    keys = [None] * len(queries)
     for q, query in enumerate(queries):
         if query.image is not None and query.image not in visuals:
             raise InputError(f"image '{query.image}'", "has no regions")
+        if cache is not None:
+            v = visuals.get(query.image)
+            image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person))
+            keys[q] = digest(query.caption, query.entity, image)
+            record = cache.get(keys[q])
+            if record is not None:
+                out[q] = record["logprob"][0]
+                continue
         ids = pieces.setdefault(query.entity, entity_pieces(model.tokenizer, query.entity))
         caption = masked_caption(query.caption, len(ids))
         for k in range(len(ids)):
@@ -76,7 +95,7 @@ def entity_logprobs(model, queries, visuals=None):
             fill.append(ids[:k])
             want.append(ids[k])
             owner.append(q)
-    out = np.zeros(len(queries), dtype=np.float64)
+    progress = Progress(len(captions), "forward passes (one per word piece)", log)
     for start in range(0, len(captions), CHUNK):
         stop = start + CHUNK
         logps = model.mask_logprobs(captions[start:stop], regions[start:stop], fill=fill[start:stop])
@@ -85,6 +104,12 @@ def entity_logprobs(model, queries, visuals=None):
             if logp.shape[0] != n_left:  # the caption itself must not add [MASK]s
                 raise InputError(f"caption '{captions[i]}'", f"has {logp.shape[0]} [MASK]s left, expected {n_left}")
             out[owner[i]] += float(logp[0, token])  # the first [MASK] left is the next piece
+        progress.advance(len(logps))
+    progress.done(f"{len(queries) - len(set(owner))} of {len(queries)} queries from the cache" if cache is not None
+                  else "")
+    if cache is not None:
+        for q in sorted(set(owner)):
+            cache.put(keys[q], {"logprob": out[q:q + 1]})
     return out
 
 

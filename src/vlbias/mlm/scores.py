@@ -90,15 +90,16 @@ def plan_queries(stimulus, images=()):
     return rows
 
 
-def logprob_table(model, stimuli, images=None, visuals=None):
+def logprob_table(model, stimuli, images=None, visuals=None, cache=None):
     """DataFrame (QUERY_COLUMNS) of ``model``'s log-probabilities for ``stimuli``.
 
-    ``images``: {stimulus id: [ImageRow]} of the images to query (their regions in ``visuals``).
+    ``images``: {stimulus id: [ImageRow]} of the images to query (their regions in ``visuals``);
+    ``cache``: see vlbias.mlm.probability.entity_logprobs.
     """
     planned = []
     for stimulus in stimuli:
         planned += plan_queries(stimulus, (images or {}).get(stimulus.id, ()))
-    lp = entity_logprobs(model, [q for _, q in planned], visuals)
+    lp = entity_logprobs(model, [q for _, q in planned], visuals, cache)
     pieces = {e: " ".join(model.tokenizer.convert_ids_to_tokens(entity_pieces(model.tokenizer, e)))
               for e in {row["entity"] for row, _ in planned}}
     rows = [{**row, "pieces": pieces[row["entity"]], "logprob": value} for (row, _), value in zip(planned, lp)]

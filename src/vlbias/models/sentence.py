@@ -97,9 +97,15 @@ class SentenceEncoder:
             raise InputError("texts", "expected a list of strings")
         texts = [t.lower() for t in texts] if self.lowercase else list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        # batches of texts of similar length: padding (to a batch's longest text) is work thrown away
+        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]]
+        order = np.argsort(lengths, kind="stable")
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
+                rows = order[start:start + self.batch_size]
+                batch = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,
                                        max_length=self.max_length, return_tensors="pt").to(self.device)
                 hidden = self.model(**batch).last_hidden_state  # (b, tokens, dim)
                 if self.pooling == "cls":
@@ -111,7 +117,7 @@ class SentenceEncoder:
                 if self.normalize:
                     emb = F.normalize(emb, p=2, dim=1)
                 assert emb.shape == (len(hidden), self.dim), emb.shape
-                out[start:start + len(hidden)] = emb.float().cpu().numpy()
+                out[rows] = emb.float().cpu().numpy()
         return out
 
 

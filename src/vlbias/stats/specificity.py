@@ -10,8 +10,9 @@ import numpy as np
 from vlbias.stats.weat import _check, _unit, permutation_test_sw
 
 
-def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0, threads=None):
-    """p-values of ``n_tests`` tests on random re-partitions of X∪Y∪A∪B (reproducible by seed)."""
+def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0, threads=None, progress=None):
+    """p-values of ``n_tests`` tests on random re-partitions of X∪Y∪A∪B (reproducible by seed);
+    ``progress`` (vlbias.logs.Progress) advances by test."""
     sets = [_check(name, M) for name, M in zip("XYAB", (X, Y, A, B))]
     if len({M.shape[1] for M in sets}) != 1:
         raise ValueError("sets X, Y, A, B differ in dimension")
@@ -27,6 +28,8 @@ def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0,
         res = permutation_test_sw(s, len(x), n_samples=n_samples, seed=int(rng.integers(2**63)),
                                   threads=threads)
         p[t] = res.p
+        if progress is not None:
+            progress.advance()
     return p
 
 

@@ -12,9 +12,11 @@ import h5py
 import numpy as np
 
 from vlbias.errors import FetchError
+from vlbias.io.cache import cached_vectors, digest
 from vlbias.io.fetch import fetch, read_manifest, sha256_file
 from vlbias.io.published import read_ieat_csv
 from vlbias.io.store import write_embeddings
+from vlbias.logs import Progress
 
 log = logging.getLogger(__name__)
 
@@ -67,22 +69,28 @@ def image_entries(manifest, source, mirror, cache):
     return entries
 
 
-def embed_image_store(images_h5, encoder, out, provenance):
+def embed_image_store(images_h5, encoder, out, provenance, cache=None):
     """Embed every category of an image store (see vlbias.images.store) with ``encoder``.
 
     A category left without images keeps an empty (0, dim) set, so the test that uses it is
-    recorded as skipped with the category's name rather than failing somewhere else.
+    recorded as skipped with the category's name rather than failing somewhere else. With
+    ``cache`` (a vlbias.io.cache.RecordCache of this encoder) an image whose pixels it has seen is
+    not embedded again.
     """
     sets = {}
     with h5py.File(images_h5, "r") as f:
         keys = []
         f.visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Group) and "pixels" in obj else None)
+        progress = Progress(sum(len(f[k]["ids"]) for k in keys), "images", log)
         for key in sorted(keys):
             ids = [i.decode() if isinstance(i, bytes) else i for i in f[key]["ids"][()]]
+            pixels = f[key]["pixels"][()]
             if ids:
-                vectors = encoder.encode_images(f[key]["pixels"][()])
+                vectors = cached_vectors(cache, [digest(p) for p in pixels], lambda todo: encoder.encode_images(
+                    pixels[todo]))
             else:
                 vectors = np.zeros((0, encoder.dim), dtype=np.float32)
             sets[key] = (vectors, ids)
-            log.info("%s: %d images", key, len(ids))
+            progress.advance(len(ids))
+        progress.done(f"{cache.hits} from the cache" if cache is not None else "")
     write_embeddings(out, sets, {**encoder.info, **provenance, "n": {k: len(v[1]) for k, v in sets.items()}})

@@ -263,7 +263,6 @@ def convert(mirror, outdir):
             dest = Path(outdir) / dataset / f"{test_id}.yaml"
             with atomic_path(dest) as tmp:
                 tmp.write_text(dump(doc), encoding="utf-8")
-                tmp.chmod(0o644)  # a committed file, not a private temporary one
             written.append(dest)
     return written
 

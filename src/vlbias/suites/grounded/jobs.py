@@ -2,17 +2,23 @@
 pairs on one vision-language model, and the experiments on them (see docs/grounded.md)."""
 
 import json
+import logging
 import re
 
 import numpy as np
 
 from vlbias.io.atomic import atomic_path
+from vlbias.io.cache import cached_vectors, digest
+from vlbias.io.fetch import sha256_file
+from vlbias.logs import Progress
 from vlbias.suites.grounded.stimulus import ROLES
+
+log = logging.getLogger(__name__)
 
 # the stimulus level each embedding reads: W the single-word captions, S and C the sentences
 LEVEL_SOURCE = {"W": "word", "S": "sentence", "C": "sentence"}
 NO_MASK = "none"  # the HDF5 group of unmasked embeddings
-MISSING_COLUMNS = ["level", "mask", "role", "caption", "image", "reason"]
+MISSING_COLUMNS = ["test", "level", "mask", "role", "caption", "image", "reason"]
 ROLE_COUNTS = [f"n_{r}" for r in ROLES]
 RESULT_COLUMNS = ["dataset", "test", "name", "model", "column", "experiment", "level", "mask", "status",
                   "statistic", "d", "p", "p_se", "exact", "n_samples", "seed", "d_x", "d_y", "p_x", "p_y",
@@ -79,9 +85,10 @@ def plan_pairs(stimulus, level, mask, images, image_reason):
     return planned, dropped
 
 
-class _VisualCache:
-    """Regions of the last ``size`` images read from a store, as the encoders take them (pairs of
-    one image follow each other, so a small cache reads each image about once)."""
+class _Visuals:
+    """Regions of the last ``size`` images read from a store, as the encoders take them, with a digest
+    of each (the embedding cache's key covers the regions a pair was embedded with); pairs of one
+    image follow each other, so a small cache reads each image about once."""
 
     def __init__(self, store, size=256):
         from vlbias.models.vl import Visual
@@ -89,11 +96,13 @@ class _VisualCache:
         self.store, self.size, self.visual, self.cache = store, size, Visual, {}
 
     def __call__(self, image_id):
+        """(Visual, digest) of ``image_id``."""
         if image_id not in self.cache:
             if len(self.cache) >= self.size:
                 self.cache.pop(next(iter(self.cache)))
             regions, is_person = self.store.get(image_id)
-            self.cache[image_id] = self.visual(regions.features, self.store.boxes_norm(image_id), is_person)
+            v = self.visual(regions.features, self.store.boxes_norm(image_id), is_person)
+            self.cache[image_id] = v, digest(v.features, v.boxes_norm, v.is_person)
         return self.cache[image_id]
 
 
@@ -110,94 +119,117 @@ def missing_image_reasons(image_ids, store, manifest_rows=()):
     return {i: why.get(i, "not listed in the image manifest") for i in set(image_ids) - set(store.ids)}
 
 
-def embed_test(stimulus, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), chunk=None):
-    """Embed every (caption, image) pair of one test at each configured level and mask into HDF5.
+def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), cache=None,
+                chunk=None):
+    """Embed every (caption, image) pair of each test of ``stimuli`` at each configured level and mask,
+    into one HDF5 file (one per (dataset, model): one model load for all tests).
 
-    Layout (one file per (dataset, model, test), so the store is per model × dataset × level × mask)::
+    Layout::
 
-        /<level>/<mask>/<role>/embeddings   float32 (n, dim)   level W, S, C; mask none, T, I
-        /<level>/<mask>/<role>/caption      utf-8 (n,)          role X, Y, A_x, A_y, B_x, B_y
-        /<level>/<mask>/<role>/image        utf-8 (n,)          the stimulus' image id
-        /<level>/<mask>/<role>/word         utf-8 (n,)          level C: the word in context
-        group attrs n (pairs embedded), n_listed (pairs the stimulus lists), n_dropped
-        root attrs  ``attrs`` (model, detector, region store ... provenance), the encoder's info
-                    (JSON), levels, masks, not_applicable (JSON: masked pairs the model lacks)
+        /<test>/<level>/<mask>/<role>/embeddings   float32 (n, dim)   level W, S, C; mask none, T, I
+        /<test>/<level>/<mask>/<role>/caption      utf-8 (n,)          role X, Y, A_x, A_y, B_x, B_y
+        /<test>/<level>/<mask>/<role>/image        utf-8 (n,)          the stimulus' image id
+        /<test>/<level>/<mask>/<role>/word         utf-8 (n,)          level C: the word in context
+        role group attrs  n (pairs embedded), n_listed (pairs the stimulus lists), n_dropped
+        test group attrs  test, name, stimulus, stimulus_sha256, levels, masks, not_applicable (JSON:
+                          masked pairs the model lacks)
+        root attrs  ``attrs`` (dataset, model, detector, region store ... provenance), the encoder's info (JSON)
 
-    Returns the rows (MISSING_COLUMNS) of the pairs left out and why: images the region store
-    lacks (failed downloads, undecodable files: ``manifest_rows``, the acquisition manifest, says
-    why), captions without a contextual word (C) or mask term (T), levels the stimulus lacks.
+    ``cache`` (a vlbias.io.cache.RecordCache of this encoder) keeps each pair's vector under a digest
+    of what was embedded (level, mask and mask terms, caption, word, the image's regions): a rerun
+    after an edit embeds only pairs it has not seen.
+
+    Returns the rows (``test`` + MISSING_COLUMNS) of the pairs left out and why: images the region
+    store lacks (failed downloads, undecodable files: ``manifest_rows``, the acquisition manifest,
+    says why), captions without a contextual word (C) or mask term (T), levels a stimulus lacks.
     """
     import h5py
 
     combos, not_applicable = embedding_combos(levels, masks, encoder.supports_image_masking)
     images = set(store.ids)
-    reasons = missing_image_reasons(stimulus.image_ids(), store, manifest_rows)
-    visual = _VisualCache(store)
-    chunk = chunk or encoder.batch_size * 8
-    dropped = []
-    text = h5py.string_dtype("utf-8")
-    with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs.update({**(attrs or {}), "info": json.dumps(encoder.info, sort_keys=True, default=str),
-                        "levels": json.dumps(levels), "masks": json.dumps(masks),
-                        "not_applicable": json.dumps([f"{lv}/{m}" for lv, m in not_applicable])})
+    reasons = missing_image_reasons({i for s in stimuli for i in s.image_ids()}, store, manifest_rows)
+    visual = _Visuals(store)
+    dropped, planned = [], []
+    for stimulus in stimuli:
         for level, mask in combos:
             if LEVEL_SOURCE[level] not in stimulus.levels:
-                dropped.append({"level": level, "mask": mask or NO_MASK, "role": "", "caption": "", "image": "",
+                dropped.append({"test": stimulus.id, "level": level, "mask": mask or NO_MASK, "role": "",
+                                "caption": "", "image": "",
                                 "reason": f"the stimulus has no {LEVEL_SOURCE[level]}-level captions"})
                 continue
-            lv = stimulus.levels[LEVEL_SOURCE[level]]
-            planned, left_out = plan_pairs(stimulus, level, mask, images, reasons.get)
-            dropped += left_out
-            group = f.create_group(f"{level}/{mask or NO_MASK}")
+            pairs, left_out = plan_pairs(stimulus, level, mask, images, reasons.get)
+            dropped += [{"test": stimulus.id, **d} for d in left_out]
+            planned.append((stimulus, level, mask, pairs))
+    progress = Progress(sum(len(p) for *_, pairs in planned for p in pairs.values()), "pairs", log)
+    text = h5py.string_dtype("utf-8")
+    with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs.update({**(attrs or {}), "info": json.dumps(encoder.info, sort_keys=True, default=str)})
+        for stimulus in stimuli:
+            t = f.create_group(stimulus.id)
+            t.attrs.update({"test": stimulus.id, "name": stimulus.name, "stimulus": stimulus.path,
+                            "stimulus_sha256": sha256_file(stimulus.path), "levels": json.dumps(levels),
+                            "masks": json.dumps(masks),
+                            "not_applicable": json.dumps([f"{lv}/{m}" for lv, m in not_applicable])})
+        for stimulus, level, mask, pairs in planned:
+            terms = stimulus.levels[LEVEL_SOURCE[level]]["mask"]["tokens"] if mask == "T" else None
+            group = f.create_group(f"{stimulus.id}/{level}/{mask or NO_MASK}")
             group.attrs.update({"level": level, "mask": mask or NO_MASK, "stimulus_level": LEVEL_SOURCE[level]})
             for role in ROLES:
-                pairs = planned[role]
-                out = np.empty((len(pairs), encoder.dim), dtype=np.float32)
-                for start in range(0, len(pairs), chunk):
-                    part = pairs[start:start + chunk]
-                    out[start:start + len(part)] = encoder.embed(
-                        [c for c, *_ in part], [visual(i) for _, i, _ in part], level, mask=mask,
-                        mask_terms=lv["mask"]["tokens"] if mask == "T" else None,
-                        words=[span for *_, span in part] if level == "C" else None)
+                rows = pairs[role]
+                keys = [digest(level, mask, terms, caption, span, visual(image)[1]) for caption, image, span in rows]
+
+                def compute(todo, rows=rows):
+                    part = [rows[i] for i in todo]
+                    return encoder.embed([c for c, *_ in part], [visual(i)[0] for _, i, _ in part], level, mask=mask,
+                                         mask_terms=terms, words=[s for *_, s in part] if level == "C" else None)
+
+                out = cached_vectors(cache, keys, compute, chunk=chunk or encoder.batch_size * 8)
+                progress.advance(len(rows))
                 g = group.create_group(role)
-                g.create_dataset("embeddings", data=out)
-                g.create_dataset("caption", data=[c for c, *_ in pairs], dtype=text)
-                g.create_dataset("image", data=[i for _, i, _ in pairs], dtype=text)
+                g.create_dataset("embeddings", data=out.reshape(len(rows), encoder.dim).astype(np.float32))
+                g.create_dataset("caption", data=[c for c, *_ in rows], dtype=text)
+                g.create_dataset("image", data=[i for _, i, _ in rows], dtype=text)
                 if level == "C":
-                    g.create_dataset("word", data=[c[a:b] for c, _, (a, b) in pairs], dtype=text)
+                    g.create_dataset("word", data=[c[a:b] for c, _, (a, b) in rows], dtype=text)
                 n_listed = len(stimulus.pairs(LEVEL_SOURCE[level], role))
-                g.attrs.update({"n": len(pairs), "n_listed": n_listed, "n_dropped": n_listed - len(pairs)})
+                g.attrs.update({"n": len(rows), "n_listed": n_listed, "n_dropped": n_listed - len(rows)})
+    progress.done(f"{cache.hits} from the cache" if cache is not None else "")
     return dropped
 
 
 def read_embeddings(path):
-    """{(level, mask): {role: float32 (n, dim)}} and the root attributes of an ``embed_test`` file."""
+    """({test: {(level, mask): {role: float32 (n, dim)}}}, root attributes, {test: test attributes})
+    of an ``embed_tests`` file."""
     import h5py
 
     with h5py.File(path, "r") as f:
-        sets = {(level, mask): {r: f[level][mask][r]["embeddings"][()] for r in ROLES}
-                for level in f for mask in f[level]}
-        return sets, dict(f.attrs)
+        sets = {test: {(level, mask): {r: f[test][level][mask][r]["embeddings"][()] for r in ROLES}
+                       for level in f[test] for mask in f[test][level]} for test in f}
+        return sets, dict(f.attrs), {test: dict(f[test].attrs) for test in f}
 
 
 def run_experiments(path, n_samples, seed, exact):
-    """Rows (RESULT_COLUMNS) of the grounded experiments on one ``embed_test`` file: experiments
-    1, 2 and 3 (variant 1) on each unmasked level, experiment 3 variant 2 ("3-masked": experiment
-    2's statistic) on each masked one. A set left empty (every pair dropped) gives a row whose
-    status says so. The null each permutation samples: see vlbias.stats.grounded and docs/grounded.md.
+    """Rows (RESULT_COLUMNS) of the grounded experiments on every test of one ``embed_tests`` file:
+    experiments 1, 2 and 3 (variant 1) on each unmasked level, experiment 3 variant 2 ("3-masked":
+    experiment 2's statistic) on each masked one. A set left empty (every pair dropped) gives a row
+    whose status says so. The null each permutation samples: see vlbias.stats.grounded and
+    docs/grounded.md.
     """
     from vlbias.stats.grounded import grounded_test
 
-    sets, attrs = read_embeddings(path)
-    base = {k: attrs.get(k, "") for k in ("dataset", "test", "name", "model", "column", "model_id", "revision",
-                                          "commit", "weights_sha256", "detector")}
+    tests, attrs, test_attrs = read_embeddings(path)
+    base = {k: attrs.get(k, "") for k in ("dataset", "model", "column", "model_id", "revision", "commit",
+                                          "weights_sha256", "detector")}
+    order = lambda kv: ("WSC".index(kv[0][0]), kv[0][1] != NO_MASK, kv[0][1])  # noqa: E731
+    jobs = [(test, key, emb) for test, sets in tests.items() for key, emb in sorted(sets.items(), key=order)]
+    progress = Progress(sum(3 if key[1] == NO_MASK else 1 for _, key, _ in jobs), "experiments", log)
     rows = []
-    for (level, mask), emb in sorted(sets.items(), key=lambda kv: ("WSC".index(kv[0][0]), kv[0][1] != NO_MASK,
-                                                                   kv[0][1])):
+    for test, (level, mask), emb in jobs:
         counts = {f"n_{r}": len(emb[r]) for r in ROLES}
         for experiment in (("1", "2", "3") if mask == NO_MASK else ("3-masked",)):
-            row = {**base, "experiment": experiment, "level": level, "mask": mask, **counts,
-                   "n_samples": n_samples, "seed": seed, "exact": exact}
+            progress.advance()
+            row = {**base, "test": test, "name": test_attrs[test].get("name", ""), "experiment": experiment,
+                   "level": level, "mask": mask, **counts, "n_samples": n_samples, "seed": seed, "exact": exact}
             empty = [r for r in ROLES if not len(emb[r])]
             if empty:
                 rows.append({**row, "status": f"skipped: no pairs left in {', '.join(empty)}"})
@@ -218,4 +250,5 @@ def run_experiments(path, n_samples, seed, exact):
                         "d_x": r.parts["X"]["effect_size"], "d_y": r.parts["Y"]["effect_size"],
                         "p_x": r.parts["X"]["p"], "p_y": r.parts["Y"]["p"]}
             rows.append(row)
+    progress.done()
     return rows

@@ -1,0 +1,288 @@
+"""The workflow configuration, checked before any job runs.
+
+    check_config(config, "workflow/schemas/config.schema.yaml")   # the Snakefile's first step
+
+Three passes, each error naming the config key by its path (``ieat/models/clip/poolng``):
+
+1. the whole config against the workflow's JSON schema; defaults it declares are filled in;
+2. every model and detector entry against its adapter's own schema
+   (``vlbias/schemas/{models,detectors}/<adapter>.yaml``), so a misspelt key is an error with the
+   closest valid key suggested, not a key silently ignored or a job failing halfway;
+3. the references between keys: a table, the specificity check or a build list naming a model,
+   test, detector or dataset that does not exist.
+
+No adapter module is imported (they import torch): checking stays cheap enough for every
+Snakemake invocation.
+"""
+
+import difflib
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from vlbias.errors import InputError
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+SOURCE = "config/config.yaml"
+MAX_ERRORS = 10
+
+# (section path, adapter kind): the config mappings whose entries are built by an adapter registry
+ADAPTER_SECTIONS = [
+    (("ieat", "models"), "models"),
+    (("seat", "models"), "models"),
+    (("grounded", "models"), "models"),
+    (("mlm", "models"), "models"),
+    (("regions", "detectors"), "detectors"),
+]
+
+
+class ConfigError(InputError):
+    """The configuration is invalid; the message lists every problem found, one per line."""
+
+    def __init__(self, problems, source=SOURCE):
+        self.problems = list(problems)
+        shown = self.problems[:MAX_ERRORS]
+        more = len(self.problems) - len(shown)
+        lines = [*shown, *([f"... and {more} more"] if more else [])]
+        super().__init__(source, "invalid configuration:\n  " + "\n  ".join(lines))
+
+
+def check_config(config, schema_path, root="."):
+    """Validate ``config`` in place (defaults filled in); raise ConfigError listing every problem.
+
+    ``root`` is the directory relative paths of the config are read from (stimulus folders).
+    """
+    schema = _read_yaml(schema_path)
+    problems = schema_problems(config, schema)
+    if not problems:  # the later passes assume the shapes the schema guarantees
+        problems = adapter_problems(config, schema) + reference_problems(config, Path(root))
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+# --- pass 1 and 2: JSON schemas -------------------------------------------------------------------
+
+
+def _fill_defaults(validator_class):
+    """A validator class that also sets each missing property that has a ``default`` (as Snakemake's
+    ``validate`` does), so the rules can read every documented key."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub:
+                    instance.setdefault(name, sub["default"])
+        yield from validate_properties(validator, props, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": properties})
+
+
+_Validator = _fill_defaults(jsonschema.Draft202012Validator)
+
+
+def key_path(parts):
+    return "/".join(str(p) for p in parts) or "(top level)"
+
+
+def suggest(name, candidates):
+    """' (did you mean 'x'?)' for the closest of ``candidates`` to ``name``, or ''."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _describe(error, where=()):
+    """One line for one jsonschema error: the key's path, then what is wrong with it."""
+    path = (*where, *error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = list(error.schema.get("properties", {}))
+        unknown = [k for k in error.instance if k not in known
+                   and not any(re.search(p, k) for p in error.schema.get("patternProperties", {}))]
+        return "; ".join(f"key '{key_path((*path, k))}': unknown key{suggest(k, known)}"
+                         + ("" if suggest(k, known) else f"; valid keys: {', '.join(sorted(known))}")
+                         for k in unknown)
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        return _describe(jsonschema.exceptions.best_match(error.context), where)
+    if error.validator == "required":
+        return f"key '{key_path(path)}': {error.message}"
+    value = error.instance if not isinstance(error.instance, (dict, list)) else type(error.instance).__name__
+    if error.validator == "type":
+        expected = error.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        return f"key '{key_path(path)}': expected {expected}, got {value!r}"
+    if error.validator == "enum":
+        return (f"key '{key_path(path)}': {value!r} is not one of {error.validator_value}"
+                f"{suggest(value, error.validator_value)}")
+    return f"key '{key_path(path)}': {error.message}"
+
+
+def _problems(instance, schema, where=()):
+    errors = sorted(_Validator(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    return [line for e in errors if (line := _describe(e, where))]
+
+
+def schema_problems(config, schema):
+    """Pass 1: the config against the workflow's schema (unknown top-level keys in one short line)."""
+    if not isinstance(config, dict):
+        return [f"expected a mapping of keys, got {type(config).__name__}"]
+    return _problems(config, schema)
+
+
+@lru_cache(maxsize=None)
+def _read_yaml(path):
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def adapters(kind):
+    """The adapter names with a schema under vlbias/schemas/<kind>/ (every registered adapter has one)."""
+    return sorted(p.stem for p in (SCHEMAS / kind).glob("*.yaml") if not p.stem.startswith("_"))
+
+
+@lru_cache(maxsize=None)
+def adapter_schema(kind, name):
+    """The JSON schema of adapter ``name``'s own keys: its file with its ``include``d fragments merged."""
+    doc = dict(_read_yaml(SCHEMAS / kind / f"{name}.yaml") or {})
+    properties, required = {}, []
+    for fragment in doc.pop("include", []):
+        part = adapter_schema(kind, fragment)
+        properties |= part["properties"]
+        required += part.get("required", [])
+    properties |= doc.get("properties") or {}
+    required += doc.get("required", [])
+    return {**doc, "type": "object", "properties": properties, "required": list(dict.fromkeys(required))}
+
+
+def _entry_schema(schema, section):
+    """The schema of one entry of ``section`` (a path of keys) in the workflow's config schema."""
+    node = schema
+    for key in section:
+        node = node["properties"][key]
+    return node.get("additionalProperties", {}) if isinstance(node.get("additionalProperties"), dict) else {}
+
+
+def adapter_problems(config, schema):
+    """Pass 2: each entry of an adapter section against its section's keys plus its adapter's keys."""
+    problems = []
+    for section, kind in ADAPTER_SECTIONS:
+        entries = config
+        for key in section:
+            entries = (entries or {}).get(key) or {}
+        base = _entry_schema(schema, section)
+        for name, entry in entries.items():
+            where = (*section, name)
+            adapter = entry.get("adapter")
+            if adapter is None:  # e.g. an iEAT model with published vectors: the section's keys only
+                own = {"properties": {}, "required": []}
+            elif adapter not in adapters(kind):
+                known = adapters(kind)
+                problems.append(f"key '{key_path((*where, 'adapter'))}': unknown adapter '{adapter}'"
+                                f"{suggest(adapter, known)}; known: {', '.join(known)}")
+                continue
+            else:
+                own = adapter_schema(kind, adapter)
+            merged = {"type": "object", "additionalProperties": False,
+                      "properties": {**base.get("properties", {}), **own["properties"]},
+                      "required": list(dict.fromkeys([*base.get("required", []), *own.get("required", [])]))}
+            problems += _problems(entry, merged, where)
+    return problems
+
+
+# --- pass 3: references between keys -------------------------------------------------------------
+
+
+def _names(problems, where, names, known, what):
+    """Check that each of ``names`` (a list at key ``where``) is one of ``known``."""
+    for i, name in enumerate(names or []):
+        if name not in known:
+            problems.append(f"key '{key_path((*where, i))}': '{name}' is not {what}{suggest(name, known)}")
+
+
+def _stimulus_ids(folder):
+    return {p.stem for p in Path(folder).glob("*.yaml")}
+
+
+def reference_problems(config, root=Path(".")):
+    """Pass 3: names that must exist elsewhere in the config (or as a stimulus file)."""
+    problems = []
+    ieat, seat = config["ieat"], config["seat"]
+    models = set(ieat["models"])
+    ieat_tests = _stimulus_ids(root / ieat["stimuli"])
+    for table, spec in ieat["tables"].items():
+        _names(problems, ("ieat", "tables", table, "models"), spec["models"], models, "a model under 'ieat/models'")
+        _names(problems, ("ieat", "tables", table, "tests"), spec["tests"], ieat_tests,
+               f"a stimulus file in {ieat['stimuli']}")
+    spec = ieat["specificity"]
+    _names(problems, ("ieat", "specificity", "models"), spec["models"], models, "a model under 'ieat/models'")
+    if spec["models"] and spec["test"] not in ieat_tests:
+        problems.append(f"key 'ieat/specificity/test': '{spec['test']}' is not a stimulus file in "
+                        f"{ieat['stimuli']}{suggest(spec['test'], ieat_tests)}")
+    if seat["tests"] != "all":
+        _names(problems, ("seat", "tests"), seat["tests"], _stimulus_ids(root / seat["stimuli"]),
+               f"a stimulus file in {seat['stimuli']}")
+    detectors = set((config.get("regions") or {}).get("detectors", {}))
+    if config.get("regions"):
+        for i, pair in enumerate(config["regions"]["build"]):
+            if pair["detector"] not in detectors:
+                problems.append(f"key 'regions/build/{i}/detector': '{pair['detector']}' is not a detector under "
+                                f"'regions/detectors'{suggest(pair['detector'], detectors)}")
+    problems += _grounded_references(config, detectors) + _mlm_references(config, detectors)
+    return problems
+
+
+def _grounded_references(config, detectors):
+    grounded, problems = config.get("grounded"), []
+    if not grounded:
+        return problems
+    for name, spec in grounded["images"]["datasets"].items():
+        source = spec.get("source", "grounded")
+        if source is not None and source not in config["sources"]:
+            problems.append(f"key 'grounded/images/datasets/{name}/source': '{source}' is not an entry of "
+                            f"'sources'{suggest(source, config['sources'])}")
+    models = grounded.get("models", {})
+    columns = {}
+    for i, name in enumerate(grounded.get("experiments", {}).get("models", [])):
+        if name not in models:
+            problems.append(f"key 'grounded/experiments/models/{i}': '{name}' is not a model under "
+                            f"'grounded/models'{suggest(name, models)}")
+            continue
+        column = models[name]["column"]
+        if column in columns:
+            problems.append(f"key 'grounded/experiments/models/{i}': '{name}' and '{columns[column]}' both fill "
+                            f"column '{column}'")
+        columns[column] = name
+    for name, spec in models.items():
+        if spec["detector"] not in detectors:
+            problems.append(f"key 'grounded/models/{name}/detector': '{spec['detector']}' is not a detector under "
+                            f"'regions/detectors'{suggest(spec['detector'], detectors)}")
+    return problems
+
+
+def _mlm_references(config, detectors):
+    mlm, problems = config.get("mlm"), []
+    if not mlm:
+        return problems
+    models = mlm["models"]
+    if mlm["reference"] not in models:
+        problems.append(f"key 'mlm/reference': '{mlm['reference']}' is not a model under 'mlm/models'"
+                        f"{suggest(mlm['reference'], models)}")
+    vl = [m for m in models if m != mlm["reference"]]
+    _names(problems, ("mlm", "build"), mlm["build"], vl,
+           "a vision-language model under 'mlm/models' (the reference is built with them)")
+    dataset = mlm.get("images")
+    if dataset is not None:
+        manifests = (config.get("regions") or {}).get("manifests", {})
+        if dataset not in manifests:
+            problems.append(f"key 'mlm/images': dataset '{dataset}' has no image manifest under "
+                            f"'regions/manifests'{suggest(dataset, manifests)}")
+        for model in vl:
+            detector = models[model].get("detector")
+            if detector not in detectors:
+                problems.append(f"key 'mlm/models/{model}/detector': '{detector}' is not a detector under "
+                                f"'regions/detectors' (the images of 'mlm/images' need region features)"
+                                f"{suggest(detector, detectors) if detector else ''}")
+    return problems

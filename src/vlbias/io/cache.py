@@ -1,0 +1,228 @@
+"""Content-keyed caches: the results of expensive work (an embedding, a detector pass, a
+log-probability) kept under a digest of everything that determined them.
+
+A Snakemake job reruns when any of its inputs changed: a model's embedding job when one stimulus
+file of dozens was edited, a region job when ten images arrived among ten thousand. Such a job
+looks every item up here first and computes only the misses, so an edit costs what it changed.
+
+    cache = RecordCache(f"{cache_dir}/embeddings/{fingerprint(encoder.info)}")
+    record = cache.get(key)                   # {"vector": array} or None
+    cache.put(key, {"vector": vector})
+    cache.flush()                             # also on its own every FLUSH_SECONDS, and in close()
+
+A cache directory belongs to one producer (a model or detector with its settings: ``fingerprint``);
+a key names one item (``digest`` of the item's inputs). Records are dicts of numpy arrays with at
+least one dimension (the first may differ between records: an image's regions). They are kept in
+shards, HDF5 files written atomically each by one process: jobs running at once never write one
+file, so no locking is needed, and a job killed half-way keeps what it flushed.
+
+Shard layout: ``/keys`` (n,) ASCII hex digests; per field ``/data/<name>`` (rows of all records
+concatenated) and ``/offsets/<name>`` (n + 1,) int64, record i's rows ``offsets[i]:offsets[i+1]``.
+"""
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vlbias.io.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 60          # a long job persists its work at least this often
+FLUSH_BYTES = 256 * 2**20   # ... and whenever this much waits in memory
+MERGE_SHARDS = 32           # more small shards than this are merged into one when flushing
+SMALL_SHARD = 16 * 2**20
+# keys of an adapter's ``info`` that say where files lie, not what they hold (their sha256 does)
+PATH_KEYS = ("path", "model_dir", "weights_file", "region_store", "cache")
+
+
+def _feed(h, part):
+    """Hash ``part`` unambiguously: its type, and its length or shape, precede its content."""
+    if part is None:
+        h.update(b"N")
+    elif isinstance(part, (bytes, bytearray, memoryview)):
+        h.update(b"B%d:" % len(part))
+        h.update(part)
+    elif isinstance(part, str):
+        _feed(h, part.encode("utf-8"))
+    elif isinstance(part, np.ndarray):
+        a = np.ascontiguousarray(part)
+        h.update(f"A{a.dtype.str}{a.shape}:".encode())
+        h.update(a.tobytes())
+    elif isinstance(part, (list, tuple)):
+        h.update(b"L%d:" % len(part))
+        for p in part:
+            _feed(h, p)
+    elif isinstance(part, dict):
+        _feed(h, json.dumps(part, sort_keys=True, default=str))
+    elif isinstance(part, (bool, int, float, np.generic)):
+        h.update(f"S{type(part).__name__}:{part!r}".encode())
+    else:
+        raise TypeError(f"cannot digest a {type(part).__name__}")
+
+
+def digest(*parts):
+    """Hex sha256 of ``parts`` (str, bytes, numbers, None, numpy arrays, lists, dicts)."""
+    h = hashlib.sha256()
+    _feed(h, list(parts))
+    return h.hexdigest()
+
+
+def fingerprint(info):
+    """Digest of a producer's provenance (an adapter's ``info``), leaving out where its files lie."""
+    return digest({k: v for k, v in info.items() if k not in PATH_KEYS})
+
+
+class RecordCache:
+    """Records (dicts of arrays) by key, in the shards of one directory; see the module docstring."""
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        self.index = {}      # key -> (shard path, row)
+        self.pending = {}    # key -> record, not yet written
+        self.pending_bytes, self.last_flush = 0, time.monotonic()
+        self._open = {}
+        for shard in sorted(self.directory.glob("*.h5")):
+            try:
+                with h5py.File(shard, "r") as f:
+                    keys = f["keys"][()]
+            except (OSError, KeyError) as e:  # a shard another job is merging away, or not ours
+                log.warning("%s: cache shard not read (%s)", shard, e)
+                continue
+            self.index.update((k.decode(), (shard, i)) for i, k in enumerate(keys))
+        self.hits = self.misses = 0
+
+    def __len__(self):
+        return len(self.index) + len(self.pending)
+
+    def get(self, key):
+        """The record stored under ``key``, or None."""
+        if key in self.pending:
+            self.hits += 1
+            return self.pending[key]
+        where = self.index.get(key)
+        record = None
+        if where is not None:
+            try:
+                record = self._read(*where)
+            except (OSError, KeyError):  # merged away by another job meanwhile: recompute
+                record = None
+        self.hits += record is not None
+        self.misses += record is None
+        return record
+
+    def _read(self, shard, row):
+        f = self._open.get(shard)
+        if f is None:
+            f = self._open[shard] = h5py.File(shard, "r")
+        return {name: f["data"][name][f["offsets"][name][row]:f["offsets"][name][row + 1]] for name in f["data"]}
+
+    def put(self, key, record):
+        """Keep ``record`` ({name: array with ndim >= 1}) under ``key``; written by the next flush."""
+        record = {name: np.asarray(value) for name, value in record.items()}
+        if any(v.ndim == 0 for v in record.values()):
+            raise ValueError(f"record {key}: fields need at least one dimension")
+        self.pending[key] = record
+        self.pending_bytes += sum(v.nbytes for v in record.values())
+        if self.pending_bytes >= FLUSH_BYTES or time.monotonic() - self.last_flush >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self):
+        """Write the pending records as one new shard (and merge small shards when there are many)."""
+        self.last_flush = time.monotonic()
+        if not self.pending:
+            return
+        shard = self._write(self.pending)
+        self.index.update((k, (shard, i)) for i, k in enumerate(self.pending))
+        self.pending, self.pending_bytes = {}, 0
+        small = [p for p in {s for s, _ in self.index.values()} if p != shard and p.stat().st_size < SMALL_SHARD]
+        if len(small) > MERGE_SHARDS:
+            self._merge(small)
+
+    def _write(self, records):
+        fields = sorted(next(iter(records.values())))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = f"{time.strftime('%Y%m%d-%H%M%S')}-{hashlib.sha256(''.join(records).encode()).hexdigest()[:12]}.h5"
+        dest = self.directory / name
+        with atomic_path(dest) as tmp, h5py.File(tmp, "w") as f:
+            f.create_dataset("keys", data=np.array(list(records), dtype="S64"))
+            for field in fields:
+                values = []
+                for key, r in records.items():
+                    if set(r) != set(fields):
+                        raise ValueError(f"record {key}: fields {sorted(r)}, expected {fields} as the others")
+                    values.append(r[field])
+                counts = [len(v) for v in values]
+                f.create_dataset(f"offsets/{field}", data=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+                f.create_dataset(f"data/{field}", data=np.concatenate(values))
+        return dest
+
+    def _merge(self, shards):
+        """Rewrite ``shards`` as one; a shard another job merged first is skipped."""
+        records = {}
+        for shard in shards:
+            rows = [(k, i) for k, (s, i) in self.index.items() if s == shard]
+            try:
+                records.update((k, self._read(shard, i)) for k, i in rows)
+            except (OSError, KeyError):
+                continue
+        if not records:
+            return
+        merged = self._write(records)
+        self.index.update((k, (merged, i)) for i, k in enumerate(records))
+        self._close_shards()
+        for shard in shards:
+            shard.unlink(missing_ok=True)
+
+    def _close_shards(self):
+        for f in self._open.values():
+            f.close()
+        self._open = {}
+
+    def close(self):
+        """Flush and release the shards."""
+        self.flush()
+        self._close_shards()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        # flushed even when the job fails: every record is complete, and the rerun starts from them
+        self.close()
+        return False
+
+
+def cached_vectors(cache, keys, compute, progress=None, chunk=256):
+    """float (len(keys), dim): the vector of each key, from ``cache`` where it has one, else from
+    ``compute(indices)`` (the vectors of those items, in order; called on chunks of ``chunk``), which
+    are then cached. ``cache`` None computes everything. ``progress`` (vlbias.logs.Progress) advances
+    by item."""
+    rows, todo = {}, []
+    for i, key in enumerate(keys):
+        record = cache.get(key) if cache is not None else None
+        if record is None:
+            todo.append(i)
+        else:
+            rows[i] = record["vector"][0]
+    if progress is not None:
+        progress.advance(len(rows))
+    for start in range(0, len(todo), chunk):
+        part = todo[start:start + chunk]
+        vectors = compute(part)
+        for i, v in zip(part, vectors):
+            rows[i] = v
+            if cache is not None:
+                cache.put(keys[i], {"vector": v[None]})
+        if progress is not None:
+            progress.advance(len(part))
+    if progress is not None:
+        progress.done(f"{len(keys) - len(todo)} from the cache" if cache is not None else "")
+    if not keys:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.stack([rows[i] for i in range(len(keys))])

@@ -1,0 +1,100 @@
+"""Content-keyed record caches (vlbias.io.cache): keys, shards, merging, and a job killed half-way."""
+
+import numpy as np
+import pytest
+
+from vlbias.io import cache as cache_module
+from vlbias.io.cache import RecordCache, cached_vectors, digest, fingerprint
+
+
+def test_digest_tells_apart_what_differs_and_only_that():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert digest("x", a) == digest("x", a.copy())
+    assert digest("x", a) != digest("x", a.reshape(3, 2))          # same bytes, other shape
+    assert digest("x", a) != digest("x", a.astype(np.float64))     # same values, other dtype
+    assert digest("ab", "c") != digest("a", "bc")                  # no ambiguity between parts
+    assert digest(None) != digest("") and digest(0) != digest(0.0) != digest("0")
+    assert digest({"b": 1, "a": 2}) == digest({"a": 2, "b": 1})
+    with pytest.raises(TypeError):
+        digest(object())
+
+
+def test_fingerprint_ignores_where_files_lie_but_not_what_they_hold():
+    info = {"model_id": "m", "weights_sha256": "abc", "weights_file": "/a/model.safetensors", "pooling": "mean"}
+    assert fingerprint(info) == fingerprint({**info, "weights_file": "/elsewhere/model.safetensors"})
+    assert fingerprint(info) != fingerprint({**info, "weights_sha256": "abd"})
+    assert fingerprint(info) != fingerprint({**info, "pooling": "cls"})
+
+
+def test_records_round_trip_through_shards(tmp_path):
+    regions = {"boxes": np.ones((3, 4), np.float32), "class_ids": np.array([1, 2, 3])}
+    with RecordCache(tmp_path) as c:
+        c.put("k1", regions)
+        c.put("k2", {"boxes": np.zeros((0, 4), np.float32), "class_ids": np.zeros(0, np.int64)})  # ragged
+        assert c.get("k1")["boxes"].shape == (3, 4)  # pending records are found too
+    assert len(list(tmp_path.glob("*.h5"))) == 1
+    c = RecordCache(tmp_path)
+    assert len(c) == 2 and c.get("missing") is None
+    np.testing.assert_array_equal(c.get("k1")["class_ids"], [1, 2, 3])
+    assert c.get("k2")["boxes"].shape == (0, 4)
+    assert (c.hits, c.misses) == (2, 1)
+    c.close()
+
+
+def test_inconsistent_records_and_scalars_are_refused(tmp_path):
+    c = RecordCache(tmp_path)
+    with pytest.raises(ValueError, match="at least one dimension"):
+        c.put("k", {"v": np.float32(1)})
+    c.put("a", {"v": np.ones(2)})
+    c.put("b", {"w": np.ones(2)})
+    with pytest.raises(ValueError, match="fields"):
+        c.flush()
+
+
+def test_a_failing_job_keeps_what_it_computed(tmp_path):
+    with pytest.raises(RuntimeError):
+        with RecordCache(tmp_path) as c:
+            c.put("done", {"v": np.ones(3)})
+            raise RuntimeError("the job fails half-way")
+    assert RecordCache(tmp_path).get("done") is not None
+
+
+def test_long_jobs_flush_on_their_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_module, "FLUSH_SECONDS", 0.0)
+    c = RecordCache(tmp_path)
+    c.put("a", {"v": np.ones(3)})
+    assert list(tmp_path.glob("*.h5"))  # written without flush(): a kill -9 now loses nothing
+    c._close_shards()
+
+
+def test_two_jobs_share_a_directory_and_small_shards_are_merged(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_module, "MERGE_SHARDS", 3)
+    first, second = RecordCache(tmp_path), RecordCache(tmp_path)  # e.g. one model on two datasets at once
+    for i in range(5):
+        first.put(f"a{i}", {"v": np.full(2, i)})
+        first.flush()
+        second.put(f"b{i}", {"v": np.full(2, 10 + i)})
+        second.flush()
+    first.close()
+    second.close()
+    c = RecordCache(tmp_path)
+    assert len(c) == 10 and len(list(tmp_path.glob("*.h5"))) < 10
+    assert [int(c.get(k)["v"][0]) for k in ("a0", "a4", "b0", "b4")] == [0, 4, 10, 14]
+    c.close()
+
+
+def test_cached_vectors_computes_only_the_misses(tmp_path):
+    calls = []
+
+    def compute(todo):
+        calls.append(list(todo))
+        return np.array([[float(i), 1.0] for i in todo], dtype=np.float32)
+
+    with RecordCache(tmp_path) as c:
+        v1 = cached_vectors(c, ["k0", "k1", "k2"], compute, chunk=2)
+    assert calls == [[0, 1], [2]]
+    with RecordCache(tmp_path) as c:
+        v2 = cached_vectors(c, ["k1", "k3", "k0"], compute)
+    assert calls[-1] == [1]  # only k3 (index 1 of the second call) is new
+    np.testing.assert_array_equal(v2[[0, 2]], v1[[1, 0]])
+    assert cached_vectors(None, ["x"], compute).shape == (1, 2)

@@ -1,0 +1,141 @@
+"""The configuration check (vlbias.config): every mistake is named by its key, with the closest valid
+key suggested, before any job runs; every adapter declares the keys it reads."""
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+from vlbias import models, regions
+from vlbias.config import ConfigError, adapter_schema, adapters, check_config
+
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
+CLIP = {"source": "images", "adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"}
+
+
+def problems(change):
+    config = copy.deepcopy(CONFIG)
+    change(config)
+    with pytest.raises(ConfigError) as e:
+        check_config(config, SCHEMA, root=REPO)
+    return e.value.problems
+
+
+def test_the_shipped_config_is_valid_and_gets_the_schema_defaults():
+    config = copy.deepcopy(CONFIG)
+    del config["grounded"]["images"]["download"]["workers"]
+    check_config(config, SCHEMA, root=REPO)
+    assert config["grounded"]["images"]["download"]["workers"] == 8
+
+
+@pytest.mark.parametrize("change,expected", [
+    # a misspelt adapter key used to be ignored silently (mean pooling used)...
+    (lambda c: c["seat"]["models"]["minilm"].update(poolng="cls"),
+     "key 'seat/models/minilm/poolng': unknown key (did you mean 'pooling'?)"),
+    # ... or to fail mid-run without naming the entry
+    (lambda c: c["ieat"]["models"].update(clip={**CLIP, "pretraind": "openai"}),
+     "key 'ieat/models/clip/pretraind': unknown key (did you mean 'pretrained'?)"),
+    (lambda c: c["ieat"]["models"].update(clip={**CLIP, "adapter": "openclip"}),
+     "key 'ieat/models/clip/adapter': unknown adapter 'openclip' (did you mean 'open_clip'?)"),
+    (lambda c: c["grounded"]["models"]["lxmert"].update(batch_size="32"),
+     "key 'grounded/models/lxmert/batch_size': expected integer, got '32'"),
+    (lambda c: c["seat"]["models"]["minilm"].update(pooling="max"),
+     "key 'seat/models/minilm/pooling': 'max' is not one of ['mean', 'cls']"),
+    (lambda c: c["regions"]["detectors"]["bua-36"].update(min_box=3),
+     "key 'regions/detectors/bua-36/min_box': unknown key (did you mean 'min_boxes'?)"),
+    (lambda c: c["regions"]["detectors"]["frcnn-coco"].pop("conf"),
+     "key 'regions/detectors/frcnn-coco': 'conf' is a required property"),
+    (lambda c: c["mlm"]["models"]["lxmert"].update(device="gpu"),
+     "key 'mlm/models/lxmert/device': 'gpu' does not match"),
+    (lambda c: c["ieat"]["models"]["igpt"].update(fil="x"),
+     "key 'ieat/models/igpt/fil': unknown key (did you mean 'file'?)"),
+    (lambda c: c["stats"].update(n_sample=10),
+     "key 'stats/n_sample': unknown key (did you mean 'n_samples'?)"),
+])
+def test_a_mistake_is_named_by_its_key(change, expected):
+    found = problems(change)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_an_unknown_top_level_key_is_one_short_line():
+    found = problems(lambda c: c.update(ieatt={"models": {}}))
+    assert found == ["key 'ieatt': unknown key (did you mean 'ieat'?)"]
+    config = {**copy.deepcopy(CONFIG), "ieatt": {}}
+    with pytest.raises(ConfigError) as e:
+        check_config(config, SCHEMA, root=REPO)
+    assert len(str(e.value)) < 200  # not the schema
+
+
+@pytest.mark.parametrize("change,expected", [
+    (lambda c: c["ieat"]["specificity"].update(models=["igtp"]),
+     "key 'ieat/specificity/models/0': 'igtp' is not a model under 'ieat/models' (did you mean 'igpt'?)"),
+    (lambda c: c["ieat"]["specificity"].update(test="insect-flowers"),
+     "key 'ieat/specificity/test': 'insect-flowers' is not a stimulus file in resources/stimuli/ieat "
+     "(did you mean 'insect-flower'?)"),
+    (lambda c: c["ieat"]["tables"]["table1"]["models"].append("simclr2"),
+     "key 'ieat/tables/table1/models/2': 'simclr2' is not a model under 'ieat/models' (did you mean 'simclr'?)"),
+    (lambda c: c["ieat"]["tables"]["table2"]["tests"].append("no-such-test"),
+     "key 'ieat/tables/table2/tests/20': 'no-such-test' is not a stimulus file"),
+    (lambda c: c["seat"].update(tests=["weat1", "weat99"]),
+     "key 'seat/tests/1': 'weat99' is not a stimulus file"),
+    (lambda c: c["grounded"]["models"]["lxmert"].update(detector="bua36"),
+     "key 'grounded/models/lxmert/detector': 'bua36' is not a detector under 'regions/detectors' "
+     "(did you mean 'bua-36'?)"),
+    (lambda c: c["grounded"]["experiments"].update(models=["visualbert", "lxmert", "vilbert"]),
+     "key 'grounded/experiments/models/2': 'vilbert' is not a model under 'grounded/models'"),
+    (lambda c: c["regions"].update(build=[{"dataset": "google", "detector": "bua"}]),
+     "key 'regions/build/0/detector': 'bua' is not a detector under 'regions/detectors'"),
+    (lambda c: c["mlm"].update(reference="bert-base"),
+     "key 'mlm/reference': 'bert-base' is not a model under 'mlm/models' (did you mean 'bert'?)"),
+    (lambda c: c["mlm"].update(build=["bert"]),
+     "key 'mlm/build/0': 'bert' is not a vision-language model under 'mlm/models'"),
+])
+def test_a_name_that_exists_nowhere_is_named_by_its_key(change, expected):
+    found = problems(change)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_every_problem_is_listed_not_only_the_first():
+    found = problems(lambda c: (c["seat"]["models"]["minilm"].update(poolng="cls"),
+                                c["regions"]["detectors"]["bua-36"].update(min_box=3)))
+    assert len(found) == 2
+
+
+# --- every adapter declares the keys it reads ------------------------------------------------------
+
+SRC = REPO / "src"
+WORKFLOW_KEYS = {"adapter", "threads", "cache"}  # set by the workflow, not by the config entry
+
+
+def keys_read(module):
+    """Keys an adapter module reads from its entry: spec.get("x") and spec["x"], with those of the
+    vlbias.models.vl base class and vlbias.models.hf loader when it builds on them and of
+    vlbias.models.runtime."""
+    files = [SRC / (module.replace(".", "/") + ".py"), SRC / "vlbias/models/__init__.py"]
+    if "VLEncoder" in files[0].read_text():
+        files.append(SRC / "vlbias/models/vl.py")
+    if "VLEncoder" in files[0].read_text() or "load_model" in files[0].read_text():
+        files.append(SRC / "vlbias/models/hf.py")
+    text = "".join(f.read_text() for f in files)
+    return set(re.findall(r"""spec(?:\.get\(|\[)\s*["'](\w+)["']""", text))
+
+
+@pytest.mark.parametrize("kind,registry", [("models", models._MODULES), ("detectors", regions._MODULES)])
+def test_every_registered_adapter_has_a_schema_with_the_keys_it_reads(kind, registry):
+    assert sorted(registry) == adapters(kind)
+    for name, module in registry.items():
+        declared = set(adapter_schema(kind, name)["properties"])
+        undeclared = keys_read(module) - declared - WORKFLOW_KEYS
+        assert not undeclared, f"{kind}/{name}.yaml lacks {sorted(undeclared)}"
+
+
+def test_schema_files_are_well_formed():
+    for path in sorted(Path(SRC, "vlbias/schemas").glob("*/*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        assert set(doc) <= {"description", "include", "properties", "required"}, path
+        if not path.stem.startswith("_"):
+            assert doc.get("description"), f"{path}: one line saying what the adapter is"

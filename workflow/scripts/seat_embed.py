@@ -1,0 +1,13 @@
+from pathlib import Path
+
+from vlbias.io.cache import RecordCache, fingerprint
+from vlbias.io.stimuli import load_stimulus
+from vlbias.logs import setup_logging
+from vlbias.models import build
+from vlbias.suites.seat import embed_stimuli
+
+setup_logging(snakemake.log[0])
+encoder = build({**snakemake.params.spec, "threads": snakemake.threads})
+stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
+with RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(encoder.info))) as cache:
+    embed_stimuli(stimuli, encoder, snakemake.output[0], snakemake.params.provenance, cache)
