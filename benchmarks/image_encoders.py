@@ -7,7 +7,8 @@ For each encoder (random weights: the speed is the real model's), at batch 1 and
            ``vlbias.images.store.build_image_store``) then the embedding store
            (``vlbias.suites.ieat.embed_image_store``: quantisation or normalisation, model, HDF5 write).
 Images are generated 640x480 JPEGs (benchmarks/regions.py), as many as the batch (at least 4);
-each figure is the best of ``--repeats`` runs, after a one-image warm-up.
+each figure is the best of ``--repeats`` runs, after a one-image warm-up. A negative share outside
+the model means the machine's load changed between the two measurements: noise, not a result.
 
     python benchmarks/image_encoders.py [--encoders igpt-s simclr-r152-3x-sk1 simclr-r50-1x-sk1 clip-vit-b-32]
                                         [--batches 1 32] [--device cpu] [--threads 2] [--repeats 1]
