@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO
 
 from vlbias import models, regions
 from vlbias.config import ConfigError, adapter_schema, adapters, check_config
-
-from conftest import REPO
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
@@ -114,10 +113,13 @@ WORKFLOW_KEYS = {"adapter", "threads", "cache"}  # set by the workflow, not by t
 
 def keys_read(module):
     """Keys an adapter module reads from its entry: spec.get("x") and spec["x"], with those of the
-    vlbias.models.vl base class when it builds on it and of vlbias.models.runtime."""
+    vlbias.models.vl base class and vlbias.models.hf loader when it builds on them and of
+    vlbias.models.runtime."""
     files = [SRC / (module.replace(".", "/") + ".py"), SRC / "vlbias/models/__init__.py"]
     if "VLEncoder" in files[0].read_text():
         files.append(SRC / "vlbias/models/vl.py")
+    if "VLEncoder" in files[0].read_text() or "load_model" in files[0].read_text():
+        files.append(SRC / "vlbias/models/hf.py")
     text = "".join(f.read_text() for f in files)
     return set(re.findall(r"""spec(?:\.get\(|\[)\s*["'](\w+)["']""", text))
 

@@ -9,7 +9,7 @@ from PIL import Image, ImageFile
 
 from vlbias.errors import InputError
 from vlbias.images import store
-from vlbias.images.decode import ImageDecodeError, load_rgb, prepare, square_crop
+from vlbias.images.decode import ImageDecodeError, area_resize, load_rgb, prepare, square_crop
 from vlbias.images.store import build_image_store
 from vlbias.io.fetch import sha256_file
 
@@ -219,6 +219,53 @@ def test_prepare(tmp_path):
         prepare(path, 8, crop="bottom")
 
 
+# -- area resizing (OpenCV's INTER_AREA, as the iEAT authors resized) ------------------------------
+
+
+def test_area_resize_whole_factors_by_hand():
+    x = np.zeros((1, 4, 4, 3), np.uint8)
+    x[0, :2, :2, 0] = [[1, 2], [1, 2]]  # block sum 6: 1.5, rounded up in OpenCV's 2x2 case
+    x[0, :2, 2:, 0] = [[1, 1], [0, 1]]  # 0.75 -> 1
+    assert area_resize(x, 2)[0, :, :, 0].tolist() == [[2, 1], [0, 0]]
+    y = np.zeros((8, 8, 3), np.uint8)
+    y[:4, :4][np.indices((4, 4)).sum(0) % 2 == 0] = 1  # mean 0.5 over a 4x4 block: rounded to even, 0
+    y[:4, 4:] = 3
+    y[4:, :4][:2] = 3  # mean 1.5 -> 2
+    assert area_resize(y, 2)[:, :, 1].tolist() == [[0, 3], [2, 0]]
+
+
+def test_area_resize_fractional_factor_by_hand():
+    # 3 -> 2 pixels: output 0 covers source [0, 1.5), output 1 [1.5, 3), each weighted by its overlap
+    x = np.array([[[0] * 3, [90] * 3, [30] * 3]] * 3, np.uint8)  # columns 0, 90, 30; rows equal
+    out = area_resize(x, 2)
+    assert out.shape == (2, 2, 3)
+    assert out[0, :, 0].tolist() == [30, 50]  # (0 + 0.5 * 90) / 1.5 = 30, (0.5 * 90 + 30) / 1.5 = 50
+    assert (out[0] == out[1]).all()
+    with pytest.raises(ValueError, match="only shrinks"):
+        area_resize(x, 4)
+
+
+def test_area_resize_equals_opencv():
+    cv2 = pytest.importorskip("cv2", reason="the comparison needs OpenCV (opencv-python-headless)")
+    rng = np.random.default_rng(0)
+    for side, size in [(64, 32), (224, 32), (100, 32), (333, 32), (517, 224), (896, 224), (45, 32), (1234, 32)]:
+        x = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
+        expected = cv2.resize(x, (size, size), interpolation=cv2.INTER_AREA)
+        np.testing.assert_array_equal(area_resize(x, size), expected, err_msg=f"{side} -> {size}")
+
+
+def test_prepare_with_area_resampling(tmp_path):
+    path = tmp_path / "a.png"
+    pixels = np.random.default_rng(1).integers(0, 256, (30, 45, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    np.testing.assert_array_equal(prepare(path, 10, crop="top-left", resample="area"),
+                                  area_resize(pixels[:30, :30], 10))
+    with pytest.raises(ImageDecodeError, match="30x30 pixels, smaller than 32x32"):
+        prepare(path, 32, resample="area")
+    with pytest.raises(ValueError, match="unknown resampling"):
+        prepare(path, 8, resample="lanczos")
+
+
 # -- the image store -----------------------------------------------------------------------------
 
 
@@ -255,7 +302,7 @@ def test_image_store(tmp_path, entries):
     assert by_file["b.png"]["sha256"] == sha256_file(entries[0]["path"])
     assert all(set(r) == {"category", "file", "status", "reason", "sha256"} for r in status)
     with h5py.File(out, "r") as f:
-        assert dict(f.attrs) == {"size": 8, "crop": "center", "n_images": 3, "n_skipped": 3}
+        assert dict(f.attrs) == {"size": 8, "crop": "center", "resample": "bicubic", "n_images": 3, "n_skipped": 3}
         flower = f["insect-flower/flower"]
         assert [i.decode() for i in flower["ids"][()]] == ["a.jpg", "b.png", "dup.png"]
         assert flower["pixels"].dtype == np.uint8 and flower["pixels"].shape == (3, 8, 8, 3)
@@ -269,7 +316,7 @@ def test_image_store_leaves_nothing_on_failure(tmp_path, entries, monkeypatch):
     out = tmp_path / "out" / "images.h5"
     calls = []
 
-    def failing(path, size, crop):
+    def failing(path, size, crop, resample):
         calls.append(path)
         if len(calls) == 2:
             raise RuntimeError("disk on fire")
@@ -287,4 +334,6 @@ def test_image_store_rejects_bad_input(tmp_path, entries):
         build_image_store(entries + [entries[0]], out, 8)
     with pytest.raises(ValueError, match="unknown crop mode"):
         build_image_store(entries, out, 8, crop="left")
+    with pytest.raises(ValueError, match="unknown resampling 'nearest'"):
+        build_image_store(entries, out, 8, resample="nearest")
     assert not out.exists()

@@ -229,6 +229,54 @@ def test_unreachable_pretrained_weights_say_what_to_do():
         build({"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"})
 
 
+# --- open_clip text tower ----------------------------------------------------------------------
+
+# the text tower keeps OpenAI's 49,408-token vocabulary: open_clip's own BPE tokenizer (shipped with
+# the package) then works offline
+TINY_TEXT = {**TINY, "model_cfg": {**TINY["model_cfg"], "text_cfg": {"width": 32, "heads": 2, "layers": 1}}}
+
+
+def test_text_tower_equals_open_clip_and_shares_the_image_space():
+    import open_clip
+    import torch
+
+    texts = ["a photo of a flower", "an insect", "career", "family " * 100]  # the last is truncated
+    one, three = build({**TINY_TEXT, "batch_size": 1}), build({**TINY_TEXT, "batch_size": 3})
+    ours = one.encode_texts(texts)
+    assert ours.shape == (4, 16) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, three.encode_texts(texts), atol=1e-5)
+    tokens = open_clip.get_tokenizer("ViT-B-32")(texts)
+    assert tokens.shape == (4, 77)
+    with torch.inference_mode():
+        np.testing.assert_allclose(ours, one.model.encode_text(tokens).numpy(), atol=1e-5)
+    assert one.encode_texts([]).shape == (0, 16)
+    assert one.info["tokenizer"] == "ViT-B-32" and one.info["context_length"] == 77
+
+
+def test_image_targets_with_text_attributes():
+    """An association test across modalities: images X, Y against texts A, B in the joint space."""
+    from vlbias.stats.weat import effect_size
+
+    enc = build(TINY_TEXT)
+    X, Y = enc.encode_images(pixels(4, seed=1)), enc.encode_images(pixels(4, seed=2))
+    A, B = enc.encode_texts(["pleasant", "joy", "love"]), enc.encode_texts(["unpleasant", "agony", "hatred"])
+    d = effect_size(X, Y, A, B)
+    assert np.isfinite(d) and -2 <= d <= 2
+    # with the attribute sets swapped the effect changes sign: the texts carry the association
+    assert effect_size(X, Y, B, A) == pytest.approx(-d, abs=1e-6)
+
+
+def test_bad_text_inputs_are_refused():
+    enc = build(TINY_TEXT)
+    with pytest.raises(InputError, match="texts: expected a list of strings"):
+        enc.encode_texts("one string")
+    # TINY's text tower has 64 embeddings: OpenAI's tokenizer does not fit it
+    with pytest.raises(InputError, match=r"tokenizer 'ViT-B-32': gives token ids up to 49407, beyond .* 64"):
+        build(TINY).encode_texts(["a flower"])
+    with pytest.raises(InputError, match="tokenizer 'no-such-tokenizer': not an open_clip model name"):
+        build({**TINY_TEXT, "tokenizer": "no-such-tokenizer"})
+
+
 # --- sentence ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

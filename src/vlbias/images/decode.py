@@ -5,6 +5,7 @@ CMYK and palette images, 16-bit scans and animations; each either becomes an RGB
 fails with an error that names the file and says why.
 """
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -99,11 +100,82 @@ def square_crop(img, mode="center"):
     return img.crop((left, top, left + side, top + side))
 
 
-def prepare(path, size, crop="center"):
-    """The image at ``path`` as a uint8 (size, size, 3) array: RGB, square-cropped, bicubic-resized."""
+def _area_weights(src, dst):
+    """(dst, src) float32 weights of OpenCV's INTER_AREA downscaling along one axis.
+
+    Output pixel i averages the source interval [i * s, (i + 1) * s), s = src / dst, each source
+    pixel weighted by its overlap (OpenCV's computeResizeAreaTab, weights rounded to float32).
+    """
+    scale = src / dst
+    w = np.zeros((dst, src), dtype=np.float32)
+    for i in range(dst):
+        f1 = i * scale
+        f2 = f1 + scale
+        cell = min(scale, src - f1)
+        s2 = min(math.floor(f2), src - 1)
+        s1 = min(math.ceil(f1), s2)
+        if s1 - f1 > 1e-3:
+            w[i, s1 - 1] = (s1 - f1) / cell
+        w[i, s1:s2] = 1.0 / cell
+        if f2 - s2 > 1e-3:
+            w[i, s2] = min(f2 - s2, 1.0, cell) / cell
+    return w
+
+
+def area_resize(pixels, size):
+    """uint8 (..., H, W, 3) images shrunk to (..., size, size, 3) exactly as OpenCV's ``cv2.INTER_AREA``.
+
+    The iEAT authors resized every stimulus so (``ieat/utils.py``: ``cv2.resize(img, (n, n),
+    interpolation=cv2.INTER_AREA)``). Whole-number factors average blocks; other factors weight
+    source pixels by their overlap, accumulated in float32 in OpenCV's order (rows, then columns)
+    so that the rounded result is OpenCV's.
+    """
+    pixels = np.asarray(pixels)
+    h, w = pixels.shape[-3:-1]
+    if h < size or w < size:
+        raise ValueError(f"area resizing only shrinks: {h}x{w} is smaller than {size}x{size}")
+    if h % size == 0 and w % size == 0:
+        # OpenCV's fast path: block sums times 1/area in float32, rounded half to even
+        fy, fx = h // size, w // size
+        blocks = pixels.reshape(*pixels.shape[:-3], size, fy, size, fx, 3).astype(np.int64).sum(axis=(-4, -2))
+        if fy == fx == 2:  # OpenCV's vectorised 2x2 case rounds halves up
+            return ((blocks + 2) >> 2).astype(np.uint8)
+        out = blocks.astype(np.float32) * np.float32(1.0 / (fy * fx))
+    else:
+        wy, wx = _area_weights(h, size), _area_weights(w, size)
+        x = pixels.astype(np.float32)
+        # horizontal pass: each source row's weighted column sums, one source column at a time
+        rows = np.zeros((*x.shape[:-2], size, 3), dtype=np.float32)
+        for j in range(w):
+            for i in np.flatnonzero(wx[:, j]):
+                rows[..., i, :] += x[..., j, :] * wx[i, j]
+        # vertical pass: each output row sums its source rows' contributions
+        out = np.zeros((*x.shape[:-3], size, size, 3), dtype=np.float32)
+        for j in range(h):
+            for i in np.flatnonzero(wy[:, j]):
+                out[..., i, :, :] += wy[i, j] * rows[..., j, :, :]
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+RESAMPLING = ("bicubic", "area")
+
+
+def prepare(path, size, crop="center", resample="bicubic"):
+    """The image at ``path`` as a uint8 (size, size, 3) array: RGB, square-cropped, resized.
+
+    ``resample``: ``bicubic`` (Pillow's, antialiased) or ``area`` (OpenCV's INTER_AREA, what the
+    iEAT authors fed iGPT and SimCLR; an image smaller than ``size`` is then refused).
+    """
     if crop not in CROPS:
         raise ValueError(f"unknown crop mode '{crop}' (known: {', '.join(CROPS)})")
+    if resample not in RESAMPLING:
+        raise ValueError(f"unknown resampling '{resample}' (known: {', '.join(RESAMPLING)})")
     if int(size) != size or size < 1:
         raise ValueError(f"image size must be a positive integer, got {size!r}")
     img = square_crop(load_rgb(path), crop)
+    if resample == "area":
+        if img.size[0] < size:
+            raise ImageDecodeError(path, f"{img.size[0]}x{img.size[0]} pixels, smaller than {size}x{size} "
+                                         "(area resizing only shrinks)")
+        return area_resize(np.asarray(img, dtype=np.uint8), size)
     return np.asarray(img.resize((size, size), Image.Resampling.BICUBIC), dtype=np.uint8)

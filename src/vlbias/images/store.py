@@ -4,7 +4,7 @@ Layout::
 
     /<category>/pixels   uint8 (n, size, size, 3)   RGB, rows in the order of ids
     /<category>/ids      utf-8 strings (n,)         image file names, sorted
-    attrs                size, crop, n_images (stored), n_skipped (missing or corrupt)
+    attrs                size, crop, resample, n_images (stored), n_skipped (missing or corrupt)
 
 Every category listed gets a group, also when none of its images could be used (n = 0), so
 the stage that embeds it can name the empty category.
@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.images.decode import CROPS, ImageDecodeError, prepare
+from vlbias.images.decode import CROPS, RESAMPLING, ImageDecodeError, prepare
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import sha256_file
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 _STR = h5py.string_dtype("utf-8")
 
 
-def _process(entry, size, crop):
+def _process(entry, size, crop, resample):
     """(status row, pixels or None) for one entry."""
     row = {"category": entry["category"], "file": entry["file"], "status": "ok", "reason": "", "sha256": ""}
     if not entry.get("path"):
@@ -36,13 +36,16 @@ def _process(entry, size, crop):
     except OSError as e:
         return {**row, "status": "missing", "reason": f"cannot read {entry['path']} ({e.strerror})"}, None
     try:
-        return row, prepare(entry["path"], size, crop)
+        return row, prepare(entry["path"], size, crop, resample)
     except ImageDecodeError as e:
         return {**row, "status": "corrupt", "reason": e.reason}, None
 
 
-def build_image_store(entries, out_path, size, crop="center", workers=2):
+def build_image_store(entries, out_path, size, crop="center", workers=2, resample="bicubic"):
     """Decode ``entries`` into the HDF5 store ``out_path``; one status row per entry, in order.
+
+    ``resample``: ``bicubic``, or ``area`` (OpenCV's INTER_AREA, the iEAT authors' resizing; see
+    vlbias.images.decode.prepare).
 
     ``entries``: dicts with ``category``, ``file``, ``path`` (None when the file could not be
     obtained) and optionally ``reason`` (why not). Status is "ok", "missing" or "corrupt", with
@@ -51,6 +54,8 @@ def build_image_store(entries, out_path, size, crop="center", workers=2):
     """
     if crop not in CROPS:
         raise ValueError(f"unknown crop mode '{crop}' (known: {', '.join(CROPS)})")
+    if resample not in RESAMPLING:
+        raise ValueError(f"unknown resampling '{resample}' (known: {', '.join(RESAMPLING)})")
     entries = list(entries)
     by_category = defaultdict(list)
     for i, e in enumerate(entries):
@@ -64,7 +69,8 @@ def build_image_store(entries, out_path, size, crop="center", workers=2):
             if repeated:
                 raise InputError(category, f"image file(s) listed twice: {', '.join(repeated)}")
             ids, pixels, first = [], [], {}
-            for i, (row, array) in zip(order, pool.map(lambda i: _process(entries[i], size, crop), order)):
+            rows = pool.map(lambda i: _process(entries[i], size, crop, resample), order)
+            for i, (row, array) in zip(order, rows):
                 if array is not None:
                     if row["sha256"] in first:
                         row["reason"] = f"duplicate of {first[row['sha256']]}"
@@ -79,5 +85,6 @@ def build_image_store(entries, out_path, size, crop="center", workers=2):
             g.create_dataset("ids", data=np.array(ids, dtype=object), dtype=_STR)
             log.info("%s: %d of %d images", category, len(ids), len(order))
         n_ok = sum(r["status"] == "ok" for r in status)
-        f.attrs.update({"size": size, "crop": crop, "n_images": n_ok, "n_skipped": len(status) - n_ok})
+        f.attrs.update({"size": size, "crop": crop, "resample": resample, "n_images": n_ok,
+                        "n_skipped": len(status) - n_ok})
     return status

