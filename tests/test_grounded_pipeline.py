@@ -298,7 +298,7 @@ def test_table7_counts_significant_tests_per_group():
 
 DETECTOR = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 2, "max_boxes": 4,
             "conf": 0.5, "min_size": 32, "max_size": 48, "batch_size": 4, "device": "cpu"}
-TABLES = [f"results/grounded/table{n}.{ext}" for n in (1, 3, 4, 5, 6, 7) for ext in ("csv", "md", "tex")]
+TABLES = [f"results/grounded/table{n}.{ext}" for n in (1, 3, 4, 5, 6, 7) for ext in ("csv", "md", "tex", "html")]
 
 
 def tiny_project(root):
@@ -369,6 +369,9 @@ def test_the_full_table_set_is_built(project):
     assert list(t3["test"]) == ["Toy toy-a"] * 3 + ["Toy toy-b"] * 3 and list(t3["level"]) == ["W", "S", "C"] * 2
     assert all(v not in ("", NA) for v in t3["VisualBERT d"]) and all(v not in ("", NA) for v in t3["LXMERT d"])
     assert (t3["ViLBERT d"] == "").all() and (t3["VL-BERT d"] == "").all()
+    page = (project / "results/grounded/table3.html").read_text()  # the report's page: the paper's layout
+    assert "<caption>Experiment 1 on Google Images" in page and '<th colspan="4">' not in page
+    assert page.count("<tr>") == 1 + 6 and "<td>Toy toy-a</td>" in page
     t5 = pd.read_csv(project / "results/grounded/table5.csv", dtype=str, keep_default_na=False)
     assert list(t5.loc[t5["mask"] == "I", "VisualBERT d"]) == [NA, NA]
     assert all(v not in ("", NA) for v in t5["LXMERT d"])

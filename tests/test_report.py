@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars
+from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars, suite_rows
 from vlbias.report.grounded import paper_table
 from vlbias.report.html import figure_html, layout_html, page_html, results_table_html, write_page
-from vlbias.report.tables import assemble
+from vlbias.report.tables import assemble, to_markdown, write_tables
 
 
 class Cells(HTMLParser):
@@ -175,3 +175,43 @@ def test_page_in_a_headless_browser(browser, tmp_path):
         assert png.size == (1000, 900)
         # the page is not blank: the figure's colours are in the screenshot
         assert len(png.convert("RGB").getcolors(1 << 20)) > 50
+
+
+# --- Markdown and any table as HTML ----------------------------------------------------------------
+
+def test_markdown_shows_the_interval_and_the_adjusted_p():
+    df = table().assign(ci_method="bca")
+    md = to_markdown(df, "Table <1>").splitlines()
+    assert md[2] == ("| Test | Model | X | Y | A | B | n_t | n_a | d [95 % CI] | p | p Holm | p BH | d (paper) "
+                     "| p (paper) |")
+    # family m1: p = 0.01, 0.0004 → Holm 2·0.0004 and max(0.0008, 0.01); BH 2·0.0004/1, 2·0.01/2
+    assert md[4] == ("| Test <One> | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 0.62 [0.10, 1.05] "
+                     "| 0.0100* | 0.0100* | 0.0100* | 0.60 | <1e-2 |")
+    assert md[6] == ("| Test Two | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 1.21 [0.50, 1.60] "
+                     "| 0.0004* | 0.0008* | 0.0008* | 1.10 | <1e-3 |")
+    assert md[7].endswith("| – | skipped: no stimuli left in X (x) |  |  |  |  |")
+    assert "its 95 % BCa bootstrap confidence interval" in md[-1] and "Benjamini–Hochberg" in md[-1]
+    plain = to_markdown(assemble([{k: v for k, v in r.items() if not k.startswith(("d_", "ci_"))} for r in ROWS],
+                                 ["t1", "t2"], ["m1", "m2"]), "plain").splitlines()
+    assert plain[2] == "| Test | Model | X | Y | A | B | n_t | n_a | d | p | p Holm | p BH |"
+    assert "| 0.62 | 0.0100* |" in plain[4] and "interval" not in plain[-1]
+
+
+def test_any_table_as_a_page(tmp_path):
+    df = pd.DataFrame({"entity": ["purse", "tie <x>"], "S": ["0.123", "n/a"], "n": [3, 1], "note": ["a", "1b"]})
+    write_tables(df, "Scores & more", html=tmp_path / "t.html", note="n/a: no images")
+    page = (tmp_path / "t.html").read_text()
+    assert Cells(page).rows == [["entity", "S", "n", "note"], ["purse", "0.123", "3", "a"], ["tie <x>", "n/a", "1", "1b"]]
+    # numbers right-aligned, numbers as text (rounded) too; text left; everything escaped
+    assert '<td>purse</td><td class="num">0.123</td><td class="num">3</td><td>a</td>' in page
+    assert "<td>tie &lt;x&gt;</td>" in page and '<td class="num">n/a</td>' in page
+    assert "<caption>Scores &amp; more</caption>" in page and "<h1>" not in page  # the caption is the heading
+    assert '<p class="vlbias-note">n/a: no images</p>' in page
+
+
+def test_suite_rows_keep_a_test_twice_on_one_model_apart():
+    first = pd.DataFrame({"test": ["t1", "t2"], "model": ["m", "m"], "d": [0.1, 0.2]})
+    second = pd.DataFrame({"test": ["t1", "t3"], "model": ["m", "n"], "d": [0.3, 0.4]})
+    rows = suite_rows({"a": first, "b": second})
+    assert list(zip(rows["table"], rows["test"], rows["model"])) == [
+        ("a", "t1", "m (a)"), ("a", "t2", "m"), ("b", "t1", "m (b)"), ("b", "t3", "n")]

@@ -11,7 +11,7 @@ GROUNDED_TABLES = GROUNDED.get("tables", {})
 GROUNDED_LEVELS = GROUNDED.get("levels", ["W", "S", "C"])
 GROUNDED_MASKS = GROUNDED.get("masks", {"T": ["S"], "I": ["S"]})
 GROUNDED_COLUMNS = GROUNDED_EXPERIMENTS.get("columns", ["VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"])
-TABLE_EXTS = ["csv", "md", "tex", "rows.csv", "missing.tsv"]
+TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
 
 
 def grounded_stimulus(dataset, test):
@@ -121,9 +121,11 @@ rule grounded_table:
         results=lambda w: grounded_table_spec(w.table)["results"],
         missing=lambda w: grounded_table_spec(w.table)["missing"],
     output:
-        csv=report("results/grounded/{table}.csv", caption="../report/grounded_tables.rst", category="Grounded"),
+        csv="results/grounded/{table}.csv",
         md="results/grounded/{table}.md",
         tex="results/grounded/{table}.tex",
+        html=report("results/grounded/{table}.html", caption="../report/grounded_tables.rst", category="Grounded",
+                    subcategory="Tables", labels={"table": "{table}"}),
         rows="results/grounded/{table}.rows.csv",
         missing="results/grounded/{table}.missing.tsv",
     log:

@@ -4,7 +4,7 @@
 
 
 def ieat_targets():
-    targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "missing.tsv"])
+    targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "html", "missing.tsv"])
     if IEAT["specificity"]["models"]:
         targets.append("results/ieat/specificity.csv")
     if IEAT["build_images"]:
@@ -83,13 +83,15 @@ rule ieat_table:
             ["results/images/ieat/manifest.tsv"] if set(IEAT_TABLES[w.table]["models"]) & set(IMAGE_MODELS) else []
         ),
     output:
-        csv=report(
-            "results/ieat/{table}.csv",
+        csv="results/ieat/{table}.csv",
+        md="results/ieat/{table}.md",
+        html=report(
+            "results/ieat/{table}.html",
             caption="../report/ieat_table.rst",
             category="iEAT",
-            subcategory="{table}",
+            subcategory="Tables",
+            labels={"table": "{table}"},
         ),
-        md="results/ieat/{table}.md",
         missing="results/ieat/{table}.missing.tsv",
     log:
         "results/logs/ieat_table/{table}.log",
@@ -100,6 +102,7 @@ rule ieat_table:
         models=lambda w: IEAT_TABLES[w.table]["models"],
         image_models=IMAGE_MODELS,
         stats=stats_params(),
+        ci=STATS["ci"],
     script:
         "../scripts/ieat_table.py"
 
