@@ -35,6 +35,14 @@ include: "workflow/rules/grounded_tests.smk"
 include: "workflow/rules/report.smk"
 
 
+# on a cluster (profiles/slurm) these run on the submitting node: they download, and compute nodes
+# often have no network
+localrules:
+    grounded_images,
+    ieat_images,
+    ieat_published_embeddings,
+
+
 report: "workflow/report/workflow.rst"
 
 
