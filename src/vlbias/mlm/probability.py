@@ -24,7 +24,10 @@ under the same template, so this cue is the same in numerator and denominator.
 
 "No visual input" (``image`` None) is what each adapter defines as ``no_image``: VisualBERT the
 caption alone (zero regions), LXMERT one region with zero features and the whole-image box (its
-masked-object input; LXMERT cannot run without regions), text-only BERT has no visual input at all.
+masked-object input; LXMERT cannot run without regions), ViLBERT likewise (a zero region on the
+whole image after its then zero global token), VL-BERT the input of its text-only pre-training (no
+box, every token's visual feature its learned text-corpus embedding), text-only BERT has no visual
+input at all.
 """
 
 from dataclasses import dataclass
@@ -116,5 +119,5 @@ def load_visuals(store, image_ids):
         except InputError as e:  # skipped by the detector, or never extracted
             missing[image_id] = str(e)
             continue
-        visuals[image_id] = Visual(regions.features, store.boxes_norm(image_id), is_person)
+        visuals[image_id] = Visual(regions.features, store.boxes_norm(image_id), is_person, regions.image_size)
     return visuals, missing

@@ -23,6 +23,8 @@ _MODULES = {
     "sentence": "vlbias.models.sentence",
     "visualbert": "vlbias.models.visualbert",
     "lxmert": "vlbias.models.lxmert",
+    "vilbert": "vlbias.models.vilbert",
+    "vlbert": "vlbias.models.vlbert",
     "bert_mlm": "vlbias.models.bert_mlm",
 }
 _ADAPTERS = Registry("model", _MODULES)
