@@ -112,8 +112,8 @@ class _Visuals:
             regions, is_person = self.store.get(image_id)
             if labels is not None:
                 is_person = regions_with_labels(regions.class_ids, self.store.class_names, labels)
-            v = self.visual(regions.features, self.store.boxes_norm(image_id), is_person)
-            self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person)
+            v = self.visual(regions.features, self.store.boxes_norm(image_id), is_person, regions.image_size)
+            self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size))
         return self.cache[key]
 
 
