@@ -14,7 +14,9 @@ rule seat_embed:
         "results/embeddings/seat/{model}.h5",
     log:
         "results/logs/seat_embed/{model}.log",
-    threads: 2
+    # short texts: one thread each for this and another job uses two cores better than two threads here
+    # (more for a larger model: snakemake --set-threads seat_embed=N)
+    threads: 1
     resources:
         mem_mb=4000,
     params:

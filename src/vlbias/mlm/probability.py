@@ -24,7 +24,10 @@ under the same template, so this cue is the same in numerator and denominator.
 
 "No visual input" (``image`` None) is what each adapter defines as ``no_image``: VisualBERT the
 caption alone (zero regions), LXMERT one region with zero features and the whole-image box (its
-masked-object input; LXMERT cannot run without regions), text-only BERT has no visual input at all.
+masked-object input; LXMERT cannot run without regions), ViLBERT likewise (a zero region on the
+whole image after its then zero global token), VL-BERT the input of its text-only pre-training (no
+box, every token's visual feature its learned text-corpus embedding), text-only BERT has no visual
+input at all.
 """
 
 import logging
@@ -81,7 +84,8 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
             raise InputError(f"image '{query.image}'", "has no regions")
         if cache is not None:
             v = visuals.get(query.image)
-            image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person))
+            image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person,
+                                                                                     list(v.image_size or ()), v.image))
             keys[q] = digest(query.caption, query.entity, image)
             record = cache.get(keys[q])
             if record is not None:
@@ -113,16 +117,15 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
     return out
 
 
-def load_visuals(store, image_ids):
-    """({image id: Visual}, {image id: why it has none}) from an open vlbias.regions.store.RegionStore."""
-    from vlbias.models.vl import Visual  # torch and transformers: only the model jobs need them
+def load_visuals(store, image_ids, paths=None):
+    """({image id: Visual}, {image id: why it has none}) from an open vlbias.regions.store.RegionStore;
+    with ``paths`` ({image id: file}) each Visual carries the image's pixels (models that need_pixels)."""
+    from vlbias.models.vl import visual_from_store  # torch and transformers: only the model jobs need them
 
     visuals, missing = {}, {}
     for image_id in image_ids:
         try:
-            regions, is_person = store.get(image_id)
+            visuals[image_id] = visual_from_store(store, image_id, path=paths and paths[image_id])
         except InputError as e:  # skipped by the detector, or never extracted
             missing[image_id] = str(e)
-            continue
-        visuals[image_id] = Visual(regions.features, store.boxes_norm(image_id), is_person)
     return visuals, missing
