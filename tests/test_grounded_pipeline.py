@@ -303,6 +303,7 @@ TABLES = ([f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex", "htm
           + [f"results/grounded/{protocol}table{n}.{ext}" for protocol in ("", "paper/") for n in (3, 4, 5, 6, 7)
              for ext in ("csv", "md", "tex", "html")]
           + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+FIGURES = ["results/grounded/heatmap.png", "results/grounded/published.png"]
 # a few printed cells of the toy tests, in the transcription's format (resources/published/grounded_tables.tsv)
 PRINTED = """table	half	test	label	experiment	level	mask	model	dataset	quantity	value	significant
 table3	Gender	toy-a	Toy A	1	W		VisualBERT	google	d	0.57	
@@ -391,7 +392,7 @@ def project(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("grounded_tables")
     tiny_project(root)
-    snakemake(root, *TABLES)
+    snakemake(root, *TABLES, *FIGURES)
     return root
 
 
@@ -399,6 +400,10 @@ def project(tmp_path_factory):
 def test_the_full_table_set_is_built(project):
     for target in TABLES:
         assert (project / target).stat().st_size > 0, target
+    for figure in FIGURES:
+        with Image.open(project / figure) as png:
+            assert png.format == "PNG" and png.size[0] > 300, figure
+    assert "2 beside a printed d" in (project / "results/logs/grounded_figures.log").read_text()
     t3 = pd.read_csv(project / "results/grounded/table3.csv", dtype=str, keep_default_na=False)
     assert list(t3["test"]) == ["Toy toy-a"] * 3 + ["Toy toy-b"] * 3 and list(t3["level"]) == ["W", "S", "C"] * 2
     for column in ("VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"):  # all four of the paper's models

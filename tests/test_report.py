@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars, suite_rows
-from vlbias.report.grounded import paper_table
+from vlbias.report.grounded import figure_rows, paper_table
 from vlbias.report.html import figure_html, layout_html, page_html, results_table_html, write_page
 from vlbias.report.tables import assemble, to_markdown, write_tables
 
@@ -215,3 +215,35 @@ def test_suite_rows_keep_a_test_twice_on_one_model_apart():
     rows = suite_rows({"a": first, "b": second})
     assert list(zip(rows["table"], rows["test"], rows["model"])) == [
         ("a", "t1", "m (a)"), ("a", "t2", "m"), ("b", "t1", "m (b)"), ("b", "t3", "n")]
+
+
+def test_grounded_figure_rows():
+    def result(test, model, experiment, level, mask, d, dataset="google"):
+        return {"dataset": dataset, "test": test, "name": test.upper(), "model": model.lower(), "column": model,
+                "experiment": experiment, "level": level, "mask": mask, "status": "ok", "d": d, "p": 0.2}
+
+    rows = [result("t1", "VisualBERT", "1", "S", "none", 0.3), result("t1", "LXMERT", "1", "W", "none", 0.4),
+            result("t1", "LXMERT", "2", "W", "none", 0.5), result("t1", "LXMERT", "3-masked", "S", "I", 0.6),
+            result("t2", "LXMERT", "3-masked", "S", "T", 0.7)]
+    cells = [("table3", "t1", "1", "W", "", "d", "0.41"),
+             ("table3", "t1", "1", "W", "", "d", "0.41"),  # printed twice (ABW in both halves)
+             ("table4", "t1", "2", "W", "", "d", "-0"),
+             ("table5", "t1", "3-masked", "S", "I", "d", "0.55"),
+             ("table5", "t2", "3-masked", "S", "T", "d", "–"),  # a dash: no number
+             ("table7", "", "1", "S", "", "count", "1")]  # a count, not an effect size
+    printed = [{"table": t, "test": test, "experiment": e, "level": lv, "mask": m, "model": "LXMERT",
+                "dataset": "google", "quantity": q, "value": v} for t, test, e, lv, m, q, v in cells]
+    heatmap, published = figure_rows(rows, printed)
+    assert list(zip(heatmap["test"], heatmap["model"], heatmap["d"])) == [("t1", "VisualBERT S", 0.3),
+                                                                         ("t1", "LXMERT W", 0.4)]
+    assert sorted(zip(published["table"], published["d"], published["d_paper"])) == [
+        ("table3", 0.4, 0.41), ("table4", 0.5, 0.0), ("table5", 0.6, 0.55)]
+    assert list(published["table"]) == ["table3", "table4", "table5"]
+    assert set(published["model"]) == {"LXMERT"} and set(published["name"]) == {"T1 W", "T1 S I"}
+    # the tables' column order, then the levels'
+    heatmap, _ = figure_rows(rows + [result("t1", "LXMERT", "1", "S", "none", 0.2)], columns=["LXMERT", "VisualBERT"],
+                             levels=["W", "S"])
+    assert list(heatmap["model"]) == ["LXMERT W", "LXMERT S", "VisualBERT S"]
+    # two datasets: the heatmap's columns name theirs
+    heatmap, _ = figure_rows(rows + [result("t1", "LXMERT", "1", "W", "none", 0.1, dataset="coco")])
+    assert list(heatmap["model"]) == ["VisualBERT S (google)", "LXMERT W (google)", "LXMERT W (coco)"]

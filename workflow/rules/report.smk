@@ -33,7 +33,15 @@ def report_targets():
         targets += ["results/ieat/heatmap.png", "results/ieat/published.png"]
     if SEAT["models"]:
         targets.append("results/seat/heatmap.png")
+    if grounded_tests_targets():
+        targets += ["results/grounded/heatmap.png", "results/grounded/published.png"]
     return targets
+
+
+def grounded_main_results():
+    """The experiment results of the main protocol's tables."""
+    return sorted({f for target, (protocol, _) in TABLE_TARGETS.items() if protocol == MAIN_PROTOCOL
+                   for f in grounded_table_spec(target)["results"]})
 
 
 rule ieat_figures:
@@ -81,3 +89,32 @@ rule seat_figures:
         title="WEAT/SEAT",
     script:
         "../scripts/suite_figures.py"
+
+
+rule grounded_figures:
+    input:
+        results=lambda w: existing(grounded_main_results()),
+        published=GROUNDED.get("published", []),
+    output:
+        heatmap=report(
+            "results/grounded/heatmap.png",
+            caption="../report/grounded_heatmap.rst",
+            category="Grounded",
+            subcategory="Figures",
+            labels={"figure": "effect sizes (heatmap)"},
+        ),
+        published=report(
+            "results/grounded/published.png",
+            caption="../report/grounded_published.rst",
+            category="Grounded",
+            subcategory="Figures",
+            labels={"figure": "published vs reproduced d"},
+        ),
+    log:
+        "results/logs/grounded_figures.log",
+    threads: 1
+    params:
+        columns=GROUNDED_COLUMNS,
+        levels=GROUNDED_LEVELS,
+    script:
+        "../scripts/grounded_figures.py"
