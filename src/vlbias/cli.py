@@ -175,8 +175,11 @@ def list_(args):
             lines.append(f"ieat\t{name}\tresults/ieat/{name}.csv\t{spec['caption']}")
         for name in config["seat"]["models"]:
             lines.append(f"seat\t{name}\tresults/seat/{name}/table.csv\tWEAT/SEAT on {name}")
-        for name in ((config.get("grounded") or {}).get("tables") or {}):
-            lines.append(f"grounded\t{name}\tresults/grounded/{name}.csv\t")
+        from vlbias.report.grounded import CAPTIONS
+
+        for name, spec in ((config.get("grounded") or {}).get("tables") or {}).items():
+            caption = spec.get("caption") or CAPTIONS.get(name, "")
+            lines.append(f"grounded\t{name}\tresults/grounded/{name}.csv\t{caption}")
     write("".join(line + "\n" for line in lines), None)
     return 0
 
@@ -192,7 +195,9 @@ def table_path(name, config):
     if name in config["seat"]["models"]:
         return Path(f"results/seat/{name}/table.csv"), f"Word- and sentence-level WEAT/SEAT on {name}"
     if name in grounded:
-        return Path(f"results/grounded/{name}.csv"), name
+        from vlbias.report.grounded import CAPTIONS
+
+        return Path(f"results/grounded/{name}.csv"), grounded[name].get("caption") or CAPTIONS.get(name, name)
     known = [*ieat, *config["seat"]["models"], *grounded]
     raise UsageError(f"no table '{name}': give a CSV path or one of {', '.join(known)}")
 
@@ -232,7 +237,7 @@ def workflow(args):
                              "stops at \"invalid choice: 'slurm'\"")
         profile = ["--profile", "profiles/slurm"]
     snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
-    return subprocess.run([sys.executable, "-m", "snakemake", *profile, *snakemake_args]).returncode
+    return subprocess.run([sys.executable, "-m", "snakemake", *profile, *snakemake_args], check=False).returncode
 
 
 # --- the parser -------------------------------------------------------------------------------------
