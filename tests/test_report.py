@@ -234,16 +234,17 @@ def test_grounded_figure_rows():
     printed = [{"table": t, "test": test, "experiment": e, "level": lv, "mask": m, "model": "LXMERT",
                 "dataset": "google", "quantity": q, "value": v} for t, test, e, lv, m, q, v in cells]
     heatmap, published = figure_rows(rows, printed)
-    assert list(zip(heatmap["test"], heatmap["model"], heatmap["d"])) == [("t1", "VisualBERT S", 0.3),
-                                                                         ("t1", "LXMERT W", 0.4)]
+    assert list(zip(heatmap["name"], heatmap["model"], heatmap["d"])) == [("T1 S", "VisualBERT", 0.3),
+                                                                         ("T1 W", "LXMERT", 0.4)]
     assert sorted(zip(published["table"], published["d"], published["d_paper"])) == [
         ("table3", 0.4, 0.41), ("table4", 0.5, 0.0), ("table5", 0.6, 0.55)]
     assert list(published["table"]) == ["table3", "table4", "table5"]
     assert set(published["model"]) == {"LXMERT"} and set(published["name"]) == {"T1 W", "T1 S I"}
-    # the tables' column order, then the levels'
-    heatmap, _ = figure_rows(rows + [result("t1", "LXMERT", "1", "S", "none", 0.2)], columns=["LXMERT", "VisualBERT"],
-                             levels=["W", "S"])
-    assert list(heatmap["model"]) == ["LXMERT W", "LXMERT S", "VisualBERT S"]
+    # Table 3's layout: a row per test and level, in the levels' order; columns in the tables' order
+    more = [result("t1", "LXMERT", "1", "S", "none", 0.2), result("t2", "LXMERT", "1", "W", "none", 0.1)]
+    heatmap, _ = figure_rows(rows + more, columns=["LXMERT", "VisualBERT"], levels=["W", "S"])
+    assert list(zip(heatmap["test"], heatmap["model"])) == [("t1 W", "LXMERT"), ("t1 S", "LXMERT"), ("t2 W", "LXMERT"),
+                                                            ("t1 S", "VisualBERT")]
     # two datasets: the heatmap's columns name theirs
     heatmap, _ = figure_rows(rows + [result("t1", "LXMERT", "1", "W", "none", 0.1, dataset="coco")])
-    assert list(heatmap["model"]) == ["VisualBERT S (google)", "LXMERT W (google)", "LXMERT W (coco)"]
+    assert list(heatmap["model"]) == ["VisualBERT (google)", "LXMERT (google)", "LXMERT (coco)"]

@@ -186,10 +186,10 @@ def edit(path, old, new):
 def test_editing_one_stimulus_reruns_only_its_jobs(project):
     # (Snakemake reruns on changed content: a bare touch with the same content reruns nothing)
     edit(project / "resources/stimuli/ieat/insect-flower.yaml", "label: Pleasant", "label: Pleasant images")
-    assert planned_jobs(project) == {"ieat_table": 1, "all": 1}
+    assert planned_jobs(project) == {"ieat_table": 1, "ieat_figures": 1, "all": 1}  # the figures read the table
     snakemake(project)
     edit(project / "resources/stimuli/seat/weat-toy.yaml", "- joy", "- delight")
-    assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "all": 1}
+    assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "seat_figures": 1, "all": 1}
     snakemake(project)
     assert planned_jobs(project) == {}
     # the encoder's job reran, but only the new word met the model: the rest came from its cache

@@ -432,21 +432,25 @@ def comparison(printed, protocols, alpha=0.05, groups=None):
 
 def figure_rows(rows, printed=None, columns=(), levels=()):
     """Experiment result rows (vlbias.suites.grounded.jobs.RESULT_COLUMNS) as the rows of the suite
-    figures: ``heatmap`` the unmasked experiment-1 results, a column (``model``) per table column and
-    level ("VisualBERT S", with the dataset when there are several), in the order of ``columns`` then
-    ``levels`` (the tables' order; others after them); ``published`` every result the paper prints an
-    effect size for (``read_printed``), ``d_paper`` the printed number and ``table`` the paper's table
-    it is in (its dashes left out), sorted by table. Returns (heatmap, published) DataFrames."""
+    figures. ``heatmap``: the unmasked experiment-1 results in Table 3's layout, a row (``test``,
+    ``name``) per test and level ("Toy toy-a W"), a column (``model``) per table column (with the
+    dataset when there are several); tests in their order of appearance, levels in the order of
+    ``levels`` and columns of ``columns`` (the tables'; others after them). ``published``: every
+    result the paper prints an effect size for (``read_printed``), ``d_paper`` the printed number and
+    ``table`` the paper's table it is in (its dashes left out), sorted by table. Returns (heatmap,
+    published) DataFrames."""
     df = pd.DataFrame(rows, columns=None if rows else ["dataset", "test", "name", "column", "experiment", "level",
                                                         "mask", "status", "d", "p"])
     df = df.astype({"mask": str, "experiment": str}).assign(mask=lambda x: x["mask"].replace({"none": ""}))
-    rank = {"column": {c: i for i, c in enumerate(columns)}, "level": {lv: i for i, lv in enumerate(levels)}}
-    df = df.sort_values(["column", "level"], kind="stable",
+    rank = {"column": {c: i for i, c in enumerate(columns)}, "level": {lv: i for i, lv in enumerate(levels)},
+            "test": {t: i for i, t in enumerate(dict.fromkeys(df["test"]))}}
+    df = df.sort_values(["column", "test", "level"], kind="stable",
                         key=lambda s: s.map(rank[s.name]).fillna(len(rank[s.name])))
     several = df["dataset"].nunique() > 1
     unmasked = df[(df["experiment"] == "1") & (df["mask"] == "")]
-    heatmap = unmasked.assign(model=unmasked["column"] + " " + unmasked["level"]
-                              + ((" (" + unmasked["dataset"] + ")") if several else ""))
+    heatmap = unmasked.assign(test=unmasked["test"] + " " + unmasked["level"],
+                              name=unmasked["name"] + " " + unmasked["level"],
+                              model=unmasked["column"] + ((" (" + unmasked["dataset"] + ")") if several else ""))
     if printed is None:
         return heatmap, df.iloc[:0].assign(table="", d_paper=np.nan)
     paper = pd.DataFrame(printed)
@@ -455,6 +459,6 @@ def figure_rows(rows, printed=None, columns=(), levels=()):
     paper = paper.drop_duplicates(["table", "test", "experiment", "level", "mask", "column", "dataset"])
     keys = ["test", "experiment", "level", "mask", "column", "dataset"]
     published = df.merge(paper[[*keys, "table", "d_paper"]], on=keys).sort_values("table", kind="stable")
-    published = published.assign(model=published["column"],
-                                 name=(published["name"] + " " + published["level"] + " " + published["mask"]).str.strip())
+    name = published["name"] + " " + published["level"] + " " + published["mask"]
+    published = published.assign(model=published["column"], name=name.str.strip())
     return heatmap, published
