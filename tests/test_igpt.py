@@ -16,7 +16,8 @@ import pytest
 
 from vlbias.errors import InputError
 from vlbias.images.decode import area_resize
-from vlbias.models import build, outputs
+from vlbias.models import build
+from vlbias.models.plan import outputs
 
 N_CLUSTERS = 16
 TINY = {

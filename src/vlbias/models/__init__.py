@@ -37,22 +37,6 @@ _ADAPTERS = Registry("model", _MODULES)
 register, build = _ADAPTERS.register, _ADAPTERS.build
 
 
-def outputs(spec):
-    """The names of the vectors an entry's encoder gives per image, read from the entry alone (no
-    adapter is imported: the workflow plans one store per output). Several for iGPT with several
-    layers or ``output: [hidden, logits]`` (``encode_outputs`` returns them all from one pass): its
-    ``layer<l>`` for each layer, then ``logits``; one name for any other iGPT entry; none (``[]``)
-    for adapters with a single output (``encode_images``)."""
-    if spec.get("adapter") != "igpt":
-        return []
-    kinds = spec.get("output", "hidden")
-    kinds = kinds if isinstance(kinds, list) else [kinds]
-    layers = spec.get("layer", 20)
-    layers = layers if isinstance(layers, list) else [layers]
-    names = [f"layer{l}" for l in sorted(set(layers))] if "hidden" in kinds else []
-    return names + (["logits"] if "logits" in kinds else [])
-
-
 def runtime(spec):
     """(torch.device, batch_size) from the entry's ``device``, ``batch_size`` and ``threads`` keys.
 

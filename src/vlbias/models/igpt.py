@@ -17,7 +17,7 @@ What each vector is (Steed & Caliskan 2021; their code, ryansteed/ieat ``ieat/ut
              authors took ``hidden_states[l]`` and ``h[l+1].ln_1``; the paper: l = 20 of iGPT-L's 48.)
     logits   the next-pixel logits at the last position: (n_clusters,) per image
 Both kinds, and several layers, come from one pass (``output: [hidden, logits]``, ``layer: [10, 20]``):
-``encode_outputs`` returns them by name (``vlbias.models.outputs``: ``layer10``, ``layer20``, ``logits``).
+``encode_outputs`` returns them by name (``vlbias.models.plan.outputs``: ``layer10``, ``layer20``, ``logits``).
 
 Config entry keys (``adapter: igpt``):
     weights         the keys of vlbias.models.hf (``weights: random`` + ``seed`` + ``config``,
@@ -52,7 +52,8 @@ from transformers.models.imagegpt.modeling_imagegpt import ImageGPTLayerNorm
 from vlbias.errors import InputError
 from vlbias.images.decode import area_resize
 from vlbias.io.fetch import sha256_file
-from vlbias.models import outputs, register, runtime
+from vlbias.models import register, runtime
+from vlbias.models.plan import outputs
 from vlbias.models.hf import load_model
 
 log = logging.getLogger(__name__)
