@@ -10,7 +10,8 @@ Images are generated 640x480 JPEGs (benchmarks/regions.py), as many as the batch
 each figure is the best of ``--repeats`` runs, after a one-image warm-up. A negative share outside
 the model means the machine's load changed between the two measurements: noise, not a result.
 
-    python benchmarks/image_encoders.py [--encoders igpt-s simclr-r152-3x-sk1 simclr-r50-1x-sk1 clip-vit-b-32]
+    python benchmarks/image_encoders.py [--encoders igpt-s igpt-s-layer-and-logits simclr-r152-3x-sk1
+                                                    simclr-r50-1x-sk1 clip-vit-b-32]
                                         [--batches 1 32] [--device cpu] [--threads 2] [--repeats 1]
 """
 
@@ -29,6 +30,11 @@ ENCODERS = {
     # iGPT-S (openai/imagegpt-small's configuration), layer 20 of 24, 32x32 tokens; store at 32, area
     "igpt-s": ({"adapter": "igpt", "weights": "random", "clusters": "random", "layer": 20,
                 "config": {"n_embd": 512, "n_layer": 24, "n_head": 8}}, 32, "area"),
+    # the same with the next-pixel logits from the same pass (layer 20 and the logits, as the paper's
+    # Tables 1 and 3 read iGPT-L): the cost of both outputs against one
+    "igpt-s-layer-and-logits": ({"adapter": "igpt", "weights": "random", "clusters": "random", "layer": 20,
+                                 "output": ["hidden", "logits"], "config": {"n_embd": 512, "n_layer": 24, "n_head": 8}},
+                                32, "area"),
     # the paper's SimCLRv2 (r152_3x_sk1, 795M parameters) at 224; store at 224, area
     "simclr-r152-3x-sk1": ({"adapter": "simclr", "depth": 152, "width": 3, "sk": 1, "weights": "random"},
                            224, "area"),

@@ -11,7 +11,7 @@ from PIL import Image
 from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars
 from vlbias.report.grounded import paper_table
 from vlbias.report.html import figure_html, layout_html, page_html, results_table_html, write_page
-from vlbias.report.tables import assemble
+from vlbias.report.tables import assemble, effects_grid, published_as
 
 
 class Cells(HTMLParser):
@@ -83,6 +83,22 @@ def test_results_table_without_interval_or_paper():
     assert rows[1] == ["d", "p"] * 2
     assert rows[2][7:] == ["0.62*", "0.010Holm 0.010", "-0.21", "0.700Holm 0.700"]
     assert "bootstrap" not in html and "paper" not in html
+
+
+def test_a_recomputed_column_shows_the_numbers_of_the_published_one_it_reproduces():
+    published = published_as(PUBLISHED, {"m1": "m1", "m1-pixels": "m1", "mine": "mine"})
+    rows = ROWS[:1] + [{**ROWS[0], "model": "m1-pixels", "d": 0.5}, {**ROWS[0], "model": "mine", "d": 0.1}]
+    df = assemble(rows, ["t1"], ["m1", "m1-pixels", "mine"], published, table="tab")
+    assert df[["model", "d", "d_paper", "p_paper"]].values.tolist() == [
+        ["m1", 0.6234, "0.60", "<1e-2"], ["m1-pixels", 0.5, "0.60", "<1e-2"], ["mine", 0.1, "", ""]]
+    assert published_as(PUBLISHED, {}).empty
+
+
+def test_effects_grid_is_tests_by_models_with_stars():
+    grid = effects_grid(table())
+    assert grid.columns.tolist() == ["test", "m1", "m2"]
+    assert grid.values.tolist() == [["Test <One>", "0.62*", "-0.21"], ["Test Two", "1.21***", "skipped"]]
+    assert effects_grid(table()[table()["model"] == "m1"].iloc[:1]).values.tolist() == [["Test <One>", "0.62*"]]
 
 
 def test_grounded_layout_as_html():

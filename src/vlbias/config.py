@@ -206,7 +206,7 @@ def sweep_name(entry):
         return entry["name"]
     weights = entry.get("pretrained") or (Path(entry["checkpoint"]).stem if entry.get("checkpoint")
                                           else f"random{entry.get('seed', 0)}")
-    return re.sub(r"[^a-z0-9_.-]+", "-", f"{entry['arch']}-{weights}".lower()).strip("-")
+    return re.sub(r"[^a-z0-9_.-]+", "-", f"{entry.get('arch', '')}-{weights}".lower()).strip("-")
 
 
 def ieat_models(ieat):
