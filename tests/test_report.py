@@ -154,6 +154,16 @@ def test_heatmap(tmp_path):
         assert png.size[1] > 2 * small[1] and abs(png.size[0] - small[0]) < 0.15 * small[0]  # taller, as wide
 
 
+def test_heatmap_of_one_model_and_long_test_names_keeps_its_cells(tmp_path):
+    df = table()
+    df = df[df["model"] == "m1"].assign(name=["Insect-Flower (text attributes)", "Gender-Science (text targets)"])
+    fig = plot_suite_heatmap(df, tmp_path / "h.png", "one model")
+    fig.canvas.draw()
+    cells, labels = fig.axes[0].get_window_extent(), fig.axes[0].get_tightbbox()
+    assert cells.width > 0.6 * fig.dpi  # the cells' column is not squeezed out by the names
+    assert labels.x0 >= 0  # and the names fit on the figure
+
+
 def test_heatmap_refuses_two_rows_for_a_cell(tmp_path):
     df = table()
     with pytest.raises(ValueError, match=r"two rows for \(test, model\).*'t1', 'm1'"):

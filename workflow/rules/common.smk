@@ -106,13 +106,15 @@ def model_tests(entry):
     return sorted(tests)
 
 
+@cache
+def text_set_names(test):
+    """The sets of an iEAT test that list texts (a cross-modal test's words); none for an image test."""
+    return [s for s, st in load_stimulus(checked_stimulus("ieat", test)).sets.items() if st.items is not None]
+
+
 def text_stimuli(entry):
     """The stimulus files of an image model's tests that have text sets (cross-modal tests)."""
-    return [checked_stimulus("ieat", t) for t in model_tests(entry) if has_texts(t)]
-
-
-def has_texts(test):
-    return any(st.items is not None for st in load_stimulus(checked_stimulus("ieat", test)).sets.values())
+    return [checked_stimulus("ieat", t) for t in model_tests(entry) if text_set_names(t)]
 
 
 def vector_files(spec):
@@ -144,8 +146,8 @@ def table_stimuli(tests, models):
     """The checked stimulus files of ``tests``; a test with text sets on a model that embeds no text
     (published vectors, iGPT, SimCLR) fails its targets before any job runs, naming both."""
     paths = [checked_stimulus("ieat", t) for t in tests]
-    for path in paths:
-        texts = [s for s, st in load_stimulus(path).sets.items() if st.items is not None]
+    for test, path in zip(tests, paths):
+        texts = text_set_names(test)
         for model in models if texts else []:
             spec = IEAT_MODELS[TABLE_MODELS[model][0]]
             if "texts" not in encodes(spec):

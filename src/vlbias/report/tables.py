@@ -74,10 +74,12 @@ def effects_grid(df):
     ** < 0.01, * < 0.05), "skipped" where the test was skipped, empty where there is no row."""
     from vlbias.report.figures import stars  # (figures imports matplotlib: only when needed)
 
-    cells = {(r.name, r.model): f"{r.d:.2f}{stars(r.p)}" if r.status == "ok" else "skipped"
+    cells = {(r.test, r.model): f"{r.d:.2f}{stars(r.p)}" if r.status == "ok" else "skipped"
              for r in df.itertuples(index=False)}
-    tests, models = list(dict.fromkeys(df["name"])), list(dict.fromkeys(df["model"]))
-    return pd.DataFrame([[t, *(cells.get((t, m), "") for m in models)] for t in tests], columns=["test", *models])
+    names = dict(zip(df["test"], df["name"]))
+    models = list(dict.fromkeys(df["model"]))
+    return pd.DataFrame([[name, *(cells.get((t, m), "") for m in models)] for t, name in names.items()],
+                        columns=["test", *models])
 
 
 def _int(x):
