@@ -1,22 +1,25 @@
 """Benchmark: the grounded embedding stage, and the whole grid of grounded tests through the engine.
 
-1. Embedding: (caption, image) pairs per second of each VL adapter (visualbert, lxmert) with random
-   weights, tiny (hidden 32, 2 layers) and base-sized (the published architectures: the config
-   classes' default sizes, 768 hidden, VisualBERT 12 layers, LXMERT 9/5/5 layers), on real
-   captions of a grounded stimulus (sentence level) paired with images of 36 regions of 2048-d
-   random features (and boxes), levels S ([CLS]) and C (first sub-token of a contextual word), at
-   each of ``--batch-sizes``, with the speed-up over batch size 1. The fastest of ``--repeats``
-   (the first pass also warms up each new input shape).
+1. Embedding: (caption, image) pairs per second of each VL adapter (visualbert, lxmert, vilbert,
+   vlbert) with random weights, tiny (hidden 32, 2 layers) and base-sized (the published
+   architectures: the config classes' default sizes, 768 hidden, VisualBERT 12 layers, LXMERT
+   9/5/5 layers, ViLBERT bert_base_6layer_6conect: 12 language layers, 6 vision layers of 1024,
+   6 co-attention layers; VL-BERT base with precomputed features: 12 layers over caption and
+   boxes), on real captions of a grounded stimulus (sentence level) paired with images of 36
+   regions of 2048-d random features (and boxes; VL-BERT adds the whole-image box, ViLBERT the
+   global token), levels S ([CLS]) and C (first sub-token of a contextual word), at each of
+   ``--batch-sizes``, with the speed-up over batch size 1. The fastest of ``--repeats`` (the
+   first pass also warms up each new input shape).
 2. Statistics: every (test, model, level, experiment[, mask]) of the stimulus files, i.e. all
    models x the levels of config/config.yaml (grounded.levels, W/S/C) x experiments 1, 2, 3, and
-   3-masked with T (both models) and I (LXMERT only) at the levels grounded.masks lists (the
+   3-masked with T (all models) and I (all but VisualBERT) at the levels grounded.masks lists (the
    paper: S), on random embeddings with each test's real set sizes, through vlbias.stats.grounded
    with ``n_samples`` from the config (stats.n_samples): total seconds and tests/s (numba's
    compile time is excluded by a warm-up test).
 
     python benchmarks/grounded_embed.py [--sizes tiny,base] [--batch-sizes 1,8,32] [--pairs 256,32]
         [--repeats 2] [--threads N] [--device cpu] [--datasets google,coco,concap] [--n-samples N]
-        [--only embed|grid]
+        [--models visualbert,lxmert,vilbert,vlbert] [--only embed|grid]
 """
 
 import argparse
@@ -40,13 +43,21 @@ SIZES = {
         "visualbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37},
         "lxmert": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 37, "l_layers": 2,
                    "x_layers": 1, "r_layers": 1, "num_qa_labels": 10},
+        "vilbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37,
+                    "v_hidden_size": 32, "v_num_hidden_layers": 2, "v_num_attention_heads": 2,
+                    "v_intermediate_size": 37, "bi_hidden_size": 32, "bi_num_attention_heads": 2,
+                    "v_biattention_id": [0, 1], "t_biattention_id": [0, 1]},
+        "vlbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37},
     },
-    "base": {"visualbert": {}, "lxmert": {}},  # the config classes' defaults (+ VisualBERT's 2048-d features)
+    # the config classes' defaults (+ VisualBERT's 2048-d features)
+    "base": {"visualbert": {}, "lxmert": {}, "vilbert": {}, "vlbert": {}},
 }
-MODELS = {"visualbert": ("T",), "lxmert": ("T", "I")}  # the masks each model takes (VisualBERT: no I)
+# the masks each model takes (VisualBERT was never pre-trained with masked regions: no I)
+MODELS = {"visualbert": ("T",), "lxmert": ("T", "I"), "vilbert": ("T", "I"), "vlbert": ("T", "I")}
 LEVELS = {"W": "word", "S": "sentence", "C": "sentence"}  # embedding level -> stimulus level
 CAPTIONS_FROM = REPO / "resources/stimuli/grounded/google/weat6.yaml"
 N_REGIONS, FEATURE_DIM, GRID_DIM = 36, 2048, 768
+IMAGE_SIZE = (480, 640)  # (height, width): VL-BERT reads its boxes in pixels
 
 
 def images(n, rng):
@@ -56,7 +67,7 @@ def images(n, rng):
         xy = np.sort(rng.random((N_REGIONS, 2, 2)), axis=1)
         boxes = np.concatenate([xy[:, 0], xy[:, 1]], axis=1).astype(np.float32)  # x1, y1, x2, y2
         out.append(Visual(features=rng.random((N_REGIONS, FEATURE_DIM), dtype=np.float32) * 4,
-                          boxes_norm=boxes, is_person=rng.random(N_REGIONS) < 0.2))
+                          boxes_norm=boxes, is_person=rng.random(N_REGIONS) < 0.2, image_size=IMAGE_SIZE))
     return out
 
 

@@ -41,14 +41,18 @@ def test_records_round_trip_through_shards(tmp_path):
     c.close()
 
 
-def test_inconsistent_records_and_scalars_are_refused(tmp_path):
+def test_scalars_are_refused_and_records_of_other_shapes_get_shards_of_their_own(tmp_path):
     c = RecordCache(tmp_path)
     with pytest.raises(ValueError, match="at least one dimension"):
         c.put("k", {"v": np.float32(1)})
-    c.put("a", {"v": np.ones(2)})
-    c.put("b", {"w": np.ones(2)})
-    with pytest.raises(ValueError, match="fields"):
-        c.flush()
+    c.put("a", {"vector": np.ones((1, 64), np.float32)})   # a two-stream model's W/S vector
+    c.put("b", {"vector": np.ones((1, 32), np.float32)})   # and its C vector
+    c.put("c", {"w": np.ones(2)})
+    c.close()
+    assert len(list(tmp_path.glob("*.h5"))) == 3
+    c = RecordCache(tmp_path)
+    assert [c.get(k)[f].shape for k, f in (("a", "vector"), ("b", "vector"), ("c", "w"))] == [(1, 64), (1, 32), (2,)]
+    c.close()
 
 
 def test_a_failing_job_keeps_what_it_computed(tmp_path):

@@ -18,6 +18,7 @@ from vlbias.models.vl import Visual
 from vlbias.regions import Regions
 from vlbias.regions.store import RegionStore, write_region_store
 from vlbias.report.grounded import NA, paper_table, to_frame, to_latex, to_markdown
+from vlbias.errors import InputError
 from vlbias.io.cache import RecordCache
 from vlbias.suites.grounded.jobs import embed_tests, embedding_combos, read_embeddings, run_experiments
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
@@ -298,7 +299,17 @@ def test_table7_counts_significant_tests_per_group():
 
 DETECTOR = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 2, "max_boxes": 4,
             "conf": 0.5, "min_size": 32, "max_size": 48, "batch_size": 4, "device": "cpu"}
-TABLES = [f"results/grounded/table{n}.{ext}" for n in (1, 3, 4, 5, 6, 7) for ext in ("csv", "md", "tex")]
+TABLES = ([f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex")]
+          + [f"results/grounded/{protocol}table{n}.{ext}" for protocol in ("", "paper/") for n in (3, 4, 5, 6, 7)
+             for ext in ("csv", "md", "tex")]
+          + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+# a few printed cells of the toy tests, in the transcription's format (resources/published/grounded_tables.tsv)
+PRINTED = """table	half	test	label	experiment	level	mask	model	dataset	quantity	value	significant
+table3	Gender	toy-a	Toy A	1	W		VisualBERT	google	d	0.57	
+table5	Race	toy-b	Toy B	3-masked	S	I	VisualBERT	google	d	–	
+table5	Race	toy-b	Toy B	3-masked	S	I	LXMERT	google	d	-0.12	no
+table7	Gender			1	S		LXMERT	google	count	1	
+"""
 
 
 def tiny_project(root):
@@ -322,6 +333,10 @@ def tiny_project(root):
     models = {name: {**spec, "config": {**spec["config"], TINY_FEATURE_KEY[name]: 1024}, "detector": "frcnn-tiny",
                      "column": {"visualbert": "VisualBERT", "lxmert": "LXMERT"}[name]}
               for name, spec in TINY.items()}
+    # the authors' VisualBERT: its own weights and detector (protocol switch visualbert, row 1)
+    models["visualbert-authors"] = {**models["visualbert"], "seed": 1, "detector": "frcnn-tiny-b",
+                                    "visualbert": "authors", "image_feature_cap": 2}
+    models["visualbert"]["visualbert"] = "paper"
     groups = {"Gender": ["toy-a"], "Race": ["toy-b"]}
     config["grounded"] = {
         "images": {"datasets": {"google": {"manifest": "resources/manifests/google.tsv",
@@ -329,8 +344,10 @@ def tiny_project(root):
                    "download": {"workers": 2, "timeout": 1, "retries": 0, "backoff": 0.01, "max_mb": 1}},
         "table1": {"published": "resources/published/grounded_table1.tsv"},
         "stimuli": "resources/stimuli/grounded", "levels": ["W", "S", "C"], "masks": {"T": ["S"], "I": ["S"]},
+        "published": "resources/published/grounded_tables.tsv",
+        "protocols": {"authors": "authors", "paper": "paper"}, "protocol": "authors",
         "models": models,
-        "experiments": {"build": True, "models": ["visualbert", "lxmert"], "threads": 1},
+        "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "lxmert"], "threads": 1},
         "tables": {"table3": {"dataset": "google", "groups": groups},
                    "table4": {"dataset": "google", "groups": groups},
                    "table5": {"dataset": "google", "groups": groups, "level": "S"},
@@ -343,8 +360,10 @@ def tiny_project(root):
     (root / "resources/published/grounded_table1.tsv").parent.mkdir(parents=True, exist_ok=True)
     (root / "resources/published/grounded_table1.tsv").write_text(
         "dataset\tpaper_test\ttests\tn_images\ngoogle\tToy A\ttoy-a\t12\ngoogle\tToy B\ttoy-b\t12\n")
+    (root / "resources/published/grounded_tables.tsv").write_text(PRINTED)
     config["stats"]["n_samples"] = 200
-    config["regions"] = {"threads": 2, "detectors": {"frcnn-tiny": DETECTOR}, "build": []}
+    config["regions"] = {"threads": 2, "detectors": {"frcnn-tiny": DETECTOR, "frcnn-tiny-b": {**DETECTOR, "seed": 1}},
+                         "build": []}
     write_yaml(root / "config/config.yaml", config)
 
 
@@ -379,10 +398,44 @@ def test_the_full_table_set_is_built(project):
     assert rows.loc[(rows["test"] == "toy-b") & (rows["level"] == "S"), "n_B_y"].unique().tolist() == [1]
     missing = pd.read_csv(project / "results/grounded/table3.missing.tsv", sep="\t", dtype=str)
     gone = missing[missing["image"] == "toy-b/attr2/b_y1.jpg"]
-    assert set(gone["model"]) == {"visualbert", "lxmert"} and gone["reason"].str.startswith("not obtained").all()
-    with h5py.File(project / "results/embeddings/grounded/google/lxmert.h5") as f:
+    assert set(gone["model"]) == {"visualbert-authors", "lxmert"}
+    assert gone["reason"].str.startswith("not obtained").all()
+    with h5py.File(project / "results/embeddings/grounded/authors/google/lxmert.h5") as f:
         assert f.attrs["detector"] == "frcnn-tiny" and len(f.attrs["region_store_sha256"]) == 64
-        assert sorted(f) == ["toy-a", "toy-b"]
+        assert sorted(f) == ["toy-a", "toy-b"] and f.attrs["protocol"] == "authors"
+        assert json.loads(f.attrs["switches"])["token_mask"] == "word"
+
+
+def read_table(project, name):
+    return pd.read_csv(project / f"results/grounded/{name}", dtype=str, keep_default_na=False)
+
+
+@pytest.mark.workflow
+def test_each_protocol_builds_its_tables_the_way_its_switches_say(project):
+    """`authors` (results/grounded/table*) and `paper` (results/grounded/paper/table*) from one run:
+    each switch acts where it should (docs/grounded.md)."""
+    authors, paper = read_table(project, "table5.rows.csv"), read_table(project, "paper/table5.rows.csv")
+    # row 1: the VisualBERT column is the authors' entry (its own detector) under authors only
+    assert set(authors["model"]) == {"visualbert-authors", "lxmert"} and set(paper["model"]) == {"visualbert", "lxmert"}
+    assert set(authors.loc[authors["model"] == "visualbert-authors", "detector"]) == {"frcnn-tiny-b"}
+    # row 4: experiment 3 with masking runs experiment 1's test under authors, 2's under paper
+    masked = lambda rows: set(rows.loc[rows["experiment"] == "3-masked", "masked_statistic"])  # noqa: E731
+    assert masked(authors) == {"1"} and masked(paper) == {"2"}
+    # rows 3 and 6 (encoder options) and 5 (the regions mask I hides) act in the embeddings: C, which none
+    # of them touches, is the same vector under both protocols; S with T and W differ for LXMERT
+    with h5py.File(project / "results/embeddings/grounded/authors/google/lxmert.h5") as a, \
+            h5py.File(project / "results/embeddings/grounded/paper/google/lxmert.h5") as b:
+        np.testing.assert_allclose(a["toy-a/C/none/X/embeddings"][()], b["toy-a/C/none/X/embeddings"][()], atol=1e-5)
+        assert a["toy-a/W/none/X/embeddings"].shape[1] == 2 * b["toy-a/W/none/X/embeddings"].shape[1]  # ws_vector
+        dim = b["toy-a/S/T/A_x/embeddings"].shape[1]  # the language [CLS] part of the authors' vectors
+        assert not np.allclose(a["toy-a/S/T/A_x/embeddings"][:, :dim], b["toy-a/S/T/A_x/embeddings"][()])  # token_mask
+    # the printed numbers beside ours, "–" where the paper prints one
+    t3 = read_table(project, "table3.csv")
+    assert t3.loc[(t3["test"] == "Toy toy-a") & (t3["level"] == "W"), "VisualBERT paper"].tolist() == ["0.57"]
+    comparison = read_table(project, "comparison.csv")
+    assert {"printed", "authors d", "authors p", "paper d", "paper p"} <= set(comparison.columns)
+    cell = comparison[(comparison["table"] == "table5") & (comparison["model"] == "LXMERT")].iloc[0]
+    assert cell["printed"] == "-0.12" and cell["authors d"] != "" and cell["paper d"] != cell["authors d"]
 
 
 @pytest.mark.workflow
@@ -395,12 +448,12 @@ def test_second_run_does_nothing_and_a_stimulus_edit_reruns_its_jobs_only(projec
     doc["levels"]["sentence"]["captions"]["X"][1] = "Here is Paul."
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     planned = planned_jobs(project, *TABLES)
-    # one embedding and one experiment job per model of the dataset; every table reading its results
-    assert planned == {"grounded_embed": 2, "grounded_experiment": 2, "grounded_table": 5}
+    # one embedding and one experiment job per (protocol, model) of the dataset; every table reading them
+    assert planned == {"grounded_embed": 4, "grounded_experiment": 4, "grounded_table": 10, "grounded_comparison": 1}
     snakemake(project, *TABLES)
     # the embedding cache: only the edited caption's pairs (X, at S and C, unmasked and T and I) are new
     for model in ("visualbert", "lxmert"):
-        log = (project / f"results/logs/grounded_embed/google/{model}.log").read_text()
+        log = (project / f"results/logs/grounded_embed/paper/google/{model}.log").read_text()
         done = re.search(r"pairs: (\d+)/(\d+) done .*; (\d+) from the cache", log)
         assert done and int(done[2]) - int(done[3]) == {"visualbert": 3, "lxmert": 4}[model], done
 
@@ -424,3 +477,27 @@ def test_the_embedding_cache_gives_the_vectors_computed_without_it(tmp_path, enc
         for role, vectors in roles.items():
             np.testing.assert_array_equal(second["toy-a"][key][role], first["toy-a"][key][role])
             np.testing.assert_allclose(first["toy-a"][key][role], vectors, atol=1e-5)  # other batches: float noise
+
+
+def test_image_mask_switch_changes_only_the_image_masked_embeddings(tmp_path, encoders, embedded):
+    """Switch image_mask (docs/grounded.md row 5): with `labels` mask I hides the regions labelled one of
+    the test's mask.region_labels (or the model's own list); nothing but the I embeddings changes."""
+    stimulus, store, out = embedded
+    encoder = encoders["lxmert"]
+    with RegionStore(store) as s:
+        # the toy store labels regions "person" or "thing"; the toy test's region_labels are ["person"]
+        embed_tests([stimulus], encoder, s, tmp_path / "labels.h5", ["W", "S", "C"], {"T": ["S"], "I": ["S"]},
+                    image_mask="labels")
+        embed_tests([stimulus], encoder, s, tmp_path / "things.h5", ["W", "S", "C"], {"T": ["S"], "I": ["S"]},
+                    image_mask="labels", mask_labels=["thing"])
+        with pytest.raises(InputError, match="image_mask 'people'"):
+            embed_tests([stimulus], encoder, s, tmp_path / "x.h5", ["S"], {"I": ["S"]}, image_mask="people")
+    persons, _, _ = read_embeddings(out["lxmert"][0])
+    labels, _, _ = read_embeddings(tmp_path / "labels.h5")
+    things, _, _ = read_embeddings(tmp_path / "things.h5")
+    for key in persons["toy-a"]:
+        for role in ROLES:
+            same = np.allclose(persons["toy-a"][key][role], labels["toy-a"][key][role], atol=1e-5)
+            assert same  # "person" is the person class here: the same regions masked
+            changed = not np.allclose(persons["toy-a"][key][role], things["toy-a"][key][role], atol=1e-5)
+            assert changed == (key[1] == "I"), (key, role)

@@ -12,7 +12,9 @@ import torch
 import yaml
 from PIL import Image
 
+from test_vilbert import TINY as TINY_VILBERT
 from test_vl_models import TINY, visual
+from test_vlbert import PREC as TINY_VLBERT
 from vlbias.errors import InputError
 from vlbias.mlm.probability import Query, entity_logprobs, entity_pieces, load_visuals
 from vlbias.mlm.scores import (LogProbs, association_scores, bias, bias_scores, contradictions, entity_bias,
@@ -30,7 +32,7 @@ from conftest import REPO
 TINY_BERT = {"adapter": "bert_mlm", "weights": "random", "seed": 0, "device": "cpu",
              "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                         "intermediate_size": 37}}
-SPECS = {"bert_mlm": TINY_BERT, **TINY}
+SPECS = {"bert_mlm": TINY_BERT, **TINY, "vilbert": TINY_VILBERT, "vlbert": TINY_VLBERT}
 CAPTION = "The woman is carrying a {entity}."
 
 
@@ -46,11 +48,11 @@ def models():
 
 def all_positions(model, caption, region, fill_at=()):
     """Manual forward pass: log-softmax over the vocabulary at every position of ``caption``."""
-    text, feats, boxes, vmask = model._batch([caption], [region], 0, None, None, None)
+    text, *visual_input = model._batch([caption], [region], 0, None, None, None)
     for position, token in fill_at:
         text.input_ids[0, position] = token
     with torch.inference_mode():
-        states = model._language_states(text, feats, boxes, vmask)
+        states = model._language_states(text, *visual_input)
         return torch.log_softmax(model._lm_head(states[0]), dim=-1).numpy()
 
 
@@ -70,7 +72,9 @@ def test_known_token_is_read_at_the_mask_position(family, models, tokenizer):
     assert got[1] == pytest.approx(expected[position, purse], abs=1e-5)
     assert got[1] != pytest.approx(expected[position - 1, purse], abs=1e-3)  # not a neighbour's
     # rig the head's output bias: "purse" must then take (almost) all the probability at the mask
-    head_bias = model.model.cls.predictions.bias  # all three families: a BERT prediction head
+    # every family's head is a BERT prediction head
+    head = model.model.vlbert.mlm_head if family == "vlbert" else model.model.cls
+    head_bias = head.predictions.bias
     saved = head_bias.detach().clone()
     try:
         with torch.no_grad():
@@ -83,8 +87,9 @@ def test_known_token_is_read_at_the_mask_position(family, models, tokenizer):
     assert np.exp(got).max() < 0.01  # a random head spreads it over 30,522 tokens
 
 
-def test_multi_piece_entity_by_the_chain_rule(models, tokenizer):
-    model = models["bert_mlm"]
+@pytest.mark.parametrize("family", ["bert_mlm", "vlbert"])  # VL-BERT without image: its text-only input
+def test_multi_piece_entity_by_the_chain_rule(family, models, tokenizer):
+    model = models[family]
     ids = entity_pieces(tokenizer, "handbag")
     assert tokenizer.convert_ids_to_tokens(ids) == ["hand", "##bag"]  # the real WordPiece split
     got = entity_logprobs(model, [Query(CAPTION, "handbag", None)])[0]
@@ -168,6 +173,11 @@ def test_no_visual_input_is_the_adapters_own(models, tokenizer):
     assert entity_logprobs(visualbert, q[:1])[0] == pytest.approx(
         all_positions(visualbert, "The woman is carrying a [MASK].", None)[6, tokenizer.convert_tokens_to_ids("purse")],
         abs=1e-5)
+    # ViLBERT as LXMERT (behind its global token); VL-BERT its text-only pre-training input
+    a, b = entity_logprobs(models["vilbert"], q, {"blank": blank})
+    assert a == b
+    a, b = entity_logprobs(models["vlbert"], q, {"blank": visual(2, 1)})
+    assert a != pytest.approx(b, abs=1e-4)
 
 
 # --- scores on fixed log-probabilities ----------------------------------------------------------
@@ -343,6 +353,7 @@ def test_visuals_from_a_region_store(tmp_path):
     v = visuals["purse/female/a.jpg"]
     np.testing.assert_array_equal(v.features, regions.features)
     np.testing.assert_array_equal(v.is_person, is_person)
+    assert v.image_size == (40, 50)  # VL-BERT reads its boxes in pixels
     assert v.boxes_norm.max() <= 1 and set(missing) == {"purse/male/b.jpg", "purse/male/c.jpg"}
     assert "skipped" in missing["purse/male/b.jpg"] and "not in the store" in missing["purse/male/c.jpg"]
 

@@ -49,7 +49,7 @@ def visual(k, seed, persons=None):
     xy = np.sort(rng.random((k, 2, 2)), axis=1)  # [:, 0] <= [:, 1]: x1 <= x2, y1 <= y2
     boxes = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
     person = np.zeros(k, dtype=bool) if persons is None else np.isin(np.arange(k), persons)
-    return Visual(rng.standard_normal((k, 2048)).astype(np.float32), boxes, person)
+    return Visual(rng.standard_normal((k, 2048)).astype(np.float32), boxes, person, image_size=(48, 64))
 
 
 REGIONS = [visual(3, 0, persons=[0, 2]), visual(5, 1, persons=[1]), visual(1, 2)]

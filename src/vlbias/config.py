@@ -26,6 +26,7 @@ import yaml
 
 from vlbias.errors import InputError
 from vlbias.models.plan import MODALITIES, outputs
+from vlbias.suites.grounded.protocol import resolve
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 SOURCE = "config/config.yaml"
@@ -343,17 +344,30 @@ def _grounded_references(config, detectors):
             problems.append(f"key 'grounded/images/datasets/{name}/source': '{source}' is not an entry of "
                             f"'sources'{suggest(source, config['sources'])}")
     models = grounded.get("models", {})
-    columns = {}
-    for i, name in enumerate(grounded.get("experiments", {}).get("models", [])):
-        if name not in models:
-            problems.append(f"key 'grounded/experiments/models/{i}': '{name}' is not a model under "
-                            f"'grounded/models'{suggest(name, models)}")
-            continue
-        column = models[name]["column"]
-        if column in columns:
-            problems.append(f"key 'grounded/experiments/models/{i}': '{name}' and '{columns[column]}' both fill "
-                            f"column '{column}'")
-        columns[column] = name
+    protocols = {}
+    for name, spec in grounded.get("protocols", {"paper": "paper"}).items():
+        try:
+            protocols[name] = resolve(spec)
+        except InputError as e:
+            problems.append(f"key 'grounded/protocols/{name}': {e}")
+    if grounded.get("protocol") is not None and grounded["protocol"] not in grounded.get("protocols", {}):
+        problems.append(f"key 'grounded/protocol': '{grounded['protocol']}' is not a protocol under "
+                        f"'grounded/protocols'{suggest(grounded['protocol'], grounded.get('protocols', {}))}")
+    for protocol, switches in protocols.items():
+        columns = {}
+        for i, name in enumerate(grounded.get("experiments", {}).get("models", [])):
+            if name not in models:
+                if protocol == next(iter(protocols)):  # said once, not per protocol
+                    problems.append(f"key 'grounded/experiments/models/{i}': '{name}' is not a model under "
+                                    f"'grounded/models'{suggest(name, models)}")
+                continue
+            if models[name].get("visualbert", switches["visualbert"]) != switches["visualbert"]:
+                continue  # this VisualBERT is the other protocols'
+            column = models[name]["column"]
+            if column in columns:
+                problems.append(f"key 'grounded/experiments/models/{i}': '{name}' and '{columns[column]}' both "
+                                f"fill column '{column}' under protocol '{protocol}'")
+            columns[column] = name
     for name, spec in models.items():
         if spec["detector"] not in detectors:
             problems.append(f"key 'grounded/models/{name}/detector': '{spec['detector']}' is not a detector under "

@@ -1,25 +1,28 @@
+import json
 import logging
 from pathlib import Path
 
-from vlbias.io.cache import RecordCache, fingerprint
+from vlbias.io.cache import RecordCache
 from vlbias.io.fetch import read_manifest, sha256_file, write_manifest
 from vlbias.logs import setup_logging
 from vlbias.models import build
 from vlbias.regions.store import RegionStore
-from vlbias.suites.grounded.jobs import MISSING_COLUMNS, embed_tests
+from vlbias.suites.grounded.jobs import MISSING_COLUMNS, cache_fingerprint, embed_tests
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 setup_logging(snakemake.log[0])
-w, spec = snakemake.wildcards, snakemake.params.spec
-stimuli = [load_grounded_stimulus(p) for p in snakemake.input.stimuli]
+w, spec, switches = snakemake.wildcards, snakemake.params.spec, snakemake.params.switches
+stimuli = [load_grounded_stimulus(p, caption_indices=switches["caption_indices"]) for p in snakemake.input.stimuli]
 encoder = build({**spec, "threads": snakemake.threads})
 info = encoder.info
 with RegionStore(snakemake.input.regions) as store, \
-        RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(info))) as cache:
+        RecordCache(Path(snakemake.params.cache, "embeddings", cache_fingerprint(encoder))) as cache:
     dropped = embed_tests(
         stimuli, encoder, store, snakemake.output.h5, snakemake.params.levels, snakemake.params.masks,
-        manifest_rows=read_manifest(snakemake.input.manifest), cache=cache,
-        attrs={"dataset": w.dataset, "model": w.model, "column": spec["column"], "model_id": info["model_id"] or "",
+        manifest_rows=read_manifest(snakemake.input.manifest), cache=cache, image_mask=switches["image_mask"],
+        mask_labels=spec.get("mask_region_labels"),
+        attrs={"protocol": w.protocol, "switches": json.dumps(switches, sort_keys=True), "dataset": w.dataset,
+               "model": w.model, "column": spec["column"], "model_id": info["model_id"] or "",
                "revision": info["revision"] or "", "commit": info["commit"] or "", "weights": info["weights"],
                "weights_sha256": info["weights_sha256"] or "", "detector": spec["detector"],
                "region_store": snakemake.input.regions, "region_store_sha256": sha256_file(snakemake.input.regions),

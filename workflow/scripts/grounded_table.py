@@ -5,7 +5,7 @@ import pandas as pd
 
 from vlbias.io.atomic import atomic_path
 from vlbias.logs import setup_logging
-from vlbias.report.grounded import paper_table, write_layout
+from vlbias.report.grounded import CAPTIONS, paper_table, read_printed, write_layout
 from vlbias.suites.grounded.jobs import MISSING_COLUMNS, RESULT_COLUMNS
 
 
@@ -20,12 +20,15 @@ def missing(path):
 
 
 setup_logging(snakemake.log[0])
-out = snakemake.output
-tests = {t for group in snakemake.params.spec["groups"].values() for t in group}
+out, spec = snakemake.output, snakemake.params.spec
+switches = ", ".join(f"{k} {v}" for k, v in spec["switches"].items())
+spec = {**spec, "caption": f"{spec['caption'] or CAPTIONS[spec['table']]}. Protocol '{spec['protocol']}': {switches}"}
+printed = read_printed(snakemake.input.published) if snakemake.input.published else None
+tests = {t for group in spec["groups"].values() for t in group}
 rows = pd.concat([read(p) for p in snakemake.input.results] or [pd.DataFrame(columns=RESULT_COLUMNS)],
                  ignore_index=True)
 rows = rows[rows["test"].isin(tests)]  # an experiment job covers every table's tests of its dataset
-write_layout(paper_table(snakemake.params.spec, rows.to_dict("records")), csv=out.csv, md=out.md, tex=out.tex)
+write_layout(paper_table(spec, rows.to_dict("records"), printed), csv=out.csv, md=out.md, tex=out.tex)
 left_out = pd.concat([missing(p) for p in snakemake.input.missing] or [pd.DataFrame(columns=MISSING_COLUMNS)],
                      ignore_index=True)
 left_out = left_out[left_out["test"].isin(tests)].reindex(columns=["dataset", "model", *MISSING_COLUMNS])

@@ -137,10 +137,13 @@ class RecordCache:
         self.last_flush = time.monotonic()
         if not self.pending:
             return
-        shard = self._write(self.pending)
-        self.index.update((k, (shard, i)) for i, k in enumerate(self.pending))
+        written = []
+        for records in _by_layout(self.pending).values():
+            shard = self._write(records)
+            self.index.update((k, (shard, i)) for i, k in enumerate(records))
+            written.append(shard)
         self.pending, self.pending_bytes = {}, 0
-        small = [p for p in {s for s, _ in self.index.values()} if p != shard and p.stat().st_size < SMALL_SHARD]
+        small = [p for p in {s for s, _ in self.index.values()} if p not in written and p.stat().st_size < SMALL_SHARD]
         if len(small) > MERGE_SHARDS:
             self._merge(small)
 
@@ -151,12 +154,8 @@ class RecordCache:
         dest = self.directory / name
         with atomic_path(dest) as tmp, h5py.File(tmp, "w") as f:
             f.create_dataset("keys", data=np.array(list(records), dtype="S64"))
-            for field in fields:
-                values = []
-                for key, r in records.items():
-                    if set(r) != set(fields):
-                        raise ValueError(f"record {key}: fields {sorted(r)}, expected {fields} as the others")
-                    values.append(r[field])
+            for field in fields:  # every record has these fields, of one dtype and trailing shape (_by_layout)
+                values = [r[field] for r in records.values()]
                 counts = [len(v) for v in values]
                 f.create_dataset(f"offsets/{field}", data=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
                 f.create_dataset(f"data/{field}", data=np.concatenate(values))
@@ -171,10 +170,9 @@ class RecordCache:
                 records.update((k, self._read(shard, i)) for k, i in rows)
             except (OSError, KeyError):
                 continue
-        if not records:
-            return
-        merged = self._write(records)
-        self.index.update((k, (merged, i)) for i, k in enumerate(records))
+        for group in _by_layout(records).values():
+            merged = self._write(group)
+            self.index.update((k, (merged, i)) for i, k in enumerate(group))
         self._close_shards()
         for shard in shards:
             shard.unlink(missing_ok=True)
@@ -196,6 +194,17 @@ class RecordCache:
         # flushed even when the job fails: every record is complete, and the rerun starts from them
         self.close()
         return False
+
+
+def _by_layout(records):
+    """``records`` grouped by layout (field names, dtypes, shapes after the first axis): a shard
+    concatenates its records field by field, so one producer's records of other shapes (a two-stream
+    model's W/S vectors and its C vectors) go to shards of their own."""
+    groups = {}
+    for key, r in records.items():
+        layout = tuple(sorted((name, v.dtype.str, v.shape[1:]) for name, v in r.items()))
+        groups.setdefault(layout, {})[key] = r
+    return groups
 
 
 def cached_vectors(cache, keys, compute, progress=None, chunk=256):

@@ -129,6 +129,22 @@ def download(url, out, *, timeout, retries, max_bytes, backoff):
         time.sleep(delay)
 
 
+def cached_download(url, cache, *, max_bytes, sha256=None, timeout=30, retries=3, backoff=0.5):
+    """The path of ``url`` downloaded once into the folder ``cache``, named after the URL.
+
+    For URLs that pin their content (a commit, a release file): a later call returns the cached
+    copy without asking the network. ``sha256``, when given, must be the content's (else
+    :class:`DownloadError`, and nothing is kept). Raises :class:`DownloadError`.
+    """
+    dest = Path(cache) / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{url.rsplit('/', 1)[-1]}"
+    if not dest.is_file():
+        with atomic_path(dest) as tmp, open(tmp, "wb") as out:
+            got = download(url, out, timeout=timeout, retries=retries, max_bytes=max_bytes, backoff=backoff)
+            if sha256 and got != sha256:
+                raise DownloadError(url, f"the content's sha256 is {got}, not the pinned {sha256}")
+    return dest
+
+
 def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_bytes=200 * 2**20, backoff=0.5):
     """Put upstream ``path`` of ``source`` at ``dest`` and return ``dest``.
 

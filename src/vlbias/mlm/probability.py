@@ -24,7 +24,10 @@ under the same template, so this cue is the same in numerator and denominator.
 
 "No visual input" (``image`` None) is what each adapter defines as ``no_image``: VisualBERT the
 caption alone (zero regions), LXMERT one region with zero features and the whole-image box (its
-masked-object input; LXMERT cannot run without regions), text-only BERT has no visual input at all.
+masked-object input; LXMERT cannot run without regions), ViLBERT likewise (a zero region on the
+whole image after its then zero global token), VL-BERT the input of its text-only pre-training (no
+box, every token's visual feature its learned text-corpus embedding), text-only BERT has no visual
+input at all.
 """
 
 import logging
@@ -81,7 +84,8 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
             raise InputError(f"image '{query.image}'", "has no regions")
         if cache is not None:
             v = visuals.get(query.image)
-            image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person))
+            image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person,
+                                                                                     list(v.image_size or ())))
             keys[q] = digest(query.caption, query.entity, image)
             record = cache.get(keys[q])
             if record is not None:
@@ -124,5 +128,5 @@ def load_visuals(store, image_ids):
         except InputError as e:  # skipped by the detector, or never extracted
             missing[image_id] = str(e)
             continue
-        visuals[image_id] = Visual(regions.features, store.boxes_norm(image_id), is_person)
+        visuals[image_id] = Visual(regions.features, store.boxes_norm(image_id), is_person, regions.image_size)
     return visuals, missing

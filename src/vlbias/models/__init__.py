@@ -27,6 +27,8 @@ _MODULES = {
     "sentence": "vlbias.models.sentence",
     "visualbert": "vlbias.models.visualbert",
     "lxmert": "vlbias.models.lxmert",
+    "vilbert": "vlbias.models.vilbert",
+    "vlbert": "vlbias.models.vlbert",
     "bert_mlm": "vlbias.models.bert_mlm",
     "igpt": "vlbias.models.igpt",
     "simclr": "vlbias.models.simclr",

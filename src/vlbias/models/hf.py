@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from vlbias.errors import InputError
-from vlbias.io.fetch import sha256_file
+from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_state_dict, some
 
 
@@ -53,9 +53,7 @@ def load_model(spec, family, model_class, config_class, base_config, default_mod
     if spec.get("weights") is not None:
         raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
     if spec.get("checkpoint"):
-        path = Path(spec["checkpoint"])
-        if not path.is_file():
-            raise InputError(path, "checkpoint file not found")
+        path, digest = checkpoint_file(spec)
         state = read_state_dict(path)  # before building the model: a refused file fails fast
         model = model_class(build_config(config_class, base_config, spec.get("config") or {}))
         if map_state is not None:
@@ -74,7 +72,7 @@ def load_model(spec, family, model_class, config_class, base_config, default_mod
             raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                    f"unexpected {some(unexpected)}")
         return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
-                       "weights_file": str(path), "weights_sha256": sha256_file(path)}, None
+                       "checkpoint": str(spec["checkpoint"]), "weights_file": str(path), "weights_sha256": digest}, None
     if spec.get("config"):
         raise InputError("config", "overrides apply to `weights: random` or a `checkpoint` only; a model "
                                    "directory or Hugging Face id brings its own config.json")
@@ -93,6 +91,26 @@ def load_model(spec, family, model_class, config_class, base_config, default_mod
                                         use_safetensors=weights.suffix == ".safetensors", weights_only=True)
     return model, {**source, "model_id": model_id, "weights": "pretrained", "weights_file": str(weights),
                    "weights_sha256": sha256_file(weights), "commit": commit}, model_dir
+
+
+def checkpoint_file(spec):
+    """(local file, its sha256) of the entry's ``checkpoint``: a path, or an http(s) URL downloaded
+    once into ``<cache>/models``; checked against ``sha256`` when the entry pins one."""
+    value = str(spec["checkpoint"])
+    if re.match(r"https?://", value):
+        try:
+            path = cached_download(value, Path(spec.get("cache") or "results/cache") / "models", max_bytes=2**33,
+                                   sha256=spec.get("sha256"), timeout=60)
+        except DownloadError as e:
+            raise InputError(value, f"{e.reason}; set `checkpoint:` to a local copy") from None
+    else:
+        path = Path(value)
+        if not path.is_file():
+            raise InputError(path, "checkpoint file not found")
+    digest = sha256_file(path)
+    if spec.get("sha256") and digest != spec["sha256"]:
+        raise InputError(path, f"its sha256 is {digest}, not the pinned {spec['sha256']}")
+    return path, digest
 
 
 def download(repo_id, revision, patterns):

@@ -1,7 +1,7 @@
-"""Vision-language encoders (VisualBERT, LXMERT): a caption and an image's regions -> embeddings.
+"""Vision-language encoders (VisualBERT, LXMERT, ViLBERT, VL-BERT): a caption and an image's regions -> embeddings.
 
     encoder = build({"adapter": "lxmert", "model_id": "unc-nlp/lxmert-base-uncased", "revision": "<commit>"})
-    encoder.embed(captions, regions, "S")                               # float32 (n, encoder.dim)
+    encoder.embed(captions, regions, "S")                               # float32 (n, encoder.output_dim("S"))
     encoder.embed(captions, regions, "C", words=["man", ...])           # the word in context
     encoder.embed(captions, regions, "S", mask="T", mask_terms=["man", "woman"])
     encoder.embed(captions, regions, "S", mask="I")                     # person regions masked
@@ -9,8 +9,10 @@
 
 ``regions`` has one entry per caption: a ``Visual`` (or any mapping or object with the fields
 ``features`` float32 (k, D), ``boxes_norm`` float32 (k, 4) as x1/width, y1/height, x2/width,
-y2/height, ``is_person`` bool (k,)), or None for "no visual input" (each model family says what
-it feeds then). The same image may be passed for many captions.
+y2/height, ``is_person`` bool (k,); ``image_size`` (height, width) for families that need pixel
+coordinates (VL-BERT); ``image``, uint8 RGB (H, W, 3), for families that compute region features
+themselves (``needs_pixels``)), or None for "no visual input" (each model family says what it
+feeds then). The same image may be passed for many captions.
 
 The three embeddings of Ross et al. (2021), section 4, all taken from the language output (the
 hidden states of the text tokens; for two-stream models the language stream's output):
@@ -40,8 +42,10 @@ Config entry keys common to the family adapters (the family module lists its own
     weights, the first that applies:
       weights: random   random initialisation from the family's real config class, with ``seed``
                         (default 0) and ``config`` (a dict of overrides, e.g. hidden_size 32)
-      checkpoint        a local state_dict file: .safetensors, or a torch file read with
-                        weights_only=True; loaded into the model built from ``config``
+      checkpoint        a state_dict file: .safetensors, or a torch file read with weights_only=True;
+                        loaded strictly into the model built from ``config``. A local path, or an
+                        http(s) URL downloaded once into ``<cache>/models`` (``cache``, default
+                        results/cache); ``sha256`` pins the file
       path              a local model directory (config.json + model.safetensors or pytorch_model.bin)
       model_id          a Hugging Face id (default: the family's published model), downloaded at
                         ``revision`` (required: a commit hash pins the weights)
@@ -93,6 +97,8 @@ class Visual:
     features: np.ndarray            # float32 (k, D) pooled region features
     boxes_norm: np.ndarray = None   # float32 (k, 4) x1, y1, x2, y2 divided by the image's width/height
     is_person: np.ndarray = None    # bool (k,) regions that show people (for image masking)
+    image_size: tuple = None        # (height, width) of the image in pixels (Regions.image_size)
+    image: np.ndarray = None        # uint8 (H, W, 3) RGB pixels, for models that need them (needs_pixels)
 
 
 @dataclass
@@ -237,12 +243,16 @@ class VLEncoder:
     family, default_model_id, config_class, model_class, base_config (config keys of the published
     model that differ from the config class's defaults), feature_dim_key (the config key of the
     region feature size; None for a text-only model), uses_boxes, supports_image_masking, image_masking, no_image;
-    and implements ``_language_states(text, feats, boxes, vmask)`` and ``_lm_head(states)``.
+    and implements ``_language_states(text, *visual)`` and ``_lm_head(states)``, where ``visual`` is
+    what ``_batch`` gives beside the text (by default features, boxes and the region mask).
     A two-stream family also sets ``ws_vectors = ("language", "language+visual")`` and overrides
-    ``_streams`` to return the vision stream's states too.
+    ``_streams`` to return the vision stream's states too (and ``_visual_dim`` if its width differs).
     """
 
+    original_checkpoints = None  # {name: URL}: the family's weights are original checkpoint files, not a hub model
+    ignored_checkpoint_keys = ()  # prefixes of checkpoint entries the family does not use (dropped, documented)
     uses_boxes = False
+    needs_pixels = False   # True: ``regions`` entries must carry ``image`` (the family computes region features)
     supports_image_masking = False
     image_masking = None   # how a masked region is fed, in words (recorded in .info)
     no_image = None        # what "no visual input" feeds, in words
@@ -306,12 +316,18 @@ class VLEncoder:
     # --- loading ------------------------------------------------------------------------------
 
     def _checkpoint_state(self, state, model, path):
-        """A checkpoint's state_dict with the model's names (a family whose original code used
-        other names maps them here)."""
-        return state
+        """A checkpoint's state_dict with the model's names, less the entries the family documents as
+        unused (``ignored_checkpoint_keys``: e.g. the 12-in-1 ViLBERT's task heads); a family whose
+        original code used other names maps them here."""
+        return {k: v for k, v in state.items() if not k.startswith(tuple(self.ignored_checkpoint_keys))}
 
     def _load(self, spec):
         """(model, provenance for .info) from the entry's weights keys."""
+        if self.original_checkpoints and spec.get("weights") is None and not spec.get("checkpoint"):
+            raise InputError(f"{self.family} entry", "needs `checkpoint:` (a local file or an http(s) URL of the "
+                                                    "original weights) or `weights: random`; it has no Hugging Face "
+                                                    "model. The published weights: " +
+                             "; ".join(f"{name}: {url}" for name, url in self.original_checkpoints.items()))
         model, source, _ = load_model(spec, self.family, self.model_class, self.config_class, self.base_config,
                                       self.default_model_id, map_state=self._checkpoint_state)
         return model, source
@@ -321,7 +337,8 @@ class VLEncoder:
     def _visual(self, entry, index, mask):
         """(features, boxes, keep) arrays of one caption's regions, person regions masked for ``I``."""
         where = f"regions[{index}]"
-        if entry is None:
+        no_image = entry is None
+        if no_image:
             entry = self._no_image()
         feats = _field(entry, "features")
         if feats is None or feats.ndim != 2 or feats.shape[1] != self.feature_dim:
@@ -342,7 +359,7 @@ class VLEncoder:
         else:
             boxes = np.zeros((k, 4), dtype=np.float32)
         feats = feats.astype(np.float32)  # a copy: masking never writes into the caller's array
-        if mask == "I":
+        if mask == "I" and not no_image:  # no visual input shows no person: it is fed unchanged
             person = _field(entry, "is_person")
             if person is None or person.shape != (k,) or person.dtype != bool:
                 raise InputError(where, f"image masking needs is_person, bool of shape ({k},)")
@@ -393,9 +410,9 @@ class VLEncoder:
 
     # --- outputs ------------------------------------------------------------------------------
 
-    def _streams(self, text, feats, boxes, vmask):
+    def _streams(self, text, *visual):
         """(language states (b, L, dim), vision states (b, K, visual_dim) or None)."""
-        return self._language_states(text, feats, boxes, vmask), None
+        return self._language_states(text, *visual), None
 
     def embed(self, captions, regions, level, mask=None, mask_terms=None, words=None):
         """float32 (n, output_dim(level)) embeddings of n (caption, regions) pairs at ``level`` W, S or C."""
@@ -410,17 +427,23 @@ class VLEncoder:
         with torch.inference_mode():
             for start in range(0, len(captions), self.batch_size):
                 stop = min(start + self.batch_size, len(captions))
-                text, feats, boxes, vmask = self._batch(captions[start:stop], regions[start:stop], start, mask,
-                                                        mask_terms, None if words is None else words[start:stop])
-                states, visual = self._streams(text, feats, boxes, vmask)  # (b, L, dim), (b, K, visual_dim)
-                assert states.shape[::2] == (stop - start, self.dim), states.shape
-                rows = torch.arange(stop - start, device=self.device)
-                cols = torch.zeros_like(rows) if level != "C" else torch.from_numpy(text.positions).to(self.device)
-                vectors = states[rows, cols]
-                if self.output_dim(level) != self.dim:  # language+visual: [CLS] ⊕ the first vision state
-                    vectors = torch.cat([vectors, visual[:, 0]], dim=-1)
+                text, *visual = self._batch(captions[start:stop], regions[start:stop], start, mask, mask_terms,
+                                            None if words is None else words[start:stop])
+                vectors = self._level_vectors(text, visual, level)
+                assert vectors.shape == (stop - start, out.shape[1]), vectors.shape
                 out[start:stop] = vectors.float().cpu().numpy()
         return out
+
+    def _level_vectors(self, text, visual, level):
+        """(b, output_dim(level)): per caption of a batch the [CLS] state (W, S) or its word's first
+        sub-token (C); with ``ws_vector: language+visual``, W and S also the vision stream's first state."""
+        states, vision = self._streams(text, *visual)  # (b, L, dim), (b, K, visual_dim) or None
+        rows = torch.arange(len(states), device=states.device)
+        cols = torch.zeros_like(rows) if level != "C" else torch.from_numpy(text.positions).to(states.device)
+        vectors = states[rows, cols]
+        if self.output_dim(level) != self.dim:
+            vectors = torch.cat([vectors, vision[:, 0]], dim=-1)
+        return vectors
 
     def mask_logprobs(self, captions, regions=None, mask=None, mask_terms=None, tokens=None, fill=None):
         """Per caption, float32 (m, V) log P(token | context) at its m [MASK] positions, in order.
@@ -445,8 +468,7 @@ class VLEncoder:
         with torch.inference_mode():
             for start in range(0, len(captions), self.batch_size):
                 stop = min(start + self.batch_size, len(captions))
-                text, feats, boxes, vmask = self._batch(captions[start:stop], regions[start:stop], start, mask,
-                                                        mask_terms, None)
+                text, *visual = self._batch(captions[start:stop], regions[start:stop], start, mask, mask_terms, None)
                 is_mask = text.input_ids == self.tokenizer.mask_token_id
                 for j in range(stop - start):
                     if fill is not None and len(fill[start + j]):
@@ -457,7 +479,7 @@ class VLEncoder:
                         at = at[:len(fill[start + j])]
                         text.input_ids[j, at] = torch.as_tensor(fill[start + j], device=self.device)
                         is_mask[j, at] = False
-                states = self._language_states(text, feats, boxes, vmask)
+                states = self._language_states(text, *visual)
                 for j in range(stop - start):
                     if not is_mask[j].any():
                         raise InputError(f"caption '{captions[start + j]}'", "has no [MASK]")

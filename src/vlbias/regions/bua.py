@@ -56,7 +56,6 @@ The demo's config (resize 800/1333) is the default; LXMERT's own features came f
 original at 600/1000, which ``min_size: 600, max_size: 1000`` gives.
 """
 
-import hashlib
 import logging
 import math
 import re
@@ -72,8 +71,7 @@ from torchvision.models.detection._utils import BoxCoder
 from torchvision.ops import FrozenBatchNorm2d, clip_boxes_to_image, nms, roi_pool
 
 from vlbias.errors import InputError
-from vlbias.io.atomic import atomic_path
-from vlbias.io.fetch import DownloadError, download, sha256_file
+from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, keep_boxes, register
@@ -496,15 +494,10 @@ def _vocab(spec, key, n, optional, kind):
 
 def _cached_download(url, cache):
     """``url`` downloaded once into ``cache`` (named after the URL, which is pinned to a commit)."""
-    dest = cache / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{url.rsplit('/', 1)[-1]}"
-    if not dest.is_file():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with atomic_path(dest) as tmp, open(tmp, "wb") as out:
-                download(url, out, timeout=30, retries=3, max_bytes=2**20, backoff=0.5)
-        except DownloadError as e:
-            raise InputError(url, f"{e.reason}; set the vocabulary key to a local copy") from None
-    return dest
+    try:
+        return cached_download(url, cache, max_bytes=2**20)
+    except DownloadError as e:
+        raise InputError(url, f"{e.reason}; set the vocabulary key to a local copy") from None
 
 
 def _hub_weights(model_id, revision):

@@ -7,10 +7,12 @@ import re
 
 import numpy as np
 
+from vlbias.errors import InputError
 from vlbias.io.atomic import atomic_path
-from vlbias.io.cache import cached_vectors, digest
+from vlbias.io.cache import cached_vectors, digest, fingerprint
 from vlbias.io.fetch import sha256_file
 from vlbias.logs import Progress
+from vlbias.regions import regions_with_labels
 from vlbias.suites.grounded.stimulus import ROLES
 
 log = logging.getLogger(__name__)
@@ -20,7 +22,7 @@ LEVEL_SOURCE = {"W": "word", "S": "sentence", "C": "sentence"}
 NO_MASK = "none"  # the HDF5 group of unmasked embeddings
 MISSING_COLUMNS = ["test", "level", "mask", "role", "caption", "image", "reason"]
 ROLE_COUNTS = [f"n_{r}" for r in ROLES]
-RESULT_COLUMNS = ["dataset", "test", "name", "model", "column", "experiment", "level", "mask", "status",
+RESULT_COLUMNS = ["protocol", "dataset", "test", "name", "model", "column", "experiment", "level", "mask", "status",
                   "statistic", "d", "p", "p_se", "exact", "n_samples", "seed", "d_x", "d_y", "p_x", "p_y",
                   "masked_statistic",
                   *ROLE_COUNTS, "model_id", "revision", "commit", "weights_sha256", "detector"]
@@ -89,22 +91,30 @@ def plan_pairs(stimulus, level, mask, images, image_reason):
 class _Visuals:
     """Regions of the last ``size`` images read from a store, as the encoders take them, with a digest
     of each (the embedding cache's key covers the regions a pair was embedded with); pairs of one
-    image follow each other, so a small cache reads each image about once."""
+    image follow each other, so a small cache reads each image about once.
+
+    The regions mask I hides (``Visual.is_person``): the store's person flags, or with ``labels``
+    the regions whose detector label is one of them (protocol switch ``image_mask``, row 5 of
+    docs/grounded.md: vlbias.regions.regions_with_labels).
+    """
 
     def __init__(self, store, size=256):
         from vlbias.models.vl import Visual
 
         self.store, self.size, self.visual, self.cache = store, size, Visual, {}
 
-    def __call__(self, image_id):
-        """(Visual, digest) of ``image_id``."""
-        if image_id not in self.cache:
+    def __call__(self, image_id, labels=None):
+        """(Visual, digest) of ``image_id``, masking the regions labelled ``labels`` (None: persons)."""
+        key = (image_id, labels)
+        if key not in self.cache:
             if len(self.cache) >= self.size:
                 self.cache.pop(next(iter(self.cache)))
             regions, is_person = self.store.get(image_id)
-            v = self.visual(regions.features, self.store.boxes_norm(image_id), is_person)
-            self.cache[image_id] = v, digest(v.features, v.boxes_norm, v.is_person)
-        return self.cache[image_id]
+            if labels is not None:
+                is_person = regions_with_labels(regions.class_ids, self.store.class_names, labels)
+            v = self.visual(regions.features, self.store.boxes_norm(image_id), is_person, regions.image_size)
+            self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size))
+        return self.cache[key]
 
 
 def missing_image_reasons(image_ids, store, manifest_rows=()):
@@ -120,8 +130,14 @@ def missing_image_reasons(image_ids, store, manifest_rows=()):
     return {i: why.get(i, "not listed in the image manifest") for i in set(image_ids) - set(store.ids)}
 
 
+def cache_fingerprint(encoder):
+    """The embedding cache's folder name for ``encoder``: its provenance without the options a pair's
+    key covers itself (token_mask, ws_vector), so protocols share every vector they have in common."""
+    return fingerprint({k: v for k, v in encoder.info.items() if k not in ("token_mask", "ws_vector")})
+
+
 def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), cache=None,
-                chunk=None):
+                chunk=None, image_mask="persons", mask_labels=None):
     """Embed every (caption, image) pair of each test of ``stimuli`` at each configured level and mask,
     into one HDF5 file (one per (dataset, model): one model load for all tests).
 
@@ -136,9 +152,14 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
                           masked pairs the model lacks)
         root attrs  ``attrs`` (dataset, model, detector, region store ... provenance), the encoder's info (JSON)
 
-    ``cache`` (a vlbias.io.cache.RecordCache of this encoder) keeps each pair's vector under a digest
-    of what was embedded (level, mask and mask terms, caption, word, the image's regions): a rerun
-    after an edit embeds only pairs it has not seen.
+    ``cache`` (a vlbias.io.cache.RecordCache in the folder ``cache_fingerprint(encoder)``) keeps each
+    pair's vector under a digest of what was embedded (level, mask and mask terms, caption, word, the
+    image's regions and the regions masked, and the encoder option that acts there: token_mask for T,
+    ws_vector for W and S): a rerun after an edit embeds only pairs it has not seen.
+
+    ``image_mask`` (protocol switch, docs/grounded.md row 5): the regions mask I hides, "persons" (the
+    store's person flags) or "labels" (regions whose detector label is one of the test's sentence-level
+    ``mask.region_labels``, or of ``mask_labels`` when given: the model's own list, ViLBERT's).
 
     Returns the rows (``test`` + MISSING_COLUMNS) of the pairs left out and why: images the region
     store lacks (failed downloads, undecodable files: ``manifest_rows``, the acquisition manifest,
@@ -146,6 +167,8 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
     """
     import h5py
 
+    if image_mask not in ("persons", "labels"):
+        raise InputError(f"image_mask '{image_mask}'", "must be 'persons' or 'labels'")
     combos, not_applicable = embedding_combos(levels, masks, encoder.supports_image_masking)
     images = set(store.ids)
     reasons = missing_image_reasons({i for s in stimuli for i in s.image_ids()}, store, manifest_rows)
@@ -173,16 +196,21 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
                             "not_applicable": json.dumps([f"{lv}/{m}" for lv, m in not_applicable])})
         for stimulus, level, mask, pairs in planned:
             terms = stimulus.levels[LEVEL_SOURCE[level]]["mask"]["tokens"] if mask == "T" else None
+            labels = None
+            if mask == "I" and image_mask == "labels":
+                labels = tuple(mask_labels or stimulus.levels["sentence"]["mask"]["region_labels"])
+            option = (encoder.token_mask if mask == "T" else None, encoder.ws_vector if level != "C" else None)
             group = f.create_group(f"{stimulus.id}/{level}/{mask or NO_MASK}")
             group.attrs.update({"level": level, "mask": mask or NO_MASK, "stimulus_level": LEVEL_SOURCE[level]})
             for role in ROLES:
                 rows = pairs[role]
-                keys = [digest(level, mask, terms, caption, span, visual(image)[1]) for caption, image, span in rows]
+                keys = [digest(level, mask, terms, caption, span, visual(image, labels)[1], *option)
+                        for caption, image, span in rows]
 
-                def compute(todo, rows=rows):
+                def compute(todo, rows=rows, labels=labels):
                     part = [rows[i] for i in todo]
-                    return encoder.embed([c for c, *_ in part], [visual(i)[0] for _, i, _ in part], level, mask=mask,
-                                         mask_terms=terms, words=[s for *_, s in part] if level == "C" else None)
+                    return encoder.embed([c for c, *_ in part], [visual(i, labels)[0] for _, i, _ in part], level,
+                                         mask=mask, mask_terms=terms, words=[s for *_, s in part] if level == "C" else None)
 
                 out = cached_vectors(cache, keys, compute, chunk=chunk or encoder.batch_size * 8)
                 progress.advance(len(rows))
@@ -219,7 +247,7 @@ def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
     from vlbias.stats.grounded import grounded_test
 
     tests, attrs, test_attrs = read_embeddings(path)
-    base = {k: attrs.get(k, "") for k in ("dataset", "model", "column", "model_id", "revision", "commit",
+    base = {k: attrs.get(k, "") for k in ("protocol", "dataset", "model", "column", "model_id", "revision", "commit",
                                           "weights_sha256", "detector")}
     order = lambda kv: ("WSC".index(kv[0][0]), kv[0][1] != NO_MASK, kv[0][1])  # noqa: E731
     jobs = [(test, key, emb) for test, sets in tests.items() for key, emb in sorted(sets.items(), key=order)]
