@@ -73,8 +73,8 @@ def main():
     steps.append(("no-op rerun", None))
     steps.append(("one iEAT stimulus edited (gender-science), table rebuilt",
                   lambda: edit(workdir / "resources/stimuli/ieat/gender-science.yaml", "label: ", "label: The ")))
-    steps.append(("one SEAT stimulus edited (weat1: a word added), table rebuilt",
-                  lambda: edit(workdir / "resources/stimuli/seat/weat1.yaml", "items:\n", "items:\n  - lilac\n")))
+    steps.append(("one SEAT stimulus edited (weat1: a flower added), table rebuilt",
+                  lambda: edit(workdir / "resources/stimuli/seat/weat1.yaml", "items:\n", "items:\n  - edelweiss\n")))
     print(f"workdir {workdir}, --cores {args.cores}")
     print(f"{'step':62s} {'wall s':>7s} {'CPU s':>7s}  jobs")
     try:

@@ -85,8 +85,8 @@ def test_an_unknown_top_level_key_is_one_short_line():
     (lambda c: c["grounded"]["models"]["lxmert"].update(detector="bua36"),
      "key 'grounded/models/lxmert/detector': 'bua36' is not a detector under 'regions/detectors' "
      "(did you mean 'bua-36'?)"),
-    (lambda c: c["grounded"]["experiments"].update(models=["visualbert", "lxmert", "vilbert"]),
-     "key 'grounded/experiments/models/2': 'vilbert' is not a model under 'grounded/models'"),
+    (lambda c: c["grounded"]["experiments"].update(models=["visualbert", "lxmert", "vilbrt"]),
+     "key 'grounded/experiments/models/2': 'vilbrt' is not a model under 'grounded/models' (did you mean 'vilbert'?)"),
     (lambda c: c["regions"].update(build=[{"dataset": "google", "detector": "bua"}]),
      "key 'regions/build/0/detector': 'bua' is not a detector under 'regions/detectors'"),
     (lambda c: c["grounded"]["protocols"].update(mine={"preset": "authors", "token_mask": "pieces"}),

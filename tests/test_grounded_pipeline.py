@@ -333,6 +333,10 @@ def tiny_project(root):
     models = {name: {**spec, "config": {**spec["config"], TINY_FEATURE_KEY[name]: 1024}, "detector": "frcnn-tiny",
                      "column": {"visualbert": "VisualBERT", "lxmert": "LXMERT"}[name]}
               for name, spec in TINY.items()}
+    # ViLBERT and VL-BERT (end to end: region features from the image's pixels) fill the other two columns
+    models["vilbert"] = {**TINY_VILBERT, "config": {**TINY_VILBERT["config"], "v_feature_size": 1024},
+                         "detector": "frcnn-tiny", "column": "ViLBERT", "mask_region_labels": ["person"]}
+    models["vlbert"] = {**TINY_VLBERT_E2E, "detector": "frcnn-tiny", "column": "VL-BERT"}
     # the authors' VisualBERT: its own weights and detector (protocol switch visualbert, row 1)
     models["visualbert-authors"] = {**models["visualbert"], "seed": 1, "detector": "frcnn-tiny-b",
                                     "visualbert": "authors", "image_feature_cap": 2}
@@ -347,13 +351,15 @@ def tiny_project(root):
         "published": "resources/published/grounded_tables.tsv",
         "protocols": {"authors": "authors", "paper": "paper"}, "protocol": "authors",
         "models": models,
-        "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "lxmert"], "threads": 1},
+        "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "vilbert", "lxmert", "vlbert"],
+                        "threads": 1},
         "tables": {"table3": {"dataset": "google", "groups": groups},
                    "table4": {"dataset": "google", "groups": groups},
                    "table5": {"dataset": "google", "groups": groups, "level": "S"},
                    # the paper's COCO / Conceptual Captions table, here on the toy google test (ViLBERT:
-                   # a dataset not configured and no model: an empty column)
-                   "table6": {"datasets": {"VisualBERT": "google", "LXMERT": "google", "ViLBERT": "concap"},
+                   # a dataset not configured: an empty column)
+                   "table6": {"datasets": {"VisualBERT": "google", "LXMERT": "google", "ViLBERT": "concap",
+                                           "VL-BERT": "google"},
                               "groups": {"Gender": ["toy-a"]}, "experiments": ["1", "2", "3-masked"]},
                    "table7": {"dataset": "google", "groups": groups, "experiments": ["1", "2", "3-masked"]}},
     }
@@ -368,6 +374,15 @@ def tiny_project(root):
 
 
 TINY_FEATURE_KEY = {"visualbert": "visual_embedding_dim", "lxmert": "visual_feat_dim"}
+TINY_VILBERT = {"adapter": "vilbert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,
+                "config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 37,
+                           "v_hidden_size": 24, "v_num_hidden_layers": 2, "v_num_attention_heads": 2,
+                           "v_intermediate_size": 29, "bi_hidden_size": 16, "bi_num_attention_heads": 4,
+                           "v_biattention_id": [0, 1], "t_biattention_id": [1, 2], "v_target_size": 11}}
+TINY_VLBERT_E2E = {"adapter": "vlbert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,
+                   "scales": [48, 80], "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                                  "intermediate_size": 37, "visual_region_classes": 11,
+                                                  "image_feat_precomputed": False}}
 
 
 @pytest.fixture(scope="module")
@@ -386,19 +401,21 @@ def test_the_full_table_set_is_built(project):
         assert (project / target).stat().st_size > 0, target
     t3 = pd.read_csv(project / "results/grounded/table3.csv", dtype=str, keep_default_na=False)
     assert list(t3["test"]) == ["Toy toy-a"] * 3 + ["Toy toy-b"] * 3 and list(t3["level"]) == ["W", "S", "C"] * 2
-    assert all(v not in ("", NA) for v in t3["VisualBERT d"]) and all(v not in ("", NA) for v in t3["LXMERT d"])
-    assert (t3["ViLBERT d"] == "").all() and (t3["VL-BERT d"] == "").all()
+    for column in ("VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"):  # all four of the paper's models
+        assert all(v not in ("", NA) for v in t3[f"{column} d"]), column
     t5 = pd.read_csv(project / "results/grounded/table5.csv", dtype=str, keep_default_na=False)
     assert list(t5.loc[t5["mask"] == "I", "VisualBERT d"]) == [NA, NA]
-    assert all(v not in ("", NA) for v in t5["LXMERT d"])
+    for column in ("ViLBERT", "LXMERT", "VL-BERT"):  # pre-trained with masked regions: T and I
+        assert all(v not in ("", NA) for v in t5[f"{column} d"]), column
     t6 = pd.read_csv(project / "results/grounded/table6.csv", dtype=str, keep_default_na=False)
     assert t6.loc[0, "Experiment 1 VisualBERT d"] not in ("", NA) and t6.loc[0, "Experiment 1 ViLBERT d"] == ""
+    assert t6.loc[0, "Experiment 1 VL-BERT d"] not in ("", NA)
     rows = pd.read_csv(project / "results/grounded/table3.rows.csv")
     assert {"model_id", "revision", "detector", "n_X", "n_B_y", "n_samples", "exact", "seed", "p_se"} <= set(rows)
     assert rows.loc[(rows["test"] == "toy-b") & (rows["level"] == "S"), "n_B_y"].unique().tolist() == [1]
     missing = pd.read_csv(project / "results/grounded/table3.missing.tsv", sep="\t", dtype=str)
     gone = missing[missing["image"] == "toy-b/attr2/b_y1.jpg"]
-    assert set(gone["model"]) == {"visualbert-authors", "lxmert"}
+    assert set(gone["model"]) == {"visualbert-authors", "vilbert", "lxmert", "vlbert"}
     assert gone["reason"].str.startswith("not obtained").all()
     with h5py.File(project / "results/embeddings/grounded/authors/google/lxmert.h5") as f:
         assert f.attrs["detector"] == "frcnn-tiny" and len(f.attrs["region_store_sha256"]) == 64
@@ -416,7 +433,8 @@ def test_each_protocol_builds_its_tables_the_way_its_switches_say(project):
     each switch acts where it should (docs/grounded.md)."""
     authors, paper = read_table(project, "table5.rows.csv"), read_table(project, "paper/table5.rows.csv")
     # row 1: the VisualBERT column is the authors' entry (its own detector) under authors only
-    assert set(authors["model"]) == {"visualbert-authors", "lxmert"} and set(paper["model"]) == {"visualbert", "lxmert"}
+    assert set(authors["model"]) == {"visualbert-authors", "vilbert", "lxmert", "vlbert"}
+    assert set(paper["model"]) == {"visualbert", "vilbert", "lxmert", "vlbert"}
     assert set(authors.loc[authors["model"] == "visualbert-authors", "detector"]) == {"frcnn-tiny-b"}
     # row 4: experiment 3 with masking runs experiment 1's test under authors, 2's under paper
     masked = lambda rows: set(rows.loc[rows["experiment"] == "3-masked", "masked_statistic"])  # noqa: E731
@@ -449,7 +467,7 @@ def test_second_run_does_nothing_and_a_stimulus_edit_reruns_its_jobs_only(projec
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     planned = planned_jobs(project, *TABLES)
     # one embedding and one experiment job per (protocol, model) of the dataset; every table reading them
-    assert planned == {"grounded_embed": 4, "grounded_experiment": 4, "grounded_table": 10, "grounded_comparison": 1}
+    assert planned == {"grounded_embed": 8, "grounded_experiment": 8, "grounded_table": 10, "grounded_comparison": 1}
     snakemake(project, *TABLES)
     # the embedding cache: only the edited caption's pairs (X, at S and C, unmasked and T and I) are new
     for model in ("visualbert", "lxmert"):

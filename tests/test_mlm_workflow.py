@@ -1,7 +1,7 @@
 """The real Snakefile builds the masked-entity association tables and figures: a tiny project
 (tests/test_workflow.py's) with the shipped stimuli, a few generated images through the regions
-rule (torchvision's Faster R-CNN on random weights at a tiny size), and tiny random VisualBERT,
-LXMERT and BERT models with the real bert-base-uncased vocabulary."""
+rule (torchvision's Faster R-CNN on random weights at a tiny size), and tiny random VL-BERT (the
+paper's model), VisualBERT, LXMERT and BERT models with the real bert-base-uncased vocabulary."""
 
 import numpy as np
 import pandas as pd
@@ -11,6 +11,7 @@ from PIL import Image
 
 from conftest import REPO
 from test_vl_models import TINY
+from test_vlbert import E2E
 from test_workflow import make_project, planned_jobs, snakemake, write_yaml
 from vlbias.io.fetch import read_manifest
 
@@ -26,6 +27,9 @@ MODELS = {
                    "config": {**TINY["visualbert"]["config"], "visual_embedding_dim": FEATURES}},
     "lxmert": {**TINY["lxmert"], "detector": "frcnn-tiny",
                "config": {**TINY["lxmert"]["config"], "visual_feat_dim": FEATURES}},
+    # VL-BERT end to end: its own region features from the pixels (the prec model reads 2048-d bottom-up
+    # features, which this tiny detector does not give; tests/test_vlbert.py tests that path)
+    "vlbert": {**E2E, "detector": "frcnn-tiny"},
 }
 # (entity, gender, file, status): two purses with women, one with a man, a briefcase with a man (the
 # detector dominates the run time, so few images)
@@ -68,7 +72,7 @@ def project(tmp_path_factory):
 
 def test_tables_and_figures_are_built(project):
     out = project / "results/mlm"
-    for model in ("visualbert", "lxmert"):
+    for model in ("vlbert", "visualbert", "lxmert"):
         for table in ("scores", "bias", "contradictions", "entities"):
             assert all((out / model / f"{table}.{ext}").stat().st_size for ext in ("csv", "md", "tex"))
         for figure in ("figure2", "figure3", "figure4", "figure5a", "figure5b"):
@@ -87,6 +91,15 @@ def test_tables_and_figures_are_built(project):
     assert "n/a" in (out / "lxmert/scores.md").read_text()
     contra = (out / "lxmert/contradictions.md").read_text()
     assert "of 4 images: P_VL(contrast | person, I) > P_VL(entity | person, I)" in contra
+
+
+def test_vlbert_reads_no_image_as_its_text_only_pre_training(project):
+    rows = read_manifest(project / "results/mlm/logprobs/vlbert.tsv")
+    info = next(c for c in (project / "results/mlm/logprobs/vlbert.tsv").read_text().splitlines()
+                if c.startswith("# info:"))
+    assert "text only" in info and len(rows) == 3 * 46 + 4 * 4
+    scores = pd.read_csv(project / "results/mlm/vlbert/scores.csv").set_index(["entity", "gender"])
+    assert scores.loc[("purse", "female"), ["n_L", "n_V"]].tolist() == [3, 2] and scores["S_PT"].notna().all()
 
 
 def test_image_status_and_logprobs_on_record(project):

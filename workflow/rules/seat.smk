@@ -16,7 +16,9 @@ rule seat_embed:
         "results/logs/seat_embed/{model}.log",
     wildcard_constraints:
         model=alternatives([m for m in SEAT["models"] if m not in SEAT_VECTOR_MODELS]),
-    threads: 2
+    # short texts: one thread each for this and another job uses two cores better than two threads here
+    # (more for a larger model: snakemake --set-threads seat_embed=N)
+    threads: 1
     resources:
         mem_mb=4000,
     params:

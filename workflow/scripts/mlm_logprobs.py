@@ -16,6 +16,8 @@ log = logging.getLogger("mlm_logprobs")
 case_study, entities = (load_mlm_stimulus(p) for p in snakemake.input.stimuli)
 stimuli = list({s.id: s for s in (case_study, entities)}.values())  # the same file twice is one stimulus
 
+model = build({**snakemake.params.spec, "threads": snakemake.threads})
+
 # the case study's images: every manifest row gets a status; only images with regions are queried
 status, visuals, images = [], {}, None
 if "manifest" in snakemake.input.keys():
@@ -23,8 +25,10 @@ if "manifest" in snakemake.input.keys():
     usable = [r.id for r in rows if r.status == "ok"]
     missing = {}
     if usable:
+        # a model that computes region features itself (VL-BERT end to end) reads the pixels too
+        paths = {r.id: r.path for r in rows if r.status == "ok"} if getattr(model, "needs_pixels", False) else None
         with RegionStore(snakemake.input.store) as store:
-            visuals, missing = load_visuals(store, usable)
+            visuals, missing = load_visuals(store, usable, paths)
     for r in rows:
         used = r.id in visuals
         status.append({"id": r.id, "entity": r.entity, "gender": r.gender,
@@ -32,7 +36,6 @@ if "manifest" in snakemake.input.keys():
                        "reason": "" if used else missing.get(r.id, r.reason)})
     images = {case_study.id: [r for r in rows if r.id in visuals]}
 
-model = build({**snakemake.params.spec, "threads": snakemake.threads})
 with RecordCache(Path(snakemake.params.cache, "mlm", fingerprint(model.info))) as cache:
     df = logprob_table(model, stimuli, images, visuals, cache)
 info = json.dumps(model.info, sort_keys=True, default=str)

@@ -85,7 +85,7 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
         if cache is not None:
             v = visuals.get(query.image)
             image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person,
-                                                                                     list(v.image_size or ())))
+                                                                                     list(v.image_size or ()), v.image))
             keys[q] = digest(query.caption, query.entity, image)
             record = cache.get(keys[q])
             if record is not None:
@@ -117,16 +117,15 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
     return out
 
 
-def load_visuals(store, image_ids):
-    """({image id: Visual}, {image id: why it has none}) from an open vlbias.regions.store.RegionStore."""
-    from vlbias.models.vl import Visual  # torch and transformers: only the model jobs need them
+def load_visuals(store, image_ids, paths=None):
+    """({image id: Visual}, {image id: why it has none}) from an open vlbias.regions.store.RegionStore;
+    with ``paths`` ({image id: file}) each Visual carries the image's pixels (models that need_pixels)."""
+    from vlbias.models.vl import visual_from_store  # torch and transformers: only the model jobs need them
 
     visuals, missing = {}, {}
     for image_id in image_ids:
         try:
-            regions, is_person = store.get(image_id)
+            visuals[image_id] = visual_from_store(store, image_id, path=paths and paths[image_id])
         except InputError as e:  # skipped by the detector, or never extracted
             missing[image_id] = str(e)
-            continue
-        visuals[image_id] = Visual(regions.features, store.boxes_norm(image_id), is_person, regions.image_size)
     return visuals, missing

@@ -88,6 +88,7 @@ class ImageRow:
     gender: str      # female | male
     status: str      # ok | missing | failed
     reason: str
+    path: str = ""   # the image file (status ok)
 
 
 def read_image_manifest(path, entities=None):
@@ -109,5 +110,5 @@ def read_image_manifest(path, entities=None):
         if image_id in seen:
             raise InputError(where, f"image {image_id} is listed twice")
         seen.add(image_id)
-        out.append(ImageRow(image_id, row["test"], row["role"], row["status"], row.get("reason", "")))
+        out.append(ImageRow(image_id, row["test"], row["role"], row["status"], row.get("reason", ""), row["path"]))
     return out

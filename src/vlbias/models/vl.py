@@ -77,10 +77,12 @@ import torch
 import transformers
 
 from vlbias.errors import InputError
+from vlbias.images.decode import load_rgb
 from vlbias.io.fetch import sha256_file
 from vlbias.models import runtime
 from vlbias.models.hf import download, load_model
 from vlbias.models.sentence import resolve
+from vlbias.regions import regions_with_labels
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,23 @@ class Visual:
     is_person: np.ndarray = None    # bool (k,) regions that show people (for image masking)
     image_size: tuple = None        # (height, width) of the image in pixels (Regions.image_size)
     image: np.ndarray = None        # uint8 (H, W, 3) RGB pixels, for models that need them (needs_pixels)
+
+
+def visual_from_store(store, image_id, labels=None, path=None):
+    """The Visual of ``image_id`` in an open vlbias.regions.store.RegionStore: its regions' features,
+    normalised boxes and image size; as ``is_person`` the regions mask I hides, the store's person
+    flags or, with ``labels``, the regions whose detector label is one of them (protocol switch
+    image_mask); with ``path``, the image's pixels (for a family that ``needs_pixels``)."""
+    regions, is_person = store.get(image_id)
+    if labels is not None:
+        is_person = regions_with_labels(regions.class_ids, store.class_names, labels)
+    image = None
+    if path is not None:
+        image = np.asarray(load_rgb(path), dtype=np.uint8)
+        if image.shape[:2] != tuple(regions.image_size):
+            raise InputError(path, f"is {image.shape[:2]} pixels, its regions were found on "
+                                   f"{tuple(regions.image_size)}: rebuild the region store")
+    return Visual(regions.features, store.boxes_norm(image_id), is_person, regions.image_size, image)
 
 
 @dataclass

@@ -12,7 +12,6 @@ from vlbias.io.atomic import atomic_path
 from vlbias.io.cache import cached_vectors, digest, fingerprint
 from vlbias.io.fetch import sha256_file
 from vlbias.logs import Progress
-from vlbias.regions import regions_with_labels
 from vlbias.suites.grounded.stimulus import ROLES
 
 log = logging.getLogger(__name__)
@@ -98,22 +97,20 @@ class _Visuals:
     docs/grounded.md: vlbias.regions.regions_with_labels).
     """
 
-    def __init__(self, store, size=256):
-        from vlbias.models.vl import Visual
-
-        self.store, self.size, self.visual, self.cache = store, size, Visual, {}
+    def __init__(self, store, size=256, pixels=None):
+        self.store, self.size, self.cache = store, size, {}
+        self.pixels = pixels  # {image id: path} for a model that reads the image itself (needs_pixels)
 
     def __call__(self, image_id, labels=None):
         """(Visual, digest) of ``image_id``, masking the regions labelled ``labels`` (None: persons)."""
+        from vlbias.models.vl import visual_from_store  # torch and transformers: only the model jobs need them
+
         key = (image_id, labels)
         if key not in self.cache:
             if len(self.cache) >= self.size:
                 self.cache.pop(next(iter(self.cache)))
-            regions, is_person = self.store.get(image_id)
-            if labels is not None:
-                is_person = regions_with_labels(regions.class_ids, self.store.class_names, labels)
-            v = self.visual(regions.features, self.store.boxes_norm(image_id), is_person, regions.image_size)
-            self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size))
+            v = visual_from_store(self.store, image_id, labels, self.pixels and self.pixels[image_id])
+            self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size), v.image)
         return self.cache[key]
 
 
@@ -157,6 +154,9 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
     image's regions and the regions masked, and the encoder option that acts there: token_mask for T,
     ws_vector for W and S): a rerun after an edit embeds only pairs it has not seen.
 
+    A model that computes region features from the image itself (``needs_pixels``: VL-BERT end to
+    end) gets each image's pixels, read from the ``path`` of its row in ``manifest_rows``.
+
     ``image_mask`` (protocol switch, docs/grounded.md row 5): the regions mask I hides, "persons" (the
     store's person flags) or "labels" (regions whose detector label is one of the test's sentence-level
     ``mask.region_labels``, or of ``mask_labels`` when given: the model's own list, ViLBERT's).
@@ -172,7 +172,10 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
     combos, not_applicable = embedding_combos(levels, masks, encoder.supports_image_masking)
     images = set(store.ids)
     reasons = missing_image_reasons({i for s in stimuli for i in s.image_ids()}, store, manifest_rows)
-    visual = _Visuals(store)
+    pixels = None
+    if getattr(encoder, "needs_pixels", False):  # VL-BERT end to end: region features from the pixels
+        pixels = {f"{r['test']}/{r['role']}/{r['file']}": r["path"] for r in manifest_rows if r.get("status") == "ok"}
+    visual = _Visuals(store, pixels=pixels)
     dropped, planned = [], []
     for stimulus in stimuli:
         for level, mask in combos:
