@@ -1,6 +1,8 @@
 # vlbias: social-bias association tests for vision, language and vision-language models.
 # `snakemake --cores N` builds every table of the configured suites; see README.md.
 
+import atexit
+import gc
 import sys
 from pathlib import Path
 
@@ -23,6 +25,8 @@ check_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml
 if workflow.is_main_process:
     for path in claim(folders=["results", config["cache"]]):
         print(f"removed {path}: left by an interrupted run", file=sys.stderr)
+    # as in the jobs (vlbias.logs.setup_logging): no garbage collections while the process exits
+    atexit.register(gc.freeze)
 
 
 include: "workflow/rules/common.smk"

@@ -102,3 +102,16 @@ def test_cached_vectors_computes_only_the_misses(tmp_path):
     assert calls[-1] == [1]  # only k3 (index 1 of the second call) is new
     np.testing.assert_array_equal(v2[[0, 2]], v1[[1, 0]])
     assert cached_vectors(None, ["x"], compute).shape == (1, 2)
+
+
+def test_get_many_reads_what_get_reads(tmp_path):
+    with RecordCache(tmp_path) as c:
+        for i in range(6):
+            c.put(f"k{i}", {"v": np.full((i % 3 + 1, 2), i, np.float32)})
+            if i == 2:
+                c.flush()  # two shards
+        c.put("pending", {"v": np.zeros((1, 2), np.float32)})
+        many = c.get_many(["k0", "k4", "pending", "absent", "k2"])
+        assert set(many) == {"k0", "k4", "pending", "k2"}
+        for key, record in many.items():
+            np.testing.assert_array_equal(record["v"], c.get(key)["v"])

@@ -116,6 +116,28 @@ class RecordCache:
         self.misses += record is None
         return record
 
+    def get_many(self, keys):
+        """{key: record} of those of ``keys`` the cache holds: each shard read once, whole fields at a time
+        (a record at a time costs a file access each)."""
+        found, rows = {}, {}
+        for key in keys:
+            if key in self.pending:
+                found[key] = self.pending[key]
+            elif key in self.index:
+                shard, row = self.index[key]
+                rows.setdefault(shard, []).append((key, row))
+        for shard, wanted in rows.items():
+            try:
+                f = self._open.get(shard) or self._open.setdefault(shard, h5py.File(shard, "r"))
+                fields = {name: (f["offsets"][name][()], f["data"][name][()]) for name in f["data"]}
+            except (OSError, KeyError):  # merged away by another job meanwhile: recompute
+                continue
+            for key, row in wanted:
+                found[key] = {name: data[offsets[row]:offsets[row + 1]] for name, (offsets, data) in fields.items()}
+        self.hits += len(found)
+        self.misses += len(set(keys)) - len(found)
+        return found
+
     def _read(self, shard, row):
         f = self._open.get(shard)
         if f is None:
@@ -224,12 +246,12 @@ def cached_outputs(cache, keys, compute, progress=None, chunk=256):
     vectors per item (``compute(indices)`` returns {name: (len(indices), dim_name)}, e.g. iGPT's
     layers and logits from one pass); each item's vectors are one cache record. {} for no keys."""
     rows, todo = {}, []
+    found = cache.get_many(keys) if cache is not None else {}
     for i, key in enumerate(keys):
-        record = cache.get(key) if cache is not None else None
-        if record is None:
-            todo.append(i)
+        if key in found:
+            rows[i] = {name: value[0] for name, value in found[key].items()}
         else:
-            rows[i] = {name: value[0] for name, value in record.items()}
+            todo.append(i)
     if progress is not None:
         progress.advance(len(rows))
     for start in range(0, len(todo), chunk):

@@ -87,10 +87,11 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
             image = None if v is None else seen.setdefault(query.image, digest(v.features, v.boxes_norm, v.is_person,
                                                                                      list(v.image_size or ()), v.image))
             keys[q] = digest(query.caption, query.entity, image)
-            record = cache.get(keys[q])
-            if record is not None:
-                out[q] = record["logprob"][0]
-                continue
+    found = cache.get_many(keys) if cache is not None else {}
+    for q, query in enumerate(queries):
+        if keys[q] in found:
+            out[q] = found[keys[q]]["logprob"][0]
+            continue
         ids = pieces.setdefault(query.entity, entity_pieces(model.tokenizer, query.entity))
         caption = masked_caption(query.caption, len(ids))
         for k in range(len(ids)):
