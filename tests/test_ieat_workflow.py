@@ -145,7 +145,7 @@ def test_own_vectors_give_the_statistics_of_the_file(project):
 
 
 def test_a_cross_modal_test_on_clip_and_on_own_vectors(project):
-    root, mine = project
+    root, _ = project
     cross = table(root, "cross").set_index("model")
     assert (cross["status"] == "ok").all() and (cross["n_a"].astype(int) == 3).all()
     assert list(read_set(root / "results/embeddings/ieat/tiny-clip.h5", "flower-insect-text-attributes/A")[1]) \
