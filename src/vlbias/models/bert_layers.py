@@ -93,6 +93,65 @@ class Layer(nn.Module):
         return self.output(self.intermediate(x), x)
 
 
+class Embeddings(nn.Module):
+    """LayerNorm(word + absolute position + token type embeddings)."""
+
+    def __init__(self, vocab_size, hidden_size, max_position_embeddings, type_vocab_size):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab_size, hidden_size)
+        self.position_embeddings = nn.Embedding(max_position_embeddings, hidden_size)
+        self.token_type_embeddings = nn.Embedding(type_vocab_size, hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=LN_EPS)
+
+    def sum(self, input_ids, token_type_ids):
+        """The summed embeddings before the LayerNorm, (b, L, hidden)."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        return self.word_embeddings(input_ids) + self.position_embeddings(positions) + \
+            self.token_type_embeddings(token_type_ids)
+
+    def forward(self, input_ids, token_type_ids):
+        return self.LayerNorm(self.sum(input_ids, token_type_ids))
+
+
+class BertModel(nn.Module):
+    """BERT's encoder: what transformers' ``BertModel`` gives as ``last_hidden_state`` for a config with
+    absolute positions, exact GELU and LayerNorm eps 1e-12 (``BertModel.fits(config)``); its
+    checkpoints load by name (the pooler, unused, is left out). A text encoder built on it starts in
+    a fraction of a second, where importing transformers' modelling stack takes about three."""
+
+    def __init__(self, vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+                 max_position_embeddings, type_vocab_size):
+        super().__init__()
+        self.embeddings = Embeddings(vocab_size, hidden_size, max_position_embeddings, type_vocab_size)
+        self.encoder = nn.ModuleDict({"layer": nn.ModuleList(
+            Layer(hidden_size, num_attention_heads, intermediate_size) for _ in range(num_hidden_layers))})
+
+    KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings", "type_vocab_size")
+
+    @staticmethod
+    def fits(config):
+        """Whether a Hugging Face config.json (a dict) describes a model this class computes exactly."""
+        return (config.get("model_type") == "bert" and config.get("hidden_act", "gelu") == "gelu"
+                and config.get("position_embedding_type", "absolute") == "absolute"
+                and config.get("layer_norm_eps", LN_EPS) == LN_EPS and not config.get("is_decoder", False)
+                and all(isinstance(config.get(k), int) for k in BertModel.KEYS))
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{k: config[k] for k in cls.KEYS})
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        """(b, L) token ids and 1/0 attention mask -> (b, L, hidden) final hidden states."""
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)
+        mask = additive_mask(attention_mask, x.dtype)
+        for layer in self.encoder["layer"]:
+            x = layer(x, mask)
+        return x
+
+
 class HeadTransform(nn.Module):
     """dense, GELU, LayerNorm: what a prediction head applies before its decoder."""
 

@@ -48,8 +48,8 @@ from torch import nn
 
 from vlbias.errors import InputError
 from vlbias.models import register
-from vlbias.models.bert_layers import (LN_EPS, AddNorm, HeadTransform, Intermediate, Layer, LMPredictionHead,
-                                       additive_mask, attend, init_weights)
+from vlbias.models.bert_layers import (LN_EPS, AddNorm, Embeddings, HeadTransform, Intermediate, Layer,
+                                       LMPredictionHead, additive_mask, attend, init_weights)
 from vlbias.models.vl import Visual, VLEncoder
 
 WS_VECTORS = ("language", "language+visual")
@@ -105,21 +105,17 @@ class ViLBertConfig:
         return asdict(self)
 
 
-class TextEmbeddings(nn.Module):
+class TextEmbeddings(Embeddings):
+    """BERT's embeddings, and for the multi-task model a task token's embedding after [CLS]."""
+
     def __init__(self, config):
-        super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        super().__init__(config.vocab_size, config.hidden_size, config.max_position_embeddings, config.type_vocab_size)
         if config.task_specific_tokens:
             self.task_embeddings = nn.Embedding(NUM_TASK_TOKENS, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=LN_EPS)
 
     def forward(self, input_ids, token_type_ids, task_ids=None):
         """(b, L) ids -> (b, L, hidden), or (b, L + 1, hidden) with the task token after [CLS] (no position)."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + \
-            self.token_type_embeddings(token_type_ids)
+        x = self.sum(input_ids, token_type_ids)
         if task_ids is not None:
             x = torch.cat([x[:, :1], self.task_embeddings(task_ids), x[:, 1:]], dim=1)
         return self.LayerNorm(x)
