@@ -3,14 +3,18 @@
 For each encoder (random weights: the speed is the real model's), at batch 1 and batch 32:
 - model:   the network's forward pass alone on inputs prepared beforehand (iGPT: token contexts;
            SimCLRv2, CLIP: float tensors);
-- stage:   from JPEG files on disk: the image store (decode, square crop, resize; as
+- stage:   from JPEG files on disk, what the workflow's two jobs run (workflow/scripts/ieat_images.py,
+           embed_images.py): the image store (decode, square crop, resize;
            ``vlbias.images.store.build_image_store``) then the embedding store
-           (``vlbias.suites.ieat.embed_image_store``: quantisation or normalisation, model, HDF5 write).
+           (``vlbias.suites.ieat.embed_image_store``: quantisation or normalisation, model, writes to
+           an empty record cache, as a first run, and the HDF5 store); not the process start and the
+           model's loading, which a job pays once.
 Images are generated 640x480 JPEGs (benchmarks/regions.py), as many as the batch (at least 4);
 each figure is the best of ``--repeats`` runs, after a one-image warm-up. A negative share outside
 the model means the machine's load changed between the two measurements: noise, not a result.
 
-    python benchmarks/image_encoders.py [--encoders igpt-s simclr-r152-3x-sk1 simclr-r50-1x-sk1 clip-vit-b-32]
+    python benchmarks/image_encoders.py [--encoders igpt-s igpt-s-layer-and-logits simclr-r152-3x-sk1
+                                                    simclr-r50-1x-sk1 clip-vit-b-32]
                                         [--batches 1 32] [--device cpu] [--threads 2] [--repeats 1]
 """
 
@@ -29,6 +33,11 @@ ENCODERS = {
     # iGPT-S (openai/imagegpt-small's configuration), layer 20 of 24, 32x32 tokens; store at 32, area
     "igpt-s": ({"adapter": "igpt", "weights": "random", "clusters": "random", "layer": 20,
                 "config": {"n_embd": 512, "n_layer": 24, "n_head": 8}}, 32, "area"),
+    # the same with the next-pixel logits from the same pass (layer 20 and the logits, as the paper's
+    # Tables 1 and 3 read iGPT-L): the cost of both outputs against one
+    "igpt-s-layer-and-logits": ({"adapter": "igpt", "weights": "random", "clusters": "random", "layer": 20,
+                                 "output": ["hidden", "logits"], "config": {"n_embd": 512, "n_layer": 24, "n_head": 8}},
+                                32, "area"),
     # the paper's SimCLRv2 (r152_3x_sk1, 795M parameters) at 224; store at 224, area
     "simclr-r152-3x-sk1": ({"adapter": "simclr", "depth": 152, "width": 3, "sk": 1, "weights": "random"},
                            224, "area"),
@@ -76,6 +85,7 @@ def main():
     import torch
 
     from vlbias.images.store import build_image_store
+    from vlbias.io.cache import RecordCache
     from vlbias.models import build
     from vlbias.suites.ieat import embed_image_store
 
@@ -105,9 +115,12 @@ def main():
 
                 t_model = timed(model, args.repeats)
 
+                runs = iter(range(args.repeats))
+
                 def stage():
                     build_image_store(entries, store, size, crop="top-left", resample=resample)
-                    embed_image_store(store, encoder, Path(tmp, f"{name}-{batch}.emb.h5"), {})
+                    with RecordCache(Path(tmp, f"cache-{name}-{batch}-{next(runs)}")) as cache:  # empty each run
+                        embed_image_store(store, encoder, Path(tmp, f"{name}-{batch}.emb.h5"), {}, cache)
 
                 t_stage = timed(stage, args.repeats)
                 print(f"{name:<20} {batch:>5} {n:>4} {n / t_model:>12.3f} {n / t_stage:>12.3f} "

@@ -10,7 +10,7 @@ import yaml
 from conftest import REPO
 
 from vlbias import models, regions
-from vlbias.config import ConfigError, adapter_schema, adapters, check_config
+from vlbias.config import ConfigError, adapter_schema, adapters, check_config, ieat_models, table_models
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
@@ -124,6 +124,54 @@ def test_an_unknown_top_level_key_is_one_short_line():
 def test_a_name_that_exists_nowhere_is_named_by_its_key(change, expected):
     found = problems(change)
     assert any(p.startswith(expected) for p in found), found
+
+
+IGPT = {"source": "images", "adapter": "igpt", "model_id": "openai/imagegpt-large", "revision": "main"}
+
+
+@pytest.mark.parametrize("change,expected", [
+    (lambda c: c["ieat"]["tables"]["table3"]["models"].append("igpt-l"),
+     "key 'ieat/tables/table3/models/1': 'igpt-l' has several outputs; name one of igpt-l/layer20, igpt-l/logits"),
+    (lambda c: c["ieat"]["tables"]["table3"]["models"].append("igpt-l/layer21"),
+     "key 'ieat/tables/table3/models/1': 'igpt-l/layer21' is not a model under 'ieat/models' "
+     "(did you mean 'igpt-l/layer20'?)"),
+    (lambda c: c["ieat"]["models"]["igpt-l"].update(paper="igpt"),
+     "key 'ieat/models/igpt-l/paper': 'igpt-l' has several outputs (layer20, logits); give `paper` as a mapping"),
+    (lambda c: c["ieat"]["models"].update(text={"source": "images", "adapter": "sentence", "path": "x"}),
+     "key 'ieat/models/text/adapter': adapter 'sentence' embeds no images"),
+    (lambda c: c["seat"]["models"].update(pixels={"adapter": "simclr", "weights": "random"}),
+     "key 'seat/models/pixels/adapter': adapter 'simclr' embeds no texts"),
+    (lambda c: c["seat"]["models"].update(mine={"source": "vectors", "vectors": "v.npy", "format": "parquet"}),
+     "key 'seat/models/mine/format': 'parquet' is not one of ['csv', 'npy', 'hdf5']"),
+    (lambda c: c["seat"]["models"].update(mine={"source": "vectors"}),
+     "key 'seat/models/mine': 'vectors' is a required property"),
+    (lambda c: c["ieat"]["sweep"].update(models=[{"arch": "ViT-B-32", "pretrained": "openai"}],
+                                         tests=["insect-flower", "insect-flowers"]),
+     "key 'ieat/sweep/tests/1': 'insect-flowers' is not a stimulus file"),
+    (lambda c: c["ieat"]["sweep"].update(models=[{"arch": "RN50", "pretrained": "openai", "name": "simclr"}]),
+     "key 'ieat/sweep/models/0': its name 'simclr' is taken by 'ieat/models/simclr' (set `name`)"),
+    (lambda c: c["ieat"]["sweep"].update(models=[{"pretrained": "openai"}]),
+     "key 'ieat/sweep/models/0': 'arch' is a required property"),
+])
+def test_ieat_models_outputs_sweep_and_modalities(change, expected):
+    found = problems(change)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_sweep_entries_become_named_open_clip_models():
+    config = copy.deepcopy(CONFIG)
+    config["ieat"]["sweep"]["models"] = [{"arch": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
+                                         {"arch": "ViT-B-32", "checkpoint": "/w/My Weights.safetensors"},
+                                         {"arch": "RN50", "random_init": True, "name": "rn"}]
+    check_config(config, SCHEMA, root=REPO)
+    models = ieat_models(config["ieat"])
+    assert list(models)[-3:] == ["vit-b-32-laion2b_s34b_b79k", "vit-b-32-my-weights", "rn"]
+    assert models["rn"] == {"source": "images", "adapter": "open_clip", "arch": "RN50", "random_init": True,
+                            "name": "rn"}
+    names = table_models(models)
+    assert names["igpt-l/logits"] == ("igpt-l", "logits") and names["rn"] == ("rn", None) and "igpt-l" not in names
+    # the schema's defaults are copied, never shared between configs
+    assert CONFIG["ieat"]["sweep"]["models"] == [] and check_config(copy.deepcopy(CONFIG), SCHEMA, root=REPO)
 
 
 def test_every_problem_is_listed_not_only_the_first():

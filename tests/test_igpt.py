@@ -17,6 +17,7 @@ import pytest
 from vlbias.errors import InputError
 from vlbias.images.decode import area_resize
 from vlbias.models import build
+from vlbias.models.plan import outputs
 
 N_CLUSTERS = 16
 TINY = {
@@ -71,7 +72,8 @@ def test_pooled_layers_and_logits_equal_transformers_forward(norm):
     enc = build({**TINY, "layer": [0, 2], "norm": norm})
     x = pixels(3)
     ours = enc.encode_outputs(x)
-    assert list(ours) == ["layer0", "layer2"] and ours["layer0"].shape == (3, 32) and enc.dim == 32
+    assert list(ours) == ["layer0", "layer2"] and ours["layer0"].shape == (3, 32)
+    assert enc.dims == {"layer0": 32, "layer2": 32} and enc.dim is None
     with torch.no_grad():
         model, out = hf_outputs(enc, x, norm)
         for layer in (0, 2):
@@ -98,6 +100,27 @@ def test_one_pass_batches_and_layers_agree():
         alone = build({**TINY, "layer": layer, "batch_size": 5}).encode_images(x)
         np.testing.assert_allclose(both[f"layer{layer}"], alone, atol=1e-5)
     assert build(TINY).encode_images(pixels(0)).shape == (0, 32)
+
+
+def test_hidden_layers_and_logits_from_one_pass():
+    x = pixels(3)
+    spec = {**TINY, "layer": [2, 0], "output": ["hidden", "logits"]}
+    enc = build(spec)
+    assert enc.outputs == outputs(spec) == ["layer0", "layer2", "logits"]
+    assert enc.dims == {"layer0": 32, "layer2": 32, "logits": N_CLUSTERS} and enc.info["dim"] == enc.dims
+    both = enc.encode_outputs(x)
+    hidden = build({**TINY, "layer": [0, 2]}).encode_outputs(x)
+    logits = build({**{k: v for k, v in TINY.items() if k != "layer"}, "output": "logits"}).encode_images(x)
+    for layer in ("layer0", "layer2"):
+        np.testing.assert_allclose(both[layer], hidden[layer], atol=1e-6)
+    np.testing.assert_allclose(both["logits"], logits, atol=1e-6)
+
+
+def test_outputs_are_named_from_the_entry_alone():
+    assert outputs({"adapter": "igpt"}) == ["layer20"]
+    assert outputs({"adapter": "igpt", "output": "logits"}) == ["logits"]
+    assert outputs({"adapter": "igpt", "layer": [20, 10, 20]}) == ["layer10", "layer20"]
+    assert outputs({"adapter": "open_clip", "arch": "ViT-B-32"}) == []
 
 
 def test_quantize_by_hand():
@@ -165,6 +188,8 @@ def test_bad_entries_are_refused(tmp_path):
         build({**TINY, "layer": "20"})
     with pytest.raises(InputError, match="output 'pooled'"):
         build({**TINY, "output": "pooled"})
+    with pytest.raises(InputError, match=r"output \['hidden', 'hidden'\]"):
+        build({**TINY, "output": ["hidden", "hidden"]})
     with pytest.raises(InputError, match="norm 'layer'"):
         build({**TINY, "norm": "layer"})
     with pytest.raises(InputError, match="layer: applies to `output: hidden` only"):
@@ -181,7 +206,7 @@ def test_bad_entries_are_refused(tmp_path):
     with pytest.raises(InputError, match=r"'openai/imagegpt-large': a Hugging Face id needs a revision"):
         build({"adapter": "igpt"})
     enc = build({**TINY, "layer": [0, 1]})
-    with pytest.raises(InputError, match="layer: 2 layers configured; encode_outputs"):
+    with pytest.raises(InputError, match=r"layer: 2 outputs configured \(layer0, layer1\); encode_outputs"):
         enc.encode_images(pixels(1))
     with pytest.raises(InputError, match="pixels: 4x4 images are smaller than the model's 8x8"):
         enc.encode_outputs(pixels(1, size=4))

@@ -67,6 +67,21 @@ def test_import_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_modalities_say_what_each_adapter_embeds():
+    """vlbias.models.plan.MODALITIES (read by the config check and the workflow, which import no
+    adapter) names exactly the encode_images / encode_texts each adapter class has."""
+    import importlib
+
+    from vlbias import models
+    from vlbias.models.plan import MODALITIES
+
+    for adapter, module in models._MODULES.items():
+        importlib.import_module(module)
+        cls = models._ADAPTERS.classes[adapter]
+        has = tuple(m for m in ("images", "texts") if callable(getattr(cls, f"encode_{m}", None)))
+        assert has == MODALITIES.get(adapter, ()), adapter
+
+
 def test_runtime_defaults():
     import torch
 

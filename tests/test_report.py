@@ -11,7 +11,7 @@ from PIL import Image
 from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars, suite_rows
 from vlbias.report.grounded import figure_rows, paper_table
 from vlbias.report.html import figure_html, layout_html, page_html, results_table_html, write_page
-from vlbias.report.tables import assemble, to_markdown, write_tables
+from vlbias.report.tables import assemble, effects_grid, published_as, to_markdown, write_tables
 
 
 class Cells(HTMLParser):
@@ -85,6 +85,22 @@ def test_results_table_without_interval_or_paper():
     assert "bootstrap" not in html and "paper" not in html
 
 
+def test_a_recomputed_column_shows_the_numbers_of_the_published_one_it_reproduces():
+    published = published_as(PUBLISHED, {"m1": "m1", "m1-pixels": "m1", "mine": "mine"})
+    rows = ROWS[:1] + [{**ROWS[0], "model": "m1-pixels", "d": 0.5}, {**ROWS[0], "model": "mine", "d": 0.1}]
+    df = assemble(rows, ["t1"], ["m1", "m1-pixels", "mine"], published, table="tab")
+    assert df[["model", "d", "d_paper", "p_paper"]].values.tolist() == [
+        ["m1", 0.6234, "0.60", "<1e-2"], ["m1-pixels", 0.5, "0.60", "<1e-2"], ["mine", 0.1, "", ""]]
+    assert published_as(PUBLISHED, {}).empty
+
+
+def test_effects_grid_is_tests_by_models_with_stars():
+    grid = effects_grid(table())
+    assert grid.columns.tolist() == ["test", "m1", "m2"]
+    assert grid.values.tolist() == [["Test <One>", "0.62*", "-0.21"], ["Test Two", "1.21***", "skipped"]]
+    assert effects_grid(table()[table()["model"] == "m1"].iloc[:1]).values.tolist() == [["Test <One>", "0.62*"]]
+
+
 def test_grounded_layout_as_html():
     # a grounded Table 6: experiment blocks above the model columns, bold where p < alpha
     rows = [{"dataset": "google", "test": "g1", "name": "Test g1", "model": "vb", "experiment": e, "level": lv,
@@ -136,6 +152,16 @@ def test_heatmap(tmp_path):
     plot_suite_heatmap(pd.concat([df.assign(test=df["test"] + f"-{i}") for i in range(4)]), tmp_path / "big.png", "s")
     with Image.open(tmp_path / "big.png") as png:
         assert png.size[1] > 2 * small[1] and abs(png.size[0] - small[0]) < 0.15 * small[0]  # taller, as wide
+
+
+def test_heatmap_of_one_model_and_long_test_names_keeps_its_cells(tmp_path):
+    df = table()
+    df = df[df["model"] == "m1"].assign(name=["Insect-Flower (text attributes)", "Gender-Science (text targets)"])
+    fig = plot_suite_heatmap(df, tmp_path / "h.png", "one model")
+    fig.canvas.draw()
+    cells, labels = fig.axes[0].get_window_extent(), fig.axes[0].get_tightbbox()
+    assert cells.width > 0.6 * fig.dpi  # the cells' column is not squeezed out by the names
+    assert labels.x0 >= 0  # and the names fit on the figure
 
 
 def test_heatmap_refuses_two_rows_for_a_cell(tmp_path):

@@ -1,10 +1,13 @@
 """Stimulus files (vlbias.io.stimuli): what a malformed one says, and how text sets are keyed."""
 
+import csv
 import logging
+import re
 
 import pytest
 import yaml
 
+from conftest import REPO
 from vlbias.errors import InputError
 from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import Progress
@@ -48,6 +51,59 @@ def test_the_same_stimulus_in_two_sets_is_refused(tmp_path):
            "A": {"label": "c", "category": "c/a"}, "B": {"label": "d", "category": "c/b"}}
     with pytest.raises(InputError, match="key 'Y': 'c/x' is also in set X"):
         load_stimulus(write(tmp_path, yaml.safe_dump(doc)))
+
+
+def test_a_cross_modal_test_mixes_image_and_text_sets(tmp_path):
+    doc = {**DOC, "suite": "ieat", "level": "cross-modal", "X": {"label": "Flowers", "category": "toy/flower"},
+           "Y": {"label": "Insects", "category": "toy/insect"}}
+    s = load_stimulus(write(tmp_path, yaml.safe_dump(doc)))
+    assert [st.key for st in s.sets.values()] == ["toy/flower", "toy/insect", "toy/A", "toy/B"]
+    assert s.A.items == ("joy", "love") and s.X.category == "toy/flower"
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"X": {"label": "Flowers", "category": "toy/flower"}},
+     "key 'X': a SEAT set lists its text `items` (image categories are iEAT's)"),
+    ({"suite": "ieat", "level": "image", "X": {"label": "Flowers", "category": "toy/flower"}},
+     "key 'Y': level 'image' takes image categories only"),
+    ({"suite": "ieat", "level": "cross-modal"}, "level 'cross-modal': expected image categories and text items"),
+])
+def test_sets_of_the_wrong_modality_are_refused(tmp_path, change, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_stimulus(write(tmp_path, yaml.safe_dump({**DOC, **change})))
+
+
+@pytest.mark.mirror
+def test_the_shipped_cross_modal_words_are_the_ieat_authors(mirror):
+    """Each text set of a shipped cross-modal test lists the words the authors searched its image
+    category by (data/stimuli.csv); the valence words are among their Bellezza-Greenwald-Banaji norms."""
+    with open(mirror / "ieat/data/stimuli.csv", encoding="utf-8-sig") as f:
+        rows = list(csv.DictReader(f))
+    with open(mirror / "ieat/data/bgb_pleasant-words.csv", encoding="utf-8") as f:
+        norms = {r["word"]: float(r["pleasantness"]) for r in csv.DictReader(f)}
+    categories = {"valence/pleasant": ("Valence", "Pleasant"), "valence/unpleasant": ("Valence", "Unpleasant"),
+                  "gender/career": ("Gender-Career", "Career"), "gender/family": ("Gender-Career", "Family"),
+                  "gender/science": ("Gender-Science", "Science"),
+                  "gender/liberal-arts": ("Gender-Science", "Liberal Arts"),
+                  "gender/male": ("Gender-Career", "Male"), "gender/female": ("Gender-Career", "Female"),
+                  "insect-flower/insect": ("Insect-Flower", "Insect"), "insect-flower/flower": ("Insect-Flower", "Flower"),
+                  "religion/judaism": ("Religion", "Judaism"), "religion/christianity": ("Religion", "Christianity"),
+                  "sexuality/gay": ("Sexuality", "Gay"), "sexuality/straight": ("Sexuality", "Straight")}
+    files = sorted((REPO / "resources/stimuli/ieat").glob("*-text-*.yaml"))
+    assert len(files) == 16
+    for path in files:
+        stimulus = load_stimulus(path)
+        base = load_stimulus(path.with_name(path.name.split("-text-")[0] + ".yaml"))
+        for s, st in stimulus.sets.items():
+            if st.items is None:
+                assert st.category == base.sets[s].category
+                continue
+            iat, category = categories[base.sets[s].category]
+            listed = [r["Word"].lower() for r in rows if iat in r["IAT"] and r["Category"] == category]
+            assert list(st.items) == listed, (path.name, s)
+            if iat == "Valence":
+                pleasant = category == "Pleasant"
+                assert all(norms[w] > 3.5 if pleasant else norms[w] < 2.0 for w in st.items), (path.name, s)
 
 
 def test_progress_reports_while_a_loop_runs(caplog):

@@ -15,6 +15,7 @@ No adapter module is imported (they import torch): checking stays cheap enough f
 Snakemake invocation.
 """
 
+import copy
 import difflib
 import re
 from functools import lru_cache
@@ -24,6 +25,7 @@ import jsonschema
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.models.plan import MODALITIES, outputs
 from vlbias.suites.grounded.protocol import resolve
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -33,6 +35,7 @@ MAX_ERRORS = 10
 # (section path, adapter kind): the config mappings whose entries are built by an adapter registry
 ADAPTER_SECTIONS = [
     (("ieat", "models"), "models"),
+    (("ieat", "sweep", "models"), "models"),  # a list: its entries are open_clip's
     (("seat", "models"), "models"),
     (("grounded", "models"), "models"),
     (("mlm", "models"), "models"),
@@ -77,7 +80,7 @@ def _fill_defaults(validator_class):
         if isinstance(instance, dict):
             for name, sub in props.items():
                 if isinstance(sub, dict) and "default" in sub:
-                    instance.setdefault(name, sub["default"])
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))  # the schema's own stays as is
         yield from validate_properties(validator, props, instance, schema)
 
     return jsonschema.validators.extend(validator_class, {"properties": properties})
@@ -163,7 +166,8 @@ def _entry_schema(schema, section):
     node = schema
     for key in section:
         node = node["properties"][key]
-    return node.get("additionalProperties", {}) if isinstance(node.get("additionalProperties"), dict) else {}
+    entry = node.get("items") if node.get("type") == "array" else node.get("additionalProperties")
+    return entry if isinstance(entry, dict) else {}
 
 
 def adapter_problems(config, schema):
@@ -174,7 +178,7 @@ def adapter_problems(config, schema):
         for key in section:
             entries = (entries or {}).get(key) or {}
         base = _entry_schema(schema, section)
-        for name, entry in entries.items():
+        for name, entry in entries.items() if isinstance(entries, dict) else enumerate(entries):
             where = (*section, name)
             adapter = entry.get("adapter")
             if adapter is None:  # e.g. an iEAT model with published vectors: the section's keys only
@@ -191,6 +195,53 @@ def adapter_problems(config, schema):
                       "required": list(dict.fromkeys([*base.get("required", []), *own.get("required", [])]))}
             problems += _problems(entry, merged, where)
     return problems
+
+
+# --- the models the iEAT rules plan for ------------------------------------------------------------
+
+
+def sweep_name(entry):
+    """A sweep entry's model name: its ``name``, else "<arch>-<pretrained>" (the checkpoint's file name,
+    or "random<seed>", for other weights) in lower case, other characters than a-z 0-9 _ . - as "-"."""
+    if entry.get("name"):
+        return entry["name"]
+    weights = entry.get("pretrained") or (Path(entry["checkpoint"]).stem if entry.get("checkpoint")
+                                          else f"random{entry.get('seed', 0)}")
+    return re.sub(r"[^a-z0-9_.-]+", "-", f"{entry.get('arch', '')}-{weights}".lower()).strip("-")
+
+
+def ieat_models(ieat):
+    """{name: entry} of every iEAT model: ``ieat/models`` and the sweep's open_clip entries (``sweep_name``;
+    ``source: images``). A sweep name taken twice, or by ``ieat/models``, keeps the first (the check
+    names the clash)."""
+    models = dict(ieat["models"])
+    for entry in (ieat.get("sweep") or {}).get("models", []):
+        models.setdefault(sweep_name(entry), {"source": "images", **entry})
+    return models
+
+
+def table_models(models):
+    """{name a table uses: (entry name, output or None)}: an entry with one output by its own name, each
+    output of an entry with several (vlbias.models.plan.outputs: iGPT's layers and logits) as "<entry>/<output>"."""
+    names = {}
+    for name, spec in models.items():
+        several = outputs(spec) if spec.get("source") == "images" else []
+        if len(several) > 1:
+            names.update({f"{name}/{o}": (name, o) for o in several})
+        else:
+            names[name] = (name, None)
+    return names
+
+
+def encodes(spec):
+    """What a model entry embeds: published vectors images; a user's vectors whatever their ids name;
+    an adapter its MODALITIES."""
+    source = spec.get("source", "images" if spec.get("adapter") else None)
+    if source == "published":
+        return ("images",)
+    if source == "vectors":
+        return ("images", "texts")
+    return MODALITIES.get(spec.get("adapter"), ())
 
 
 # --- pass 3: references between keys -------------------------------------------------------------
@@ -211,20 +262,21 @@ def reference_problems(config, root=Path(".")):
     """Pass 3: names that must exist elsewhere in the config (or as a stimulus file)."""
     problems = []
     ieat, seat = config["ieat"], config["seat"]
-    models = set(ieat["models"])
     ieat_tests = _stimulus_ids(root / ieat["stimuli"])
+    problems += _ieat_model_references(ieat, ieat_tests)
     for table, spec in ieat["tables"].items():
-        _names(problems, ("ieat", "tables", table, "models"), spec["models"], models, "a model under 'ieat/models'")
         _names(problems, ("ieat", "tables", table, "tests"), spec["tests"], ieat_tests,
                f"a stimulus file in {ieat['stimuli']}")
     spec = ieat["specificity"]
-    _names(problems, ("ieat", "specificity", "models"), spec["models"], models, "a model under 'ieat/models'")
     if spec["models"] and spec["test"] not in ieat_tests:
         problems.append(f"key 'ieat/specificity/test': '{spec['test']}' is not a stimulus file in "
                         f"{ieat['stimuli']}{suggest(spec['test'], ieat_tests)}")
     if seat["tests"] != "all":
         _names(problems, ("seat", "tests"), seat["tests"], _stimulus_ids(root / seat["stimuli"]),
                f"a stimulus file in {seat['stimuli']}")
+    for name, spec in seat["models"].items():
+        if spec.get("adapter") and "texts" not in encodes(spec):
+            problems.append(f"key 'seat/models/{name}/adapter': adapter '{spec['adapter']}' embeds no texts")
     detectors = set((config.get("regions") or {}).get("detectors", {}))
     if config.get("regions"):
         for i, pair in enumerate(config["regions"]["build"]):
@@ -232,6 +284,53 @@ def reference_problems(config, root=Path(".")):
                 problems.append(f"key 'regions/build/{i}/detector': '{pair['detector']}' is not a detector under "
                                 f"'regions/detectors'{suggest(pair['detector'], detectors)}")
     problems += _grounded_references(config, detectors) + _mlm_references(config, detectors)
+    return problems
+
+
+def _ieat_model_references(ieat, tests):
+    """The models tables and the specificity check name (an entry with several outputs: one of them),
+    the sweep's names and tests, each entry's ``paper`` names and what its adapter embeds."""
+    problems, models = [], ieat_models(ieat)
+    names = table_models(models)
+    sweep = ieat.get("sweep") or {}
+    seen = {}
+    for i, entry in enumerate(sweep.get("models", [])):
+        name = sweep_name(entry)
+        if name in ieat["models"] or name in seen:
+            other = f"'ieat/models/{name}'" if name in ieat["models"] else f"'ieat/sweep/models/{seen[name]}'"
+            problems.append(f"key 'ieat/sweep/models/{i}': its name '{name}' is taken by {other} (set `name`)")
+        seen.setdefault(name, i)
+    if sweep.get("tests", "all") != "all":
+        _names(problems, ("ieat", "sweep", "tests"), sweep["tests"], tests, f"a stimulus file in {ieat['stimuli']}")
+
+    def check(where, listed):
+        for i, name in enumerate(listed or []):
+            several = [n for n, (entry, _) in names.items() if entry == name and n != name]
+            if name in names:
+                continue
+            if several:
+                problems.append(f"key '{key_path((*where, i))}': '{name}' has several outputs; name one of "
+                                f"{', '.join(several)}")
+            else:
+                problems.append(f"key '{key_path((*where, i))}': '{name}' is not a model under 'ieat/models'"
+                                f"{suggest(name, names)}")
+
+    for table, spec in ieat["tables"].items():
+        check(("ieat", "tables", table, "models"), spec["models"])
+    check(("ieat", "specificity", "models"), ieat["specificity"]["models"])
+    for name, spec in ieat["models"].items():
+        where = f"ieat/models/{name}"
+        if spec["source"] == "images" and "images" not in encodes(spec):
+            problems.append(f"key '{where}/adapter': adapter '{spec['adapter']}' embeds no images")
+        own = [o for n, (entry, o) in names.items() if entry == name and o]
+        paper = spec.get("paper")
+        if isinstance(paper, dict) and set(paper) - set(own):
+            has = f"it has: {', '.join(own)}" if own else "one output: give `paper` as a name"
+            problems.append(f"key '{where}/paper': {', '.join(sorted(set(paper) - set(own)))}: not an output of "
+                            f"'{name}' ({has})")
+        elif isinstance(paper, str) and own:
+            problems.append(f"key '{where}/paper': '{name}' has several outputs ({', '.join(own)}); give `paper` "
+                            "as a mapping {output: published model}")
     return problems
 
 

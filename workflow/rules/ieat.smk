@@ -1,6 +1,7 @@
-# iEAT (Steed & Caliskan 2021): image stimuli and embeddings → tables 1-3 and the specificity check.
-# One embedding store per model (all image categories), one job per table (all its tests' statistics
-# in one process).
+# iEAT (Steed & Caliskan 2021): image stimuli and embeddings → tables 1-3, the specificity check and the
+# open_clip sweep. One image store per (size, crop, resampling) the models need, one embedding store per
+# model (all image categories, and the text sets of its cross-modal tests), one job per table (all its
+# tests' statistics in one process).
 
 
 def ieat_targets():
@@ -8,7 +9,9 @@ def ieat_targets():
     if IEAT["specificity"]["models"]:
         targets.append("results/ieat/specificity.csv")
     if IEAT["build_images"]:
-        targets.append("results/images/ieat/manifest.tsv")
+        targets.append(f"results/images/ieat/{DEFAULT_STORE}/manifest.tsv")
+    if SWEEP_MODELS:
+        targets += expand("results/ieat/sweep.{ext}", ext=["csv", "md", "png", "missing.tsv"])
     return targets
 
 
@@ -35,18 +38,19 @@ rule ieat_images:
     input:
         manifest=IEAT["images"]["manifest"],
     output:
-        store="results/images/ieat/images.h5",
+        store="results/images/ieat/{store}/images.h5",
         status=report(
-            "results/images/ieat/manifest.tsv",
+            "results/images/ieat/{store}/manifest.tsv",
             caption="../report/ieat_images.rst",
             category="iEAT",
         ),
     log:
-        "results/logs/ieat_images.log",
+        "results/logs/ieat_images/{store}.log",
+    wildcard_constraints:
+        store=alternatives(list(IMAGE_STORES)),
     threads: 2
     params:
-        size=IEAT["images"]["size"],
-        crop=IEAT["images"]["crop"],
+        settings=lambda w: IMAGE_STORES[w.store],
         source=source("ieat"),
         mirror=mirror(),
         cache=config["cache"],
@@ -56,7 +60,8 @@ rule ieat_images:
 
 rule ieat_embed_images:
     input:
-        "results/images/ieat/images.h5",
+        images=lambda w: f"{image_store(w.model)}/images.h5",
+        stimuli=lambda w: text_stimuli(w.model),
     output:
         "results/embeddings/ieat/{model}.h5",
     log:
@@ -67,21 +72,52 @@ rule ieat_embed_images:
     resources:
         mem_mb=8000,
     params:
-        spec=lambda w: IEAT["models"][w.model],
-        provenance=lambda w: provenance(IEAT["models"][w.model]),
+        spec=lambda w: IEAT_MODELS[w.model],
+        provenance=lambda w: provenance(IEAT_MODELS[w.model]),
         cache=config["cache"],
     script:
         "../scripts/embed_images.py"
 
 
+# a model with several outputs (iGPT's layers and logits from one pass): each output a store of its own
+rule ieat_output_store:
+    input:
+        "results/embeddings/ieat/{model}.h5",
+    output:
+        "results/embeddings/ieat/{model}/{output}.h5",
+    log:
+        "results/logs/ieat_output_store/{model}/{output}.log",
+    wildcard_constraints:
+        model=alternatives(list(SEVERAL_OUTPUTS)),
+        output=alternatives(sorted({o for names in SEVERAL_OUTPUTS.values() for o in names})),
+    script:
+        "../scripts/ieat_output_store.py"
+
+
+rule ieat_vectors:
+    input:
+        vectors=lambda w: vector_files(IEAT_MODELS[w.model]),
+        manifest=IEAT["images"]["manifest"],
+        stimuli=lambda w: [checked_stimulus("ieat", t) for t in model_tests(w.model)],
+    output:
+        "results/embeddings/ieat/{model}.h5",
+    log:
+        "results/logs/ieat_vectors/{model}.log",
+    wildcard_constraints:
+        model=alternatives(VECTOR_MODELS),
+    params:
+        spec=lambda w: IEAT_MODELS[w.model],
+        provenance=lambda w: provenance(IEAT_MODELS[w.model]),
+    script:
+        "../scripts/vectors_store.py"
+
+
 rule ieat_table:
     input:
         stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=IEAT_TABLES[w.table]["models"]),
-        stimuli=lambda w: [checked_stimulus("ieat", t) for t in IEAT_TABLES[w.table]["tests"]],
+        stimuli=lambda w: table_stimuli(IEAT_TABLES[w.table]["tests"], IEAT_TABLES[w.table]["models"]),
         published=IEAT["published"],
-        images=lambda w: (
-            ["results/images/ieat/manifest.tsv"] if set(IEAT_TABLES[w.table]["models"]) & set(IMAGE_MODELS) else []
-        ),
+        images=lambda w: sorted(set(image_stores(IEAT_TABLES[w.table]["models"]).values())),
     output:
         csv="results/ieat/{table}.csv",
         md="results/ieat/{table}.md",
@@ -100,16 +136,41 @@ rule ieat_table:
         table=lambda w: w.table,
         caption=lambda w: IEAT_TABLES[w.table]["caption"],
         models=lambda w: IEAT_TABLES[w.table]["models"],
-        image_models=IMAGE_MODELS,
+        image_stores=lambda w: image_stores(IEAT_TABLES[w.table]["models"]),
+        paper=lambda w: {m: paper_name(m) for m in IEAT_TABLES[w.table]["models"]},
         stats=stats_params(),
         ci=STATS["ci"],
     script:
         "../scripts/ieat_table.py"
 
 
+# the open_clip models of ieat/sweep over its tests (the iEAT suite and the cross-modal tests): one
+# table, tests x models, and its heatmap
+rule ieat_sweep:
+    input:
+        stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=SWEEP_MODELS),
+        stimuli=lambda w: table_stimuli(sweep_tests(), SWEEP_MODELS),
+        images=lambda w: sorted(set(image_stores(SWEEP_MODELS).values())),
+    output:
+        csv=report("results/ieat/sweep.csv", caption="../report/ieat_sweep.rst", category="iEAT"),
+        md="results/ieat/sweep.md",
+        png=report("results/ieat/sweep.png", caption="../report/ieat_sweep.rst", category="iEAT"),
+        missing="results/ieat/sweep.missing.tsv",
+    log:
+        "results/logs/ieat_sweep.log",
+    threads: 2
+    params:
+        caption=IEAT["sweep"]["caption"],
+        models=SWEEP_MODELS,
+        image_stores=lambda w: image_stores(SWEEP_MODELS),
+        stats=stats_params(),
+    script:
+        "../scripts/ieat_sweep.py"
+
+
 rule ieat_specificity:
     input:
-        stimulus=lambda w: checked_stimulus("ieat", IEAT["specificity"]["test"]),
+        stimulus=lambda w: table_stimuli([IEAT["specificity"]["test"]], IEAT["specificity"]["models"])[0],
         stores=expand("results/embeddings/ieat/{model}.h5", model=IEAT["specificity"]["models"]),
     output:
         report(

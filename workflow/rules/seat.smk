@@ -1,6 +1,6 @@
 # SEAT/WEAT (May et al. 2019): word and sentence stimuli on text encoders. One embedding job per
-# model (every test's texts; cached by content, so an edited test re-encodes its new texts only) and
-# one table job per model (all its tests' statistics in one process).
+# model (every test's texts; cached by content, so an edited test re-encodes its new texts only), or
+# per set of a user's own vectors, and one table job per model (all its tests' statistics in one process).
 
 
 def seat_targets():
@@ -14,6 +14,8 @@ rule seat_embed:
         "results/embeddings/seat/{model}.h5",
     log:
         "results/logs/seat_embed/{model}.log",
+    wildcard_constraints:
+        model=alternatives([m for m in SEAT["models"] if m not in SEAT_VECTOR_MODELS]),
     # short texts: one thread each for this and another job uses two cores better than two threads here
     # (more for a larger model: snakemake --set-threads seat_embed=N)
     threads: 1
@@ -25,6 +27,23 @@ rule seat_embed:
         cache=config["cache"],
     script:
         "../scripts/seat_embed.py"
+
+
+rule seat_vectors:
+    input:
+        vectors=lambda w: vector_files(SEAT["models"][w.model]),
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
+    output:
+        "results/embeddings/seat/{model}.h5",
+    log:
+        "results/logs/seat_vectors/{model}.log",
+    wildcard_constraints:
+        model=alternatives(SEAT_VECTOR_MODELS),
+    params:
+        spec=lambda w: SEAT["models"][w.model],
+        provenance=lambda w: provenance(SEAT["models"][w.model]),
+    script:
+        "../scripts/vectors_store.py"
 
 
 rule seat_table:

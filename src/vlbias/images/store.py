@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 _STR = h5py.string_dtype("utf-8")
 
 
+def store_name(size, crop, resample):
+    """The name of an image store by what it holds: "32px-top-left-area", "224px-center-bicubic"."""
+    return f"{size}px-{crop}-{resample}"
+
+
 def _process(entry, size, crop, resample):
     """(status row, pixels or None) for one entry."""
     row = {"category": entry["category"], "file": entry["file"], "status": "ok", "reason": "", "sha256": ""}

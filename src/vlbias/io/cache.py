@@ -234,26 +234,37 @@ def cached_vectors(cache, keys, compute, progress=None, chunk=256):
     ``compute(indices)`` (the vectors of those items, in order; called on chunks of ``chunk``), which
     are then cached. ``cache`` None computes everything. ``progress`` (vlbias.logs.Progress) advances
     by item."""
+    if not keys:
+        if progress is not None:
+            progress.done()
+        return np.zeros((0, 0), dtype=np.float32)
+    return cached_outputs(cache, keys, lambda todo: {"vector": compute(todo)}, progress, chunk)["vector"]
+
+
+def cached_outputs(cache, keys, compute, progress=None, chunk=256):
+    """{name: float (len(keys), dim_name)}: as ``cached_vectors`` for a producer that gives several
+    vectors per item (``compute(indices)`` returns {name: (len(indices), dim_name)}, e.g. iGPT's
+    layers and logits from one pass); each item's vectors are one cache record. {} for no keys."""
     rows, todo = {}, []
     found = cache.get_many(keys) if cache is not None else {}
     for i, key in enumerate(keys):
         if key in found:
-            rows[i] = found[key]["vector"][0]
+            rows[i] = {name: value[0] for name, value in found[key].items()}
         else:
             todo.append(i)
     if progress is not None:
         progress.advance(len(rows))
     for start in range(0, len(todo), chunk):
         part = todo[start:start + chunk]
-        vectors = compute(part)
-        for i, v in zip(part, vectors):
-            rows[i] = v
+        computed = compute(part)
+        for j, i in enumerate(part):
+            rows[i] = {name: vectors[j] for name, vectors in computed.items()}
             if cache is not None:
-                cache.put(keys[i], {"vector": v[None]})
+                cache.put(keys[i], {name: v[None] for name, v in rows[i].items()})
         if progress is not None:
             progress.advance(len(part))
     if progress is not None:
         progress.done(f"{len(keys) - len(todo)} from the cache" if cache is not None else "")
     if not keys:
-        return np.zeros((0, 0), dtype=np.float32)
-    return np.stack([rows[i] for i in range(len(keys))])
+        return {}
+    return {name: np.stack([rows[i][name] for i in range(len(keys))]) for name in rows[0]}

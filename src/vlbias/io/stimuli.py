@@ -121,10 +121,25 @@ def load_stimulus(path):
         # image categories are shared by many tests (one store per model); text sets are the test's own
         key = d.get("category") or f"{doc['id']}/{s}"
         sets[s] = StimulusSet(key=key, label=d["label"], category=d.get("category"), items=items)
+    _check_modalities(doc, sets, path)
     return Stimulus(
         id=doc["id"], name=doc["name"], suite=doc["suite"], level=doc.get("level"),
         source=doc.get("source"), path=str(path), **sets,
     )
+
+
+def _check_modalities(doc, sets, path):
+    """SEAT sets are texts; an iEAT test of ``level: image`` has image sets only, a ``cross-modal`` one both."""
+    texts = [s for s, st in sets.items() if st.items is not None]
+    images = [s for s in SETS if s not in texts]
+    if doc["suite"] == "seat" and images:
+        raise InputError(path, f"key '{images[0]}': a SEAT set lists its text `items` (image categories are iEAT's)")
+    level = doc.get("level")
+    if level == "image" and texts:
+        raise InputError(path, f"key '{texts[0]}': level 'image' takes image categories only (level 'cross-modal' "
+                               "mixes them with text sets)")
+    if level == "cross-modal" and not (texts and images):
+        raise InputError(path, "level 'cross-modal': expected image categories and text items among X, Y, A, B")
 
 
 def check_categories(stimulus, known, listed_in):

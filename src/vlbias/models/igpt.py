@@ -16,6 +16,8 @@ What each vector is (Steed & Caliskan 2021; their code, ryansteed/ieat ``ieat/ut
              by the first layer norm of block l + 1 and averaged over the n_px² positions. (The
              authors took ``hidden_states[l]`` and ``h[l+1].ln_1``; the paper: l = 20 of iGPT-L's 48.)
     logits   the next-pixel logits at the last position: (n_clusters,) per image
+Both kinds, and several layers, come from one pass (``output: [hidden, logits]``, ``layer: [10, 20]``):
+``encode_outputs`` returns them by name (``vlbias.models.plan.outputs``: ``layer10``, ``layer20``, ``logits``).
 
 Config entry keys (``adapter: igpt``):
     weights         the keys of vlbias.models.hf (``weights: random`` + ``seed`` + ``config``,
@@ -24,7 +26,7 @@ Config entry keys (``adapter: igpt``):
                     n_layer, n_head, n_positions = n_px², vocab_size = clusters + 1)
     layer           a layer index or a list of them, all computed in one pass (default 20);
                     0 <= l <= n_layer - 2
-    output          ``hidden`` (default) or ``logits``
+    output          ``hidden`` (default), ``logits``, or both: ``[hidden, logits]``
     clusters        the colour clusters: a ``.npy`` file (OpenAI's ``kmeans_centers.npy``), a
                     ``.json`` image processor configuration (its ``clusters``), or ``random``
                     (uniform in [-1, 1], from ``seed``; for random-weight models); default: the
@@ -51,6 +53,7 @@ from vlbias.errors import InputError
 from vlbias.images.decode import area_resize
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register, runtime
+from vlbias.models.plan import outputs
 from vlbias.models.hf import load_model
 
 log = logging.getLogger(__name__)
@@ -70,9 +73,10 @@ class StdLayerNorm(ImageGPTLayerNorm):
 class IGPTEncoder:
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
-        self.output = spec.get("output", "hidden")
-        if self.output not in OUTPUTS:
-            raise InputError(f"output '{self.output}'", f"must be one of {', '.join(OUTPUTS)}")
+        output = spec.get("output", "hidden")
+        self.kinds = output if isinstance(output, list) else [output]
+        if not self.kinds or not set(self.kinds) <= set(OUTPUTS) or len(set(self.kinds)) != len(self.kinds):
+            raise InputError(f"output {output!r}", f"must be one of {', '.join(OUTPUTS)}, or a list of them")
         self.norm = spec.get("norm", "std")
         if self.norm not in NORMS:
             raise InputError(f"norm '{self.norm}'", f"must be one of {', '.join(NORMS)}")
@@ -89,32 +93,34 @@ class IGPTEncoder:
                     module.__class__ = StdLayerNorm  # same parameters, the authors' formula
         self.clusters, clusters_source = _clusters(spec, model_dir, config.vocab_size - 1)
 
-        if self.output == "logits":
-            if "layer" in spec:
-                raise InputError("layer", "applies to `output: hidden` only; the logits come after the last layer")
-            self.layers, self.outputs, self.dim = [], ["logits"], config.vocab_size - 1
-        else:
+        if "hidden" in self.kinds:
             self.layers = _layers(spec.get("layer", 20), config.n_layer)
-            self.outputs, self.dim = [f"layer{l}" for l in self.layers], config.n_embd
+        elif "layer" in spec:
+            raise InputError("layer", "applies to `output: hidden` only; the logits come after the last layer")
+        else:
+            self.layers = []
+        self.outputs = outputs(spec)
+        self.dims = {name: config.vocab_size - 1 if name == "logits" else config.n_embd for name in self.outputs}
+        self.dim = self.dims[self.outputs[0]] if len(self.outputs) == 1 else None  # encode_images' (one output)
         self.info = {
             "adapter": "igpt",
             **source,
             "architecture": self.model.__class__.__name__,
             "config": spec.get("config") or None,
-            "output": self.output,
+            "output": output,
             "layers": self.layers or None,
             "norm": self.norm,
             "n_px": self.n_px,
             "clusters": clusters_source,
             "preprocess": f"square RGB shrunk to {self.n_px}x{self.n_px} (OpenCV INTER_AREA), x / 127.5 - 1, "
                           f"nearest of {len(self.clusters)} colour clusters",
-            "dim": self.dim,
+            "dim": self.dim or self.dims,
             "device": str(self.device),
             "dtype": "float32",
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         }
-        log.info("igpt: %s (%s weights), %s %s, norm %s, dim %d, on %s", self.info["model_id"], source["weights"],
-                 self.output, self.layers or "", self.norm, self.dim, self.device)
+        log.info("igpt: %s (%s weights), %s, norm %s, dim %s, on %s", self.info["model_id"], source["weights"],
+                 ", ".join(self.outputs), self.norm, self.info["dim"], self.device)
 
     def tokens(self, pixels):
         """int64 (n, n_px²) colour-cluster indices of uint8 (n, H, W, 3) square RGB images, row by row."""
@@ -136,7 +142,7 @@ class IGPTEncoder:
     def encode_outputs(self, pixels):
         """{output name: float32 (n, dim)} for uint8 (n, H, W, 3) square RGB images, one pass per batch."""
         pixels = self._check(pixels)
-        out = {name: np.empty((len(pixels), self.dim), dtype=np.float32) for name in self.outputs}
+        out = {name: np.empty((len(pixels), self.dims[name]), dtype=np.float32) for name in self.outputs}
         sos = self.model.config.vocab_size - 1
         with torch.inference_mode():
             for start in range(0, len(pixels), self.batch_size):
@@ -149,25 +155,23 @@ class IGPTEncoder:
     def encode_images(self, pixels):
         """float32 (n, dim) vectors of uint8 (n, H, W, 3) square RGB images (one configured output)."""
         if len(self.outputs) != 1:
-            raise InputError("layer", f"{len(self.outputs)} layers configured; encode_outputs returns them all")
+            raise InputError("layer", f"{len(self.outputs)} outputs configured ({', '.join(self.outputs)}); "
+                                      "encode_outputs returns them all")
         return self.encode_outputs(pixels)[self.outputs[0]]
 
     def _forward(self, context):
-        """One (b, dim) tensor per output, running only the blocks the outputs need."""
+        """One (b, dim) tensor per output (``self.outputs``' order), running only the blocks they need."""
         t = self.model.transformer
         positions = torch.arange(context.shape[1], device=self.device)
         h = t.wte(context) + t.wpe(positions)[None]
-        if self.output == "logits":
-            for block in t.h:
-                h = block(h)[0]
-            return [self.model.lm_head(t.ln_f(h[:, -1]))]
         pooled = []
-        for i in range(self.layers[-1] + 1):
+        for i, block in enumerate(t.h):  # h: the hidden states entering block i
             if i in self.layers:
                 pooled.append(t.h[i + 1].ln_1(h).mean(dim=1))
-            if i < self.layers[-1]:
-                h = t.h[i](h)[0]
-        return pooled
+            if "logits" not in self.kinds and i == self.layers[-1]:
+                return pooled
+            h = block(h)[0]
+        return pooled + [self.model.lm_head(t.ln_f(h[:, -1]))]
 
 
 def quantize(x, clusters):

@@ -84,7 +84,9 @@ def plot_suite_heatmap(rows, path, title, p="p"):
     limit = max(1.0, float(np.nanmax(np.abs(d)))) if np.isfinite(d).any() else 1.0
     norm = Normalize(-limit, limit)
 
-    fig = Figure(figsize=(1.6 + 1.05 * len(models), 1.3 + 0.32 * len(tests)), layout="constrained")
+    # room for the test names (about 0.065 in a character at 8 pt) beside the cells, however few the models
+    labels = 0.065 * max((len(str(names[t])) for t in tests), default=0)
+    fig = Figure(figsize=(labels + 1.6 + 1.05 * len(models), 1.3 + 0.32 * len(tests)), layout="constrained")
     ax = fig.add_subplot()
     ax.set_facecolor("0.93")  # cells without a result; white is d = 0
     image = ax.imshow(np.ma.masked_invalid(d), cmap="RdBu_r", norm=norm, aspect="auto")

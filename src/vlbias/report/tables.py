@@ -18,6 +18,13 @@ def read_published(path):
     return pd.read_csv(path, sep="\t", comment="#", dtype=str, keep_default_na=False)
 
 
+def published_as(published, paper):
+    """The published rows for every model of ``paper`` ({model: the published model whose printed numbers
+    its rows show}, e.g. {"igpt-l/layer20": "igpt"}): a recomputed column beside the published one."""
+    parts = [published[published["model"] == source].assign(model=model) for model, source in paper.items()]
+    return pd.concat(parts, ignore_index=True) if parts else published.iloc[:0]
+
+
 def assemble(rows, tests, models, published=None, table=None):
     """Order result rows by the table's tests, then models; add the Holm and Benjamini–Hochberg
     adjusted p (the family: one model's tests in this table, skipped tests left out) and the
@@ -89,6 +96,19 @@ def to_markdown(df, caption):
              "error. p Holm, p BH: p adjusted over the model's tests in this table (Holm: family-wise error; "
              "Benjamini–Hochberg: false discovery rate). * p < 0.05.")
     return "\n".join([*lines, "", note]) + "\n"
+
+
+def effects_grid(df):
+    """Tests (rows, by name, in order) x models (columns, in order): "d" with stars for p (*** < 0.001,
+    ** < 0.01, * < 0.05), "skipped" where the test was skipped, empty where there is no row."""
+    from vlbias.report.figures import stars  # (figures imports matplotlib: only when needed)
+
+    cells = {(r.test, r.model): f"{r.d:.2f}{stars(r.p)}" if r.status == "ok" else "skipped"
+             for r in df.itertuples(index=False)}
+    names = dict(zip(df["test"], df["name"]))
+    models = list(dict.fromkeys(df["model"]))
+    return pd.DataFrame([[name, *(cells.get((t, m), "") for m in models)] for t, name in names.items()],
+                        columns=["test", *models])
 
 
 def _int(x):

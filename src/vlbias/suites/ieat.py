@@ -1,8 +1,11 @@
 """The iEAT suite (Steed & Caliskan 2021): image stimuli → embedding stores.
 
-Two ways to a store ``results/embeddings/ieat/<model>.h5``, one group per image category:
+Three ways to a store ``results/embeddings/ieat/<model>.h5``, one group per image category:
 - the authors' published embeddings (CSV per category and model), fetched and checked;
-- embeddings computed here from the stimulus images with a registered image encoder.
+- embeddings computed here from the stimulus images with a registered image encoder; the text sets
+  of cross-modal tests (image targets with text attributes, or the reverse) with its text tower,
+  one group per set ("<test>/<X|Y|A|B>"), in the same joint space;
+- a user's own vectors (vlbias.io.vectors), keyed by "<category>/<file>" and by text.
 """
 
 import logging
@@ -11,11 +14,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vlbias.errors import FetchError
-from vlbias.io.cache import cached_vectors, digest
+from vlbias.errors import FetchError, InputError
+from vlbias.io.cache import cached_outputs, cached_vectors, digest
 from vlbias.io.fetch import fetch, read_manifest, sha256_file
 from vlbias.io.published import read_ieat_csv
-from vlbias.io.store import write_embeddings
+from vlbias.io.store import read_provenance, write_embeddings
 from vlbias.logs import Progress
 
 log = logging.getLogger(__name__)
@@ -69,14 +72,27 @@ def image_entries(manifest, source, mirror, cache):
     return entries
 
 
-def embed_image_store(images_h5, encoder, out, provenance, cache=None):
-    """Embed every category of an image store (see vlbias.images.store) with ``encoder``.
+def text_sets(stimuli):
+    """{store key: [texts]}: the text sets of ``stimuli`` (the words or sentences of cross-modal tests)."""
+    return {st.key: list(st.items) for s in stimuli for st in s.sets.values() if st.items is not None}
+
+
+def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=()):
+    """Embed every category of an image store (see vlbias.images.store) with ``encoder``, and the text
+    sets of ``stimuli`` (cross-modal tests) with its text tower (``encode_texts``), into one store.
 
     A category left without images keeps an empty (0, dim) set, so the test that uses it is
     recorded as skipped with the category's name rather than failing somewhere else. With
-    ``cache`` (a vlbias.io.cache.RecordCache of this encoder) an image whose pixels it has seen is
-    not embedded again.
+    ``cache`` (a vlbias.io.cache.RecordCache of this encoder) an image whose pixels, or a text, it
+    has seen is not embedded again. An encoder with several outputs (``encoder.outputs``: iGPT's
+    layers and logits from one pass) gives a group per output and category, "<output>/<category>"
+    (``output_store`` makes each output a store of its own).
     """
+    several = list(getattr(encoder, "outputs", []))
+    several = several if len(several) > 1 else []
+    texts = text_sets(stimuli)
+    if texts and (several or not hasattr(encoder, "encode_texts")):
+        raise InputError(f"adapter {encoder.info['adapter']}", f"has no text tower for the text sets {', '.join(texts)}")
     sets = {}
     with h5py.File(images_h5, "r") as f:
         keys = []
@@ -85,12 +101,45 @@ def embed_image_store(images_h5, encoder, out, provenance, cache=None):
         for key in sorted(keys):
             ids = [i.decode() if isinstance(i, bytes) else i for i in f[key]["ids"][()]]
             pixels = f[key]["pixels"][()]
-            if ids:
-                vectors = cached_vectors(cache, [digest(p) for p in pixels], lambda todo: encoder.encode_images(
-                    pixels[todo]))
+            digests = [digest(p) for p in pixels]
+            if several:
+                vectors = cached_outputs(cache, digests, lambda todo: encoder.encode_outputs(pixels[todo])) or {
+                    name: np.zeros((0, encoder.dims[name]), dtype=np.float32) for name in several}
+                sets |= {f"{name}/{key}": (vectors[name], ids) for name in several}
             else:
-                vectors = np.zeros((0, encoder.dim), dtype=np.float32)
-            sets[key] = (vectors, ids)
+                vectors = cached_vectors(cache, digests, lambda todo: encoder.encode_images(pixels[todo])) if ids \
+                    else np.zeros((0, encoder.dim), dtype=np.float32)
+                sets[key] = (vectors, ids)
             progress.advance(len(ids))
         progress.done(f"{cache.hits} from the cache" if cache is not None else "")
+    if texts:
+        items = list(dict.fromkeys(t for set_texts in texts.values() for t in set_texts))
+        vectors = cached_vectors(cache, [digest(t) for t in items], lambda todo: encoder.encode_texts(
+            [items[i] for i in todo]), Progress(len(items), "texts", log))
+        row = {t: i for i, t in enumerate(items)}
+        sets |= {key: (vectors[[row[t] for t in set_texts]], set_texts) for key, set_texts in texts.items()}
     write_embeddings(out, sets, {**encoder.info, **provenance, "n": {k: len(v[1]) for k, v in sets.items()}})
+
+
+def output_store(store, output, out):
+    """Write output ``output``'s groups ("<output>/<key>") of a several-output store as the store ``out``."""
+    with h5py.File(store, "r") as f:
+        if output not in f:
+            raise InputError(store, f"no output '{output}' (it holds: {', '.join(sorted(f))})")
+        keys = []
+        f[output].visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Group)
+                             and "vectors" in obj else None)
+        sets = {key: (f[output][key]["vectors"][()], [i.decode() if isinstance(i, bytes) else i
+                                                      for i in f[output][key]["ids"][()]]) for key in keys}
+    provenance = read_provenance(store)
+    if isinstance(provenance.get("dim"), dict):  # the several outputs' dimensions
+        provenance["dim"] = provenance["dim"].get(output)
+    write_embeddings(out, sets, {**provenance, "output": output, "n": {k: len(v[1]) for k, v in sets.items()}})
+
+
+def image_files(manifest):
+    """{category: [file, ...]} of an image manifest, files sorted (the image store's order)."""
+    files = {}
+    for r in read_manifest(manifest):
+        files.setdefault(r["category"], []).append(r["file"])
+    return {category: sorted(names) for category, names in files.items()}

@@ -1,0 +1,223 @@
+"""A user's own embeddings (``source: vectors``): one vector per stimulus id, from CSV, NPY or HDF5.
+
+Stimulus ids: an iEAT image is ``<category>/<file>`` (``insect-flower/flower/rose.jpg``, as the image
+manifest lists it); a text stimulus (a SEAT word or sentence, a text set of a cross-modal test) is
+the text itself.
+
+Formats (by the file's suffix, or ``format``):
+    csv    UTF-8, comma-separated, a header line whose first column is ``id``; then one line per
+           stimulus: its id and its ``dim`` numbers (the other header names are free)
+    npy    a numeric array (n, dim), no pickles; its ids in a UTF-8 text file (``ids``), one per
+           line in the array's row order
+    hdf5   (``.h5``, ``.hdf5``) datasets ``ids`` (n,) strings and ``vectors`` (n, dim) at the root
+
+    vectors = read_vectors("mine.csv")            # or read_vectors("mine.npy", ids="mine.ids.txt")
+    vectors.lookup(["insect-flower/flower/rose.jpg"], "set insect-flower/flower")   # float64 (1, dim)
+    vectors.provenance                            # the files with their sha256, format, n, dim
+
+Every problem is an InputError naming the file and the id (and the line or row): an id given
+twice, a value that is not a number, NaN or inf, a zero vector (its cosine is undefined), a row of
+another length, a dimension other than the configured ``dim``, and (``lookup``) a stimulus the file
+has no vector for.
+"""
+
+import csv
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vlbias.errors import InputError
+from vlbias.io.fetch import sha256_file
+from vlbias.io.store import write_embeddings
+
+FORMATS = {".csv": "csv", ".npy": "npy", ".h5": "hdf5", ".hdf5": "hdf5"}
+SHOWN = 5  # ids named in one error message
+
+
+def _some(items):
+    items = list(items)
+    shown = ", ".join(f"'{i}'" for i in items[:SHOWN])
+    return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+class UserVectors:
+    """Validated vectors keyed by stimulus id (built by ``read_vectors``)."""
+
+    def __init__(self, path, ids, vectors, where, provenance):
+        self.path, self.ids, self.vectors, self.provenance = Path(path), ids, vectors, provenance
+        self.dim = vectors.shape[1]
+        self.row = {}
+        for i, stimulus in enumerate(ids):
+            if not stimulus:
+                raise InputError(self.path, f"{where(i)}: empty id")
+            if stimulus in self.row:
+                raise InputError(self.path, f"id '{stimulus}' is given twice ({where(self.row[stimulus])} and "
+                                            f"{where(i)})")
+            self.row[stimulus] = i
+        bad = ~np.isfinite(vectors).all(axis=1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InputError(self.path, f"id '{ids[i]}' ({where(i)}): NaN or inf in its vector"
+                                        + (f" (and {int(bad.sum()) - 1} more ids)" if bad.sum() > 1 else ""))
+        zero = ~vectors.any(axis=1)
+        if zero.any():
+            i = int(np.flatnonzero(zero)[0])
+            raise InputError(self.path, f"id '{ids[i]}' ({where(i)}): a zero vector (its cosine with any other is "
+                                        "undefined)")
+
+    def __len__(self):
+        return len(self.ids)
+
+    def lookup(self, ids, what):
+        """float64 (len(ids), dim): the vectors of ``ids`` in order; an id the file lacks is an
+        InputError naming the file, the ids and ``what`` needs them (e.g. "set insect-flower/flower")."""
+        missing = [i for i in ids if i not in self.row]
+        if missing:
+            raise InputError(self.path, f"no vector for {len(missing)} stimulus id(s) of {what}: {_some(missing)}")
+        return self.vectors[[self.row[i] for i in ids]] if ids else np.zeros((0, self.dim))
+
+
+def read_vectors(path, ids=None, format=None, dim=None):
+    """The vectors in ``path`` (``ids``: the ids file of an NPY array), validated (module docstring).
+
+    ``format``: csv | npy | hdf5 (default: from the suffix); ``dim``: the dimension the vectors must
+    have (default: any, the same for all).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "vectors file not found")
+    format = format or FORMATS.get(path.suffix.lower())
+    if format not in FORMATS.values():
+        raise InputError(path, f"unknown vectors format (give `format`: csv, npy or hdf5; or name the file "
+                               f"{', '.join(FORMATS)})")
+    if (ids is not None) != (format == "npy"):
+        raise InputError(path, "an .npy array needs its ids file (`ids`)" if format == "npy"
+                         else f"`ids` is for .npy arrays only; a {format} file holds its ids")
+    provenance = {"vectors_file": str(path), "vectors_sha256": sha256_file(path), "format": format}
+    if format == "csv":
+        names, vectors, where = _read_csv(path)
+    elif format == "npy":
+        names, vectors, where = _read_npy(path, Path(ids))
+        provenance |= {"ids_file": str(ids), "ids_sha256": sha256_file(ids)}
+    else:
+        names, vectors, where = _read_hdf5(path)
+    if len(names) == 0:
+        raise InputError(path, "no vectors")
+    if dim is not None and vectors.shape[1] != dim:
+        raise InputError(path, f"vectors of dimension {vectors.shape[1]}, but the entry's `dim` is {dim}")
+    return UserVectors(path, names, vectors, where, provenance | {"n": len(names), "dim": vectors.shape[1]})
+
+
+def _read_csv(path):
+    """(ids, float64 (n, dim), line of row i) from a CSV file of ``id,<dim numbers>`` lines."""
+    ids, rows, lines = [], [], []
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if not header or header[0].strip() != "id" or len(header) < 2:
+                raise InputError(path, "line 1: expected a header `id,<component>,...` (the first column `id`, "
+                                       "then one column per dimension)")
+            dim = len(header) - 1
+            for row in reader:
+                line = reader.line_num
+                if not row or row == [""]:
+                    continue
+                stimulus = row[0]
+                if len(row) != dim + 1:
+                    raise InputError(path, f"line {line} (id '{stimulus}'): {len(row) - 1} values, expected {dim} "
+                                           "(the header's)")
+                try:
+                    rows.append(np.array(row[1:], dtype=np.float64))
+                except ValueError:
+                    bad = next(v for v in row[1:] if not _is_number(v))
+                    raise InputError(path, f"line {line} (id '{stimulus}'): '{bad}' is not a number") from None
+                ids.append(stimulus)
+                lines.append(line)
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x}); save the file as UTF-8") from None
+    except csv.Error as e:
+        raise InputError(path, f"not a readable CSV file ({e})") from None
+    vectors = np.stack(rows) if rows else np.zeros((0, dim))
+    return ids, vectors, lambda i: f"line {lines[i]}"
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _numeric_2d(path, array, what):
+    if array.ndim != 2 or not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+        raise InputError(path, f"{what}: expected a numeric array (n, dim), got {array.dtype} {array.shape}")
+    return array.astype(np.float64)
+
+
+def _read_npy(path, ids_path):
+    """(ids, float64 (n, dim), row of row i) from an .npy array and its ids file."""
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise InputError(path, f"not a readable .npy array without pickled objects ({e})") from None
+    vectors = _numeric_2d(path, array, "the array")
+    if not ids_path.is_file():
+        raise InputError(ids_path, "ids file not found")
+    try:
+        ids = ids_path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        raise InputError(ids_path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x})") from None
+    while ids and not ids[-1]:  # a trailing newline
+        ids.pop()
+    if len(ids) != len(vectors):
+        raise InputError(ids_path, f"{len(ids)} ids for the {len(vectors)} rows of {path}")
+    return ids, vectors, lambda i: f"row {i + 1}"
+
+
+def _read_hdf5(path):
+    """(ids, float64 (n, dim), row of row i) from an HDF5 file's ``ids`` and ``vectors`` datasets."""
+    try:
+        with h5py.File(path, "r") as f:
+            missing = [k for k in ("ids", "vectors") if not isinstance(f.get(k), h5py.Dataset)]
+            if missing:
+                raise InputError(path, f"no dataset {' or '.join(missing)} at the root (expected `ids` (n,) strings "
+                                       "and `vectors` (n, dim))")
+            raw_ids, array = f["ids"][()], f["vectors"][()]
+    except OSError as e:
+        raise InputError(path, f"not a readable HDF5 file ({e})") from None
+    vectors = _numeric_2d(path, np.asarray(array), "dataset `vectors`")
+    raw_ids = np.asarray(raw_ids)
+    if raw_ids.ndim != 1 or raw_ids.dtype.kind not in "OSU":
+        raise InputError(path, f"dataset `ids`: expected (n,) strings, got {raw_ids.dtype} {raw_ids.shape}")
+    ids = [i.decode("utf-8") if isinstance(i, bytes) else str(i) for i in raw_ids]
+    if len(ids) != len(vectors):
+        raise InputError(path, f"{len(ids)} ids for {len(vectors)} vectors")
+    return ids, vectors, lambda i: f"row {i + 1}"
+
+
+def stimulus_sets(stimuli, images=None):
+    """{store key: (vector-file ids, store ids)} of every set of ``stimuli`` (vlbias.io.stimuli.Stimulus):
+    an image category, each image ``images`` ({category: [file, ...]}, e.g. the image manifest's) lists
+    for it, keyed "<category>/<file>" (stored as the file, as in image stores); a text set, its items."""
+    sets = {}
+    for stimulus in stimuli:
+        for st in stimulus.sets.values():
+            if st.items is not None:
+                sets[st.key] = (list(st.items), list(st.items))
+            else:
+                files = (images or {}).get(st.category)
+                if files is None:
+                    raise InputError(stimulus.path, f"image category '{st.category}' is listed in no image manifest")
+                sets[st.key] = ([f"{st.category}/{f}" for f in files], list(files))
+    return sets
+
+
+def vectors_store(vectors, sets, out, provenance):
+    """Write the embedding store ``out`` (vlbias.io.store) of ``sets`` ({key: (lookup ids, stored ids)}:
+    the ids the file keys the set's stimuli by, and the ids the store lists) from ``vectors``."""
+    data = {key: (vectors.lookup(list(lookup), f"set '{key}'"), list(stored)) for key, (lookup, stored) in sets.items()}
+    write_embeddings(out, data, {**provenance, **vectors.provenance, "weights": "user vectors",
+                                 "n": {k: len(v[1]) for k, v in data.items()}})
