@@ -36,14 +36,30 @@ include: "workflow/rules/grounded.smk"
 include: "workflow/rules/regions.smk"
 include: "workflow/rules/mlm.smk"
 include: "workflow/rules/grounded_tests.smk"
+include: "workflow/rules/report.smk"
+
+
+# on a cluster (profiles/slurm) these run on the submitting node: they download, and compute nodes
+# often have no network
+localrules:
+    grounded_images,
+    ieat_images,
+    ieat_published_embeddings,
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     input:
-        ieat_targets(),
-        seat_targets(),
-        grounded_targets(),
-        regions_targets(),
-        mlm_targets(),
-        grounded_tests_targets(),
+        # while only a report is written: what exists (report.smk)
+        existing(
+            ieat_targets()
+            + seat_targets()
+            + grounded_targets()
+            + regions_targets()
+            + mlm_targets()
+            + grounded_tests_targets()
+            + report_targets()
+        ),
     default_target: True

@@ -32,6 +32,21 @@ def test_the_shipped_config_is_valid_and_gets_the_schema_defaults():
     assert config["grounded"]["images"]["download"]["workers"] == 8
 
 
+@pytest.mark.parametrize("ci,expected", [
+    ({}, {"level": 0.95, "n_boot": 10_000, "seed": 0, "method": "bca"}),  # each key's default
+    ({"level": 0.9, "method": "percentile"}, {"level": 0.9, "n_boot": 10_000, "seed": 0, "method": "percentile"}),
+    (None, None),  # no interval
+])
+def test_the_interval_settings_get_their_defaults(ci, expected):
+    config = copy.deepcopy(CONFIG)
+    config["stats"]["ci"] = ci
+    check_config(config, SCHEMA, root=REPO)
+    assert config["stats"]["ci"] == expected
+    del config["stats"]["ci"]
+    check_config(config, SCHEMA, root=REPO)
+    assert config["stats"]["ci"] is None  # left out: off
+
+
 @pytest.mark.parametrize("change,expected", [
     # a misspelt adapter key used to be ignored silently (mean pooling used)...
     (lambda c: c["seat"]["models"]["minilm"].update(poolng="cls"),
@@ -55,6 +70,9 @@ def test_the_shipped_config_is_valid_and_gets_the_schema_defaults():
      "key 'ieat/models/igpt/fil': unknown key (did you mean 'file'?)"),
     (lambda c: c["stats"].update(n_sample=10),
      "key 'stats/n_sample': unknown key (did you mean 'n_samples'?)"),
+    (lambda c: c["stats"]["ci"].update(level=95), "key 'stats/ci/level': 95 is greater than or equal to"),
+    (lambda c: c["stats"]["ci"].update(method="bootstrap"), "key 'stats/ci/method': 'bootstrap' is not one of"),
+    (lambda c: c["stats"]["ci"].update(nboot=10), "key 'stats/ci/nboot': unknown key (did you mean 'n_boot'?)"),
 ])
 def test_a_mistake_is_named_by_its_key(change, expected):
     found = problems(change)

@@ -299,10 +299,11 @@ def test_table7_counts_significant_tests_per_group():
 
 DETECTOR = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 2, "max_boxes": 4,
             "conf": 0.5, "min_size": 32, "max_size": 48, "batch_size": 4, "device": "cpu"}
-TABLES = ([f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex")]
+TABLES = ([f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex", "html")]
           + [f"results/grounded/{protocol}table{n}.{ext}" for protocol in ("", "paper/") for n in (3, 4, 5, 6, 7)
-             for ext in ("csv", "md", "tex")]
+             for ext in ("csv", "md", "tex", "html")]
           + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+FIGURES = ["results/grounded/heatmap.png", "results/grounded/published.png"]
 # a few printed cells of the toy tests, in the transcription's format (resources/published/grounded_tables.tsv)
 PRINTED = """table	half	test	label	experiment	level	mask	model	dataset	quantity	value	significant
 table3	Gender	toy-a	Toy A	1	W		VisualBERT	google	d	0.57	
@@ -391,7 +392,7 @@ def project(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("grounded_tables")
     tiny_project(root)
-    snakemake(root, *TABLES)
+    snakemake(root, *TABLES, *FIGURES)
     return root
 
 
@@ -399,10 +400,17 @@ def project(tmp_path_factory):
 def test_the_full_table_set_is_built(project):
     for target in TABLES:
         assert (project / target).stat().st_size > 0, target
+    for figure in FIGURES:
+        with Image.open(project / figure) as png:
+            assert png.format == "PNG" and png.size[0] > 300, figure
+    assert "2 beside a printed d" in (project / "results/logs/grounded_figures.log").read_text()
     t3 = pd.read_csv(project / "results/grounded/table3.csv", dtype=str, keep_default_na=False)
     assert list(t3["test"]) == ["Toy toy-a"] * 3 + ["Toy toy-b"] * 3 and list(t3["level"]) == ["W", "S", "C"] * 2
     for column in ("VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"):  # all four of the paper's models
         assert all(v not in ("", NA) for v in t3[f"{column} d"]), column
+    page = (project / "results/grounded/table3.html").read_text()  # the report's page: the paper's layout
+    assert "<caption>Experiment 1 on Google Images" in page and '<th colspan="4">' not in page
+    assert page.count("<tr>") == 1 + 6 and "<td>Toy toy-a</td>" in page
     t5 = pd.read_csv(project / "results/grounded/table5.csv", dtype=str, keep_default_na=False)
     assert list(t5.loc[t5["mask"] == "I", "VisualBERT d"]) == [NA, NA]
     for column in ("ViLBERT", "LXMERT", "VL-BERT"):  # pre-trained with masked regions: T and I

@@ -74,7 +74,7 @@ def test_tables_and_figures_are_built(project):
     out = project / "results/mlm"
     for model in ("vlbert", "visualbert", "lxmert"):
         for table in ("scores", "bias", "contradictions", "entities"):
-            assert all((out / model / f"{table}.{ext}").stat().st_size for ext in ("csv", "md", "tex"))
+            assert all((out / model / f"{table}.{ext}").stat().st_size for ext in ("csv", "md", "tex", "html"))
         for figure in ("figure2", "figure3", "figure4", "figure5a", "figure5b"):
             with Image.open(out / model / f"{figure}.png") as im:
                 assert im.format == "PNG"
@@ -89,6 +89,8 @@ def test_tables_and_figures_are_built(project):
     assert len(entities) == 40
     np.testing.assert_allclose(entities["B_L_diff"], entities["B_L"] - entities["B_L_ref"], atol=1e-12)
     assert "n/a" in (out / "lxmert/scores.md").read_text()
+    page = (out / "lxmert/scores.html").read_text()  # the report's page: the Markdown's rounded cells
+    assert "<caption>Association scores S(E, g) of the case study" in page and "<td class=\"num\">n/a</td>" in page
     contra = (out / "lxmert/contradictions.md").read_text()
     assert "of 4 images: P_VL(contrast | person, I) > P_VL(entity | person, I)" in contra
 

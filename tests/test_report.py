@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars
-from vlbias.report.grounded import paper_table
+from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars, suite_rows
+from vlbias.report.grounded import figure_rows, paper_table
 from vlbias.report.html import figure_html, layout_html, page_html, results_table_html, write_page
-from vlbias.report.tables import assemble, effects_grid, published_as
+from vlbias.report.tables import assemble, effects_grid, published_as, to_markdown, write_tables
 
 
 class Cells(HTMLParser):
@@ -201,3 +201,76 @@ def test_page_in_a_headless_browser(browser, tmp_path):
         assert png.size == (1000, 900)
         # the page is not blank: the figure's colours are in the screenshot
         assert len(png.convert("RGB").getcolors(1 << 20)) > 50
+
+
+# --- Markdown and any table as HTML ----------------------------------------------------------------
+
+def test_markdown_shows_the_interval_and_the_adjusted_p():
+    df = table().assign(ci_method="bca")
+    md = to_markdown(df, "Table <1>").splitlines()
+    assert md[2] == ("| Test | Model | X | Y | A | B | n_t | n_a | d [95 % CI] | p | p Holm | p BH | d (paper) "
+                     "| p (paper) |")
+    # family m1: p = 0.01, 0.0004 → Holm 2·0.0004 and max(0.0008, 0.01); BH 2·0.0004/1, 2·0.01/2
+    assert md[4] == ("| Test <One> | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 0.62 [0.10, 1.05] "
+                     "| 0.0100* | 0.0100* | 0.0100* | 0.60 | <1e-2 |")
+    assert md[6] == ("| Test Two | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 1.21 [0.50, 1.60] "
+                     "| 0.0004* | 0.0008* | 0.0008* | 1.10 | <1e-3 |")
+    assert md[7].endswith("| – | skipped: no stimuli left in X (x) |  |  |  |  |")
+    assert "its 95 % BCa bootstrap confidence interval" in md[-1] and "Benjamini–Hochberg" in md[-1]
+    plain = to_markdown(assemble([{k: v for k, v in r.items() if not k.startswith(("d_", "ci_"))} for r in ROWS],
+                                 ["t1", "t2"], ["m1", "m2"]), "plain").splitlines()
+    assert plain[2] == "| Test | Model | X | Y | A | B | n_t | n_a | d | p | p Holm | p BH |"
+    assert "| 0.62 | 0.0100* |" in plain[4] and "interval" not in plain[-1]
+
+
+def test_any_table_as_a_page(tmp_path):
+    df = pd.DataFrame({"entity": ["purse", "tie <x>"], "S": ["0.123", "n/a"], "n": [3, 1], "note": ["a", "1b"]})
+    write_tables(df, "Scores & more", html=tmp_path / "t.html", note="n/a: no images")
+    page = (tmp_path / "t.html").read_text()
+    assert Cells(page).rows == [["entity", "S", "n", "note"], ["purse", "0.123", "3", "a"], ["tie <x>", "n/a", "1", "1b"]]
+    # numbers right-aligned, numbers as text (rounded) too; text left; everything escaped
+    assert '<td>purse</td><td class="num">0.123</td><td class="num">3</td><td>a</td>' in page
+    assert "<td>tie &lt;x&gt;</td>" in page and '<td class="num">n/a</td>' in page
+    assert "<caption>Scores &amp; more</caption>" in page and "<h1>" not in page  # the caption is the heading
+    assert '<p class="vlbias-note">n/a: no images</p>' in page
+
+
+def test_suite_rows_keep_a_test_twice_on_one_model_apart():
+    first = pd.DataFrame({"test": ["t1", "t2"], "model": ["m", "m"], "d": [0.1, 0.2]})
+    second = pd.DataFrame({"test": ["t1", "t3"], "model": ["m", "n"], "d": [0.3, 0.4]})
+    rows = suite_rows({"a": first, "b": second})
+    assert list(zip(rows["table"], rows["test"], rows["model"])) == [
+        ("a", "t1", "m (a)"), ("a", "t2", "m"), ("b", "t1", "m (b)"), ("b", "t3", "n")]
+
+
+def test_grounded_figure_rows():
+    def result(test, model, experiment, level, mask, d, dataset="google"):
+        return {"dataset": dataset, "test": test, "name": test.upper(), "model": model.lower(), "column": model,
+                "experiment": experiment, "level": level, "mask": mask, "status": "ok", "d": d, "p": 0.2}
+
+    rows = [result("t1", "VisualBERT", "1", "S", "none", 0.3), result("t1", "LXMERT", "1", "W", "none", 0.4),
+            result("t1", "LXMERT", "2", "W", "none", 0.5), result("t1", "LXMERT", "3-masked", "S", "I", 0.6),
+            result("t2", "LXMERT", "3-masked", "S", "T", 0.7)]
+    cells = [("table3", "t1", "1", "W", "", "d", "0.41"),
+             ("table3", "t1", "1", "W", "", "d", "0.41"),  # printed twice (ABW in both halves)
+             ("table4", "t1", "2", "W", "", "d", "-0"),
+             ("table5", "t1", "3-masked", "S", "I", "d", "0.55"),
+             ("table5", "t2", "3-masked", "S", "T", "d", "–"),  # a dash: no number
+             ("table7", "", "1", "S", "", "count", "1")]  # a count, not an effect size
+    printed = [{"table": t, "test": test, "experiment": e, "level": lv, "mask": m, "model": "LXMERT",
+                "dataset": "google", "quantity": q, "value": v} for t, test, e, lv, m, q, v in cells]
+    heatmap, published = figure_rows(rows, printed)
+    assert list(zip(heatmap["name"], heatmap["model"], heatmap["d"])) == [("T1 S", "VisualBERT", 0.3),
+                                                                         ("T1 W", "LXMERT", 0.4)]
+    assert sorted(zip(published["table"], published["d"], published["d_paper"])) == [
+        ("table3", 0.4, 0.41), ("table4", 0.5, 0.0), ("table5", 0.6, 0.55)]
+    assert list(published["table"]) == ["table3", "table4", "table5"]
+    assert set(published["model"]) == {"LXMERT"} and set(published["name"]) == {"T1 W", "T1 S I"}
+    # Table 3's layout: a row per test and level, in the levels' order; columns in the tables' order
+    more = [result("t1", "LXMERT", "1", "S", "none", 0.2), result("t2", "LXMERT", "1", "W", "none", 0.1)]
+    heatmap, _ = figure_rows(rows + more, columns=["LXMERT", "VisualBERT"], levels=["W", "S"])
+    assert list(zip(heatmap["test"], heatmap["model"])) == [("t1 W", "LXMERT"), ("t1 S", "LXMERT"), ("t2 W", "LXMERT"),
+                                                            ("t1 S", "VisualBERT")]
+    # two datasets: the heatmap's columns name theirs
+    heatmap, _ = figure_rows(rows + [result("t1", "LXMERT", "1", "W", "none", 0.1, dataset="coco")])
+    assert list(heatmap["model"]) == ["VisualBERT (google)", "LXMERT (google)", "LXMERT (coco)"]

@@ -90,7 +90,7 @@ def make_project(root):
         "mirror": "mirror", "cache": "results/cache",
         "sources": {"ieat": {"repo": "ryansteed/ieat", "commit": COMMIT, "mirror_name": "ieat"},
                     "grounded": {"repo": "x/y", "commit": COMMIT, "mirror_name": "grounded"}},
-        "stats": {"n_samples": 1000, "exact": "auto", "seed": 0},
+        "stats": {"n_samples": 1000, "exact": "auto", "seed": 0, "ci": {"n_boot": 1000}},
         "ieat": {
             "stimuli": "resources/stimuli/ieat",
             "images": {"manifest": "resources/manifests/images.tsv", "size": 32, "crop": "center"},
@@ -148,8 +148,13 @@ def test_tables_are_built(project):
     assert pub.model_id == "toy" and pub.revision == "r1"
     assert clip.weights == "random-init"
     assert t1.iloc[0].d_paper == 1.0
+    # the interval of stats: ci (BCa, 1000 replicates, the schema's defaults filled in), the adjusted p
+    assert (t1.d_low < t1.d).all() and (t1.d < t1.d_high).all()
+    assert (t1.ci_level == 0.95).all() and (t1.ci_method == "bca").all() and (t1.ci_n_boot == 1000).all()
+    assert (t1.p_holm == t1.p).all()  # a family of one test per model
     md = (project / "results/ieat/t1.md").read_text()
     assert "Flower-Insect" in md and "| pub |" in md
+    assert "| d [95 % CI] | p | p Holm | p BH |" in md and f"{pub.d:.2f} [{pub.d_low:.2f}, {pub.d_high:.2f}]" in md
 
 
 def test_missing_inputs_are_listed_next_to_the_table(project):
@@ -181,10 +186,10 @@ def edit(path, old, new):
 def test_editing_one_stimulus_reruns_only_its_jobs(project):
     # (Snakemake reruns on changed content: a bare touch with the same content reruns nothing)
     edit(project / "resources/stimuli/ieat/insect-flower.yaml", "label: Pleasant", "label: Pleasant images")
-    assert planned_jobs(project) == {"ieat_table": 1, "all": 1}
+    assert planned_jobs(project) == {"ieat_table": 1, "ieat_figures": 1, "all": 1}  # the figures read the table
     snakemake(project)
     edit(project / "resources/stimuli/seat/weat-toy.yaml", "- joy", "- delight")
-    assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "all": 1}
+    assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "seat_figures": 1, "all": 1}
     snakemake(project)
     assert planned_jobs(project) == {}
     # the encoder's job reran, but only the new word met the model: the rest came from its cache
@@ -318,3 +323,48 @@ def test_a_hard_kill_then_the_readme_command_recovers(tmp_path):
     assert "left by an interrupted run" in rerun.stderr
     assert not part.exists() and not list((tmp_path / "results").rglob("*.part"))
     assert (tmp_path / "results/ieat/specificity.csv").exists() and planned_jobs(tmp_path) == {}
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def report(root, path):
+    proc = snakemake(root, "--report", str(path))
+    assert path.is_file(), proc.stderr[-3000:]
+    return proc
+
+
+# the Snakemake report is a single-page app: a reader opens a suite, then a table or a figure
+OPEN = """
+await click("{category}");
+await click("{subcategory}");
+const row = await until(() => find("{label}"));
+row.closest("tr").querySelector("a").click();
+await until(() => document.querySelector("#app iframe, #app img[src^='data:image']"));
+await sleep(500);
+"""
+
+
+def test_report_shows_each_table_and_figure(project, browser, tmp_path):
+    report(project, tmp_path / "report.html")
+    t1 = pd.read_csv(project / "results/ieat/t1.csv").set_index("model")
+    seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "table.png",
+                          script=OPEN.format(category="iEAT", subcategory="Tables", label="t1"))
+    [frame] = seen.frames
+    assert frame["visible"] and frame["width"] > 300
+    # the table's caption and a cell: d with its star and its interval, the Holm-adjusted p
+    assert frame["text"].startswith("toy\n") and "Flower-Insect" in frame["text"]
+    pub = t1.loc["pub"]
+    assert f"{pub.d:.2f}*\n[{pub.d_low:.2f}, {pub.d_high:.2f}]" in frame["text"]
+    seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "heatmap.png",
+                          script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)"))
+    [figure] = [i for i in seen.images if i["src"].startswith("data:image/png")]
+    assert figure["loaded"] and figure["visible"] and figure["width"] > 200
+
+
+def test_report_of_a_partial_run_shows_what_exists(tmp_path):
+    make_project(tmp_path)
+    snakemake(tmp_path, "results/ieat/t2.csv")
+    report(tmp_path, tmp_path / "report.html")
+    html = (tmp_path / "report.html").read_text()
+    assert "results/ieat/t2.html" in html
+    assert "results/ieat/t1.html" not in html and "results/seat/minilm/table.html" not in html

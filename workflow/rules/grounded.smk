@@ -40,7 +40,7 @@ def grounded_targets():
         return []
     targets = expand("results/images/grounded/{dataset}/{name}.tsv", dataset=GROUNDED_DATASETS,
                      name=["manifest", "failures", "summary"])
-    return targets + expand("results/grounded/table1.{ext}", ext=["csv", "md", "tex"])
+    return targets + expand("results/grounded/table1.{ext}", ext=["csv", "md", "tex", "html"])
 
 
 rule grounded_images:
@@ -81,13 +81,11 @@ rule grounded_table1:
         summaries=expand("results/images/grounded/{dataset}/summary.tsv", dataset=GROUNDED_DATASETS),
         published=GROUNDED.get("table1", {}).get("published", []),
     output:
-        csv=report(
-            "results/grounded/table1.csv",
-            caption="../report/grounded_table1.rst",
-            category="Grounded",
-        ),
+        csv="results/grounded/table1.csv",
         md="results/grounded/table1.md",
         tex="results/grounded/table1.tex",
+        html=report("results/grounded/table1.html", caption="../report/grounded_table1.rst", category="Grounded",
+                    subcategory="Tables", labels={"table": "table1"}),
     log:
         "results/logs/grounded_table1.log",
     params:

@@ -20,7 +20,7 @@ GROUNDED_COLUMNS = GROUNDED_EXPERIMENTS.get("columns", ["VisualBERT", "ViLBERT",
 # {name: {switch: value}}; the config check has resolved each already
 PROTOCOLS = {name: resolve(spec) for name, spec in GROUNDED.get("protocols", {"paper": "paper"}).items()}
 MAIN_PROTOCOL = GROUNDED.get("protocol", next(iter(PROTOCOLS)))
-TABLE_EXTS = ["csv", "md", "tex", "rows.csv", "missing.tsv"]
+TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
 
 
 def grounded_stimulus(dataset, test):
@@ -161,9 +161,11 @@ rule grounded_table:
         missing=lambda w: grounded_table_spec(w.target)["missing"],
         published=GROUNDED.get("published", []),
     output:
-        csv=report("results/grounded/{target}.csv", caption="../report/grounded_tables.rst", category="Grounded"),
+        csv="results/grounded/{target}.csv",
         md="results/grounded/{target}.md",
         tex="results/grounded/{target}.tex",
+        html=report("results/grounded/{target}.html", caption="../report/grounded_tables.rst", category="Grounded",
+                    subcategory="Tables", labels={"table": "{target}"}),
         rows="results/grounded/{target}.rows.csv",
         missing="results/grounded/{target}.missing.tsv",
     log:

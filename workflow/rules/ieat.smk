@@ -5,7 +5,7 @@
 
 
 def ieat_targets():
-    targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "missing.tsv"])
+    targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "html", "missing.tsv"])
     if IEAT["specificity"]["models"]:
         targets.append("results/ieat/specificity.csv")
     if IEAT["build_images"]:
@@ -119,13 +119,15 @@ rule ieat_table:
         published=IEAT["published"],
         images=lambda w: sorted(set(image_stores(IEAT_TABLES[w.table]["models"]).values())),
     output:
-        csv=report(
-            "results/ieat/{table}.csv",
+        csv="results/ieat/{table}.csv",
+        md="results/ieat/{table}.md",
+        html=report(
+            "results/ieat/{table}.html",
             caption="../report/ieat_table.rst",
             category="iEAT",
-            subcategory="{table}",
+            subcategory="Tables",
+            labels={"table": "{table}"},
         ),
-        md="results/ieat/{table}.md",
         missing="results/ieat/{table}.missing.tsv",
     log:
         "results/logs/ieat_table/{table}.log",
@@ -137,6 +139,7 @@ rule ieat_table:
         image_stores=lambda w: image_stores(IEAT_TABLES[w.table]["models"]),
         paper=lambda w: {m: paper_name(m) for m in IEAT_TABLES[w.table]["models"]},
         stats=stats_params(),
+        ci=STATS["ci"],
     script:
         "../scripts/ieat_table.py"
 

@@ -36,7 +36,7 @@ def mlm_logprobs_input(wildcards):
 
 
 def mlm_outputs(model):
-    return (expand("results/mlm/{model}/{table}.{ext}", model=model, table=MLM_TABLES, ext=["csv", "md", "tex"])
+    return (expand("results/mlm/{model}/{table}.{ext}", model=model, table=MLM_TABLES, ext=["csv", "md", "tex", "html"])
             + expand("results/mlm/{model}/{figure}.png", model=model, figure=MLM_FIGURES)
             + [f"results/mlm/logprobs/{model}.images.tsv"])
 
@@ -87,11 +87,11 @@ rule mlm_report:
         logprobs="results/mlm/logprobs/{model}.tsv",
         reference=f"results/mlm/logprobs/{MLM_REFERENCE}.tsv",
     output:
-        **{f"{t}_{ext}": f"results/mlm/{{model}}/{t}.{ext}" for t in MLM_TABLES for ext in ["md", "tex"]},
-        scores_csv=mlm_report_output("scores.csv", "mlm_scores.rst"),
-        bias_csv=mlm_report_output("bias.csv", "mlm_bias.rst"),
-        contradictions_csv=mlm_report_output("contradictions.csv", "mlm_contradictions.rst"),
-        entities_csv=mlm_report_output("entities.csv", "mlm_entities.rst"),
+        **{f"{t}_{ext}": f"results/mlm/{{model}}/{t}.{ext}" for t in MLM_TABLES for ext in ["csv", "md", "tex"]},
+        scores_html=mlm_report_output("scores.html", "mlm_scores.rst"),
+        bias_html=mlm_report_output("bias.html", "mlm_bias.rst"),
+        contradictions_html=mlm_report_output("contradictions.html", "mlm_contradictions.rst"),
+        entities_html=mlm_report_output("entities.html", "mlm_entities.rst"),
         figure2=mlm_report_output("figure2.png", "mlm_figure2.rst"),
         figure3=mlm_report_output("figure3.png", "mlm_figure3.rst"),
         figure4=mlm_report_output("figure4.png", "mlm_figure4.rst"),

@@ -4,7 +4,7 @@
 
 
 def seat_targets():
-    return expand("results/seat/{model}/table.{ext}", model=SEAT["models"], ext=["csv", "md"])
+    return expand("results/seat/{model}/table.{ext}", model=SEAT["models"], ext=["csv", "md", "html"])
 
 
 rule seat_embed:
@@ -51,18 +51,21 @@ rule seat_table:
         store="results/embeddings/seat/{model}.h5",
         stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
     output:
-        csv=report(
-            "results/seat/{model}/table.csv",
+        csv="results/seat/{model}/table.csv",
+        md="results/seat/{model}/table.md",
+        html=report(
+            "results/seat/{model}/table.html",
             caption="../report/seat_table.rst",
             category="SEAT",
-            subcategory="{model}",
+            subcategory="Tables",
+            labels={"model": "{model}"},
         ),
-        md="results/seat/{model}/table.md",
     log:
         "results/logs/seat_table/{model}.log",
     threads: 2
     params:
         stats=stats_params(),
+        ci=STATS["ci"],
         caption=lambda w: f"Word- and sentence-level WEAT/SEAT (May et al. 2019) on {w.model}",
     script:
         "../scripts/seat_table.py"

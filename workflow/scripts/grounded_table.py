@@ -6,6 +6,7 @@ import pandas as pd
 from vlbias.io.atomic import atomic_path
 from vlbias.logs import setup_logging
 from vlbias.report.grounded import CAPTIONS, paper_table, read_printed, write_layout
+from vlbias.report.html import layout_html, write_page
 from vlbias.suites.grounded.jobs import MISSING_COLUMNS, RESULT_COLUMNS
 
 
@@ -28,7 +29,9 @@ tests = {t for group in spec["groups"].values() for t in group}
 rows = pd.concat([read(p) for p in snakemake.input.results] or [pd.DataFrame(columns=RESULT_COLUMNS)],
                  ignore_index=True)
 rows = rows[rows["test"].isin(tests)]  # an experiment job covers every table's tests of its dataset
-write_layout(paper_table(spec, rows.to_dict("records"), printed), csv=out.csv, md=out.md, tex=out.tex)
+layout = paper_table(spec, rows.to_dict("records"), printed)
+write_layout(layout, csv=out.csv, md=out.md, tex=out.tex)
+write_page(out.html, layout.caption, [layout_html(layout)], heading=False)
 left_out = pd.concat([missing(p) for p in snakemake.input.missing] or [pd.DataFrame(columns=MISSING_COLUMNS)],
                      ignore_index=True)
 left_out = left_out[left_out["test"].isin(tests)].reindex(columns=["dataset", "model", *MISSING_COLUMNS])

@@ -14,7 +14,8 @@ for column in ("listed", "obtained", "duplicates", "paper"):
     df[column] = pd.array([int(v) if v != "" else None for v in df[column]], dtype="Int64")
 write_tables(df, "Number of images per bias test (Ross et al. 2021, Table 1): listed upstream, obtained here, "
                  "duplicated content, and the paper's number",
-             csv=snakemake.output.csv, md=snakemake.output.md, tex=snakemake.output.tex, label="tab:grounded-table1",
+             csv=snakemake.output.csv, md=snakemake.output.md, tex=snakemake.output.tex,
+             html=snakemake.output.html, label="tab:grounded-table1",
              note="listed: images the upstream URL lists name; obtained: images that arrived and decode; "
                   "duplicates: obtained images whose content an earlier image of the same test has. "
                   "Datasets not configured here show the paper's number only.")

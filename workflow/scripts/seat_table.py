@@ -6,5 +6,7 @@ from vlbias.report.tables import assemble, write_table
 setup_logging(snakemake.log[0])
 p, model = snakemake.params, snakemake.wildcards.model
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
-rows = run_tests(stimuli, {model: snakemake.input.store}, threads=snakemake.threads, **p.stats)
-write_table(assemble(rows, [s.id for s in stimuli], [model]), snakemake.output.csv, snakemake.output.md, p.caption)
+rows = run_tests(stimuli, {model: snakemake.input.store}, threads=snakemake.threads, ci=p.ci,
+                 **p.stats)
+write_table(assemble(rows, [s.id for s in stimuli], [model]), snakemake.output.csv, snakemake.output.md, p.caption,
+            snakemake.output.html)

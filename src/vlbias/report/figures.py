@@ -1,6 +1,7 @@
 """Figures of the association tests' results tables (rows of vlbias.associate, as assembled by
 vlbias.report.tables.assemble).
 
+    rows = suite_rows({"table1": df1, "table2": df2})                  # one suite's tables as one
     plot_suite_heatmap(rows, "heatmap.png", "iEAT")                     # tests × models, d, stars
     plot_published_vs_reproduced(rows, "published.png", "iEAT")        # d_paper against d per table
 
@@ -41,6 +42,16 @@ def _numeric(series):
 
 def _ok(rows):
     return rows["status"].astype(str) == "ok"
+
+
+def suite_rows(tables):
+    """The rows of one suite's results tables ({table name: DataFrame}) as one DataFrame for its
+    figures, each row with its table's name in column ``table``. A (test, model) in several tables
+    (the same test on the same model twice) is named "<model> (<table>)", so each keeps its cell."""
+    rows = pd.concat([df.assign(table=name) for name, df in tables.items()], ignore_index=True)
+    twice = rows.duplicated(["test", "model"], keep=False)
+    rows.loc[twice, "model"] = rows.loc[twice, "model"].astype(str) + " (" + rows.loc[twice, "table"] + ")"
+    return rows
 
 
 def plot_suite_heatmap(rows, path, title, p="p"):

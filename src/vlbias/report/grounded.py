@@ -426,3 +426,39 @@ def comparison(printed, protocols, alpha=0.05, groups=None):
             rec |= {f"{name} d": float(r["d"]) if ok else "", f"{name} p": float(r["p"]) if ok else ""}
         records.append(rec)
     return pd.DataFrame(records)
+
+
+# -- the suite's figures (vlbias.report.figures) -------------------------------------------------
+
+def figure_rows(rows, printed=None, columns=(), levels=()):
+    """Experiment result rows (vlbias.suites.grounded.jobs.RESULT_COLUMNS) as the rows of the suite
+    figures. ``heatmap``: the unmasked experiment-1 results in Table 3's layout, a row (``test``,
+    ``name``) per test and level ("Toy toy-a W"), a column (``model``) per table column (with the
+    dataset when there are several); tests in their order of appearance, levels in the order of
+    ``levels`` and columns of ``columns`` (the tables'; others after them). ``published``: every
+    result the paper prints an effect size for (``read_printed``), ``d_paper`` the printed number and
+    ``table`` the paper's table it is in (its dashes left out), sorted by table. Returns (heatmap,
+    published) DataFrames."""
+    df = pd.DataFrame(rows, columns=None if rows else ["dataset", "test", "name", "column", "experiment", "level",
+                                                        "mask", "status", "d", "p"])
+    df = df.astype({"mask": str, "experiment": str}).assign(mask=lambda x: x["mask"].replace({"none": ""}))
+    rank = {"column": {c: i for i, c in enumerate(columns)}, "level": {lv: i for i, lv in enumerate(levels)},
+            "test": {t: i for i, t in enumerate(dict.fromkeys(df["test"]))}}
+    df = df.sort_values(["column", "test", "level"], kind="stable",
+                        key=lambda s: s.map(rank[s.name]).fillna(len(rank[s.name])))
+    several = df["dataset"].nunique() > 1
+    unmasked = df[(df["experiment"] == "1") & (df["mask"] == "")]
+    heatmap = unmasked.assign(test=unmasked["test"] + " " + unmasked["level"],
+                              name=unmasked["name"] + " " + unmasked["level"],
+                              model=unmasked["column"] + ((" (" + unmasked["dataset"] + ")") if several else ""))
+    if printed is None:
+        return heatmap, df.iloc[:0].assign(table="", d_paper=np.nan)
+    paper = pd.DataFrame(printed)
+    paper = paper[(paper["quantity"] == "d") & ~paper["value"].isin(DASHES)]
+    paper = paper.assign(d_paper=pd.to_numeric(paper["value"]), mask=paper["mask"].fillna(""), column=paper["model"])
+    paper = paper.drop_duplicates(["table", "test", "experiment", "level", "mask", "column", "dataset"])
+    keys = ["test", "experiment", "level", "mask", "column", "dataset"]
+    published = df.merge(paper[[*keys, "table", "d_paper"]], on=keys).sort_values("table", kind="stable")
+    name = published["name"] + " " + published["level"] + " " + published["mask"]
+    published = published.assign(model=published["column"], name=name.str.strip())
+    return heatmap, published

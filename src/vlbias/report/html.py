@@ -2,6 +2,7 @@
 
     results_table_html(rows, caption)        # rows of report.tables.assemble, in the papers' layout
     layout_html(layout)                      # a grounded paper-layout table (report.grounded.Layout)
+    table_html(df, caption)                  # any table, a row per row of the DataFrame
     figure_html("heatmap.png", caption)      # an inline figure
     write_page("report/ieat.html", "iEAT", [table, figure, ...])    # one standalone page
 
@@ -136,19 +137,44 @@ def layout_html(layout):
     return "\n".join(out) + f'\n<p class="vlbias-note">{_e(note)}</p>\n'
 
 
+def _numbers(column):
+    """Whether a column holds numbers, as numbers or as text (rounded for display; "n/a", "–" and
+    empty cells aside)."""
+    if pd.api.types.is_numeric_dtype(column):
+        return True
+    text = column.astype(str).str.strip()
+    text = text[~text.isin(["", "n/a", "–", "nan", "<NA>"])]
+    return len(text) > 0 and pd.to_numeric(text, errors="coerce").notna().all()
+
+
+def table_html(df, caption, note=""):
+    """Any table (a DataFrame) as HTML: a header row of its columns, a row per row; numbers
+    right-aligned, missing values empty."""
+    numeric = [_numbers(df[c]) for c in df.columns]
+    out = ['<table class="vlbias">', f"<caption>{_e(caption)}</caption>", "<thead>",
+           "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in df.columns) + "</tr>", "</thead>", "<tbody>"]
+    for row in df.itertuples(index=False):
+        out.append("<tr>" + "".join(f'<td class="num">{_e(v)}</td>' if num else f"<td>{_e(v)}</td>"
+                                    for v, num in zip(row, numeric)) + "</tr>")
+    out += ["</tbody>", "</table>"]
+    return "\n".join(out) + "\n" + (f'<p class="vlbias-note">{_e(note)}</p>\n' if note else "")
+
+
 def figure_html(src, caption, alt=None):
     """An inline figure: the image at ``src`` (a path relative to the page) with its caption."""
     return (f'<figure><img src="{_e(src)}" alt="{_e(alt or caption)}">'
             f"<figcaption>{_e(caption)}</figcaption></figure>\n")
 
 
-def page_html(title, parts):
-    """A standalone HTML page: ``title`` as heading, then the HTML ``parts`` in order."""
+def page_html(title, parts, heading=True):
+    """A standalone HTML page: ``title`` (as heading too, unless ``heading`` is false: a page of one
+    captioned table), then the HTML ``parts`` in order."""
+    h1 = f"<h1>{_e(title)}</h1>\n" if heading else ""
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{_e(title)}</title>\n'
-            f"<style>{CSS}</style>\n</head>\n<body>\n<h1>{_e(title)}</h1>\n" + "".join(parts) + "</body>\n</html>\n")
+            f"<style>{CSS}</style>\n</head>\n<body>\n{h1}" + "".join(parts) + "</body>\n</html>\n")
 
 
-def write_page(path, title, parts):
-    """Write ``page_html(title, parts)`` to ``path`` atomically."""
+def write_page(path, title, parts, heading=True):
+    """Write ``page_html(title, parts, heading)`` to ``path`` atomically."""
     with atomic_path(path) as tmp:
-        tmp.write_text(page_html(title, parts), encoding="utf-8")
+        tmp.write_text(page_html(title, parts, heading), encoding="utf-8")

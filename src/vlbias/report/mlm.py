@@ -39,10 +39,10 @@ def _rounded(df, digits):
     return out
 
 
-def write_scored_table(df, caption, *, csv, md, tex, label=None, note="", digits=3):
-    """CSV with full precision; Markdown and LaTeX with ``digits`` significant digits."""
+def write_scored_table(df, caption, *, csv, md, tex, html=None, label=None, note="", digits=3):
+    """CSV with full precision; Markdown, LaTeX and HTML with ``digits`` significant digits."""
     write_tables(df, caption, csv=csv, label=label, note=note)
-    write_tables(_rounded(df, digits), caption, md=md, tex=tex, label=label, note=note)
+    write_tables(_rounded(df, digits), caption, md=md, tex=tex, html=html, label=label, note=note)
 
 
 def plot_association(scores, source, path, title):
@@ -102,8 +102,8 @@ def write_report(vl_df, ref_df, case_study, entities, model, reference, out):
     (vlbias.mlm.scores.QUERY_COLUMNS) of the model and of the text-only reference.
 
     ``model``, ``reference``: {"name", "model_id", "revision"} for captions; ``out``: output paths keyed
-    <table>_{csv,md,tex} (scores, bias, contradictions, entities) and figure2, figure3, figure4,
-    figure5a, figure5b. Returns the four tables.
+    <table>_{csv,md,tex} and optionally <table>_html (scores, bias, contradictions, entities) and
+    figure2, figure3, figure4, figure5a, figure5b. Returns the four tables.
     """
     vl, ref = LogProbs(vl_df, case_study.id, model["name"]), LogProbs(ref_df, case_study.id, reference["name"])
     scores = association_scores(vl, ref, case_study)
@@ -116,7 +116,7 @@ def write_report(vl_df, ref_df, case_study, entities, model, reference, out):
 
     def tables(name, df, caption, note):
         write_scored_table(df, caption, csv=out[f"{name}_csv"], md=out[f"{name}_md"], tex=out[f"{name}_tex"],
-                           label=f"tab:mlm-{name}", note=note)
+                           html=out.get(f"{name}_html"), label=f"tab:mlm-{name}", note=note)
 
     tables("scores", scores, f"Association scores S(E, g) of the case study: {who}", NOTE)
     tables("bias", biases, f"Bias scores B(E) = S(E, female) - S(E, male) of the case study: {who}",

@@ -41,32 +41,61 @@ def assemble(rows, tests, models, published=None, table=None):
     return df
 
 
-def _fmt_p(p, se, exact):
-    if isinstance(p, float) and math.isnan(p):
+def _missing(x):
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _fmt_p(p, se=None, exact=True):
+    if _missing(p):
         return ""
     text = f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
     star = "*" if p < 0.05 else ""
     return f"{text}{star}" if exact else f"{text} ± {se:.4f}{star}"
 
 
+_METHOD = {"bca": "BCa", "percentile": "percentile"}
+
+
+def _ci_level(df):
+    """How the table's intervals are headed ("95 % CI"; "CI" when their levels differ: see column
+    ci_level), or None when it has none."""
+    if "d_low" not in df or pd.to_numeric(df["d_low"], errors="coerce").isna().all():
+        return None
+    levels = set(pd.to_numeric(df["ci_level"], errors="coerce").dropna())
+    return f"{100 * levels.pop():g} % CI" if len(levels) == 1 else "CI"
+
+
 def to_markdown(df, caption):
-    """A readable Markdown table: effect sizes to 2 decimals (the papers' precision), p with
-    its Monte-Carlo error when sampled, p < 0.05 starred; skipped tests say why."""
-    head = ["Test", "Model", "X", "Y", "A", "B", "n_t", "n_a", "d", "p"]
+    """A readable Markdown table: effect sizes to 2 decimals (the papers' precision) with their
+    confidence interval when computed, p with its Monte-Carlo error when sampled, the Holm and
+    Benjamini–Hochberg adjusted p; p < 0.05 starred; skipped tests say why."""
+    ci = _ci_level(df)
+    head = ["Test", "Model", "X", "Y", "A", "B", "n_t", "n_a", "d" if ci is None else f"d [{ci}]", "p", "p Holm",
+            "p BH"]
     has_paper = "d_paper" in df.columns
     if has_paper:
         head += ["d (paper)", "p (paper)"]
     lines = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in df.itertuples(index=False):
         ok = r.status == "ok"
-        cells = [r.name, r.model, r.X, r.Y, r.A, r.B, _int(r.n_t), _int(r.n_a),
-                 f"{r.d:.2f}" if ok else "–", _fmt_p(r.p, r.p_se, r.exact) if ok else r.status]
+        d = f"{r.d:.2f}" if ok else "–"
+        if ok and ci is not None and not _missing(r.d_low):
+            d += f" [{r.d_low:.2f}, {r.d_high:.2f}]"
+        cells = [r.name, r.model, r.X, r.Y, r.A, r.B, _int(r.n_t), _int(r.n_a), d,
+                 _fmt_p(r.p, r.p_se, r.exact) if ok else r.status, _fmt_p(r.p_holm), _fmt_p(r.p_bh)]
         if has_paper:
             cells += [r.d_paper, r.p_paper]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    lines += ["", "d: effect size (sample std, ddof=1). p: one-sided permutation p; "
-              "exact over all partitions, or sampled with its Monte-Carlo standard error. * p < 0.05."]
-    return "\n".join(lines) + "\n"
+    methods = set(df["ci_method"].dropna())
+    method = _METHOD.get(methods.pop(), "") if len(methods) == 1 else ""
+    note = "d: effect size (sample std, ddof=1)" + (
+        "." if ci is None else
+        f"; in brackets its {ci.removesuffix('CI')}{method + ' ' if method else ''}bootstrap confidence interval "
+        "(stimuli resampled within each set).")
+    note += (" p: one-sided permutation p; exact over all partitions, or sampled with its Monte-Carlo standard "
+             "error. p Holm, p BH: p adjusted over the model's tests in this table (Holm: family-wise error; "
+             "Benjamini–Hochberg: false discovery rate). * p < 0.05.")
+    return "\n".join([*lines, "", note]) + "\n"
 
 
 def effects_grid(df):
@@ -83,14 +112,26 @@ def effects_grid(df):
 
 
 def _int(x):
-    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else int(x)
+    return "" if _missing(x) else int(x)
 
 
-def write_table(df, csv_path, md_path, caption):
+def write_table(df, csv_path, md_path, caption, html_path=None):
+    """A results table (``assemble``) as CSV, Markdown and, with ``html_path``, a page of its HTML
+    table in the papers' layout (vlbias.report.html.results_table_html)."""
     with atomic_path(csv_path) as tmp:
         df.to_csv(tmp, index=False)
     with atomic_path(md_path) as tmp:
         tmp.write_text(to_markdown(df, caption), encoding="utf-8")
+    if html_path:
+        html = _html()
+        html.write_page(html_path, caption, [html.results_table_html(df, caption)], heading=False)
+
+
+def _html():
+    # imported when writing: vlbias.report.html imports report.grounded, which imports this module
+    from vlbias.report import html
+
+    return html
 
 
 def missing_inputs(stimuli, image_status, models):
@@ -146,8 +187,9 @@ def latex_table(df, caption, label=None, note=""):
     return "\n".join(lines + [r"\end{table}"]) + "\n"
 
 
-def write_tables(df, caption, *, csv=None, md=None, tex=None, label=None, note=""):
-    """Write ``df`` atomically as CSV, Markdown and/or LaTeX (whichever paths are given)."""
+def write_tables(df, caption, *, csv=None, md=None, tex=None, html=None, label=None, note=""):
+    """Write ``df`` atomically as CSV, Markdown, LaTeX and/or a page of its HTML table (whichever
+    paths are given)."""
     if csv:
         with atomic_path(csv) as tmp:
             df.to_csv(tmp, index=False)
@@ -157,3 +199,6 @@ def write_tables(df, caption, *, csv=None, md=None, tex=None, label=None, note="
     if tex:
         with atomic_path(tex) as tmp:
             tmp.write_text(latex_table(df, caption, label, note), encoding="utf-8")
+    if html:
+        pages = _html()
+        pages.write_page(html, caption, [pages.table_html(df, caption, note)], heading=False)

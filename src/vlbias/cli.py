@@ -1,0 +1,319 @@
+"""The command line: one association test, the models and tests of a config, a results table, the
+workflow (locally or on SLURM).
+
+    vlbias run resources/stimuli/seat/weat1.yaml --model minilm        # one test, one model: a table row
+    vlbias run resources/stimuli/ieat/age.yaml --model igpt --format md
+    vlbias run my-test.yaml --store my-embeddings.h5                   # vectors in an embedding store
+    vlbias list models | tests | tables                                # what config/config.yaml holds
+    vlbias show table1                                                 # a results table, as Markdown
+    vlbias workflow --slurm -- --jobs 50                               # snakemake --profile profiles/slurm
+
+Paths are relative to the working directory, as the workflow's: run it in the repository (or a
+project laid out like it: config/, resources/, results/). ``run`` uses the workflow's engine
+(vlbias.associate.run_test) and settings (the config's ``stats``, flags override them) and gives
+the columns of the workflow's tables (vlbias.report.tables.TABLE_COLUMNS).
+"""
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from vlbias.errors import InputError
+
+CONFIG = "config/config.yaml"
+SCHEMA = "workflow/schemas/config.schema.yaml"
+SECTIONS = ("ieat", "seat", "grounded", "mlm")  # config sections with models
+SLURM_PLUGIN = "snakemake_executor_plugin_slurm"
+
+
+class UsageError(Exception):
+    """A command given what it cannot use; the message says what to do instead."""
+
+
+# --- the config -------------------------------------------------------------------------------------
+
+
+def load_config(path):
+    """The config at ``path``, checked as the workflow checks it (defaults filled in)."""
+    from vlbias.config import check_config
+
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such config (run in the repository, or give --config)") from None
+    except yaml.YAMLError as e:
+        raise InputError(path, f"not valid YAML: {e}") from None
+    # the workflow's schema: in the working directory's workflow/, else the repository's beside src/
+    schemas = [Path(SCHEMA), Path(__file__).resolve().parents[2] / SCHEMA]
+    schema = next((s for s in schemas if s.is_file()), None)
+    if schema is None:
+        raise UsageError(f"no {SCHEMA} here or beside the vlbias package: run in the repository")
+    return check_config(config, schema)
+
+
+def models(config):
+    """[(section, name, entry)] of every configured model, section by section."""
+    return [(section, name, spec) for section in SECTIONS
+            for name, spec in ((config.get(section) or {}).get("models") or {}).items()]
+
+
+def find_model(config, name, suite):
+    """(section, entry) of model ``name``: the stimulus's own suite first, then any section."""
+    found = [(section, spec) for section, n, spec in models(config) if n == name]
+    if not found:
+        known = sorted({n for _, n, _ in models(config)})
+        raise UsageError(f"no model '{name}' in the config; configured: {', '.join(known)}")
+    return next(((s, spec) for s, spec in found if s == suite), found[0])
+
+
+# --- run: one test ----------------------------------------------------------------------------------
+
+
+def model_store(config, section, name, spec, stimulus, workdir):
+    """The embedding store holding ``stimulus``'s vectors on model ``name``.
+
+    Text stimuli are encoded here by the model's adapter (through the workflow's content-keyed cache,
+    so a text the workflow encoded is not encoded again); image categories come from the store the
+    workflow builds for the model (results/embeddings/<section>/<name>.h5).
+    """
+    if all(s.items is not None for s in stimulus.sets.values()):
+        if "adapter" not in spec:
+            raise UsageError(f"model '{name}' ({section}) has no adapter to encode text stimuli")
+        from vlbias.io.cache import RecordCache, fingerprint
+        from vlbias.models import build
+        from vlbias.suites.seat import embed_stimuli
+
+        encoder = build(spec)
+        store = Path(workdir) / f"{name}.h5"
+        provenance = {k: spec[k] for k in ("model_id", "revision") if spec.get(k)}
+        with RecordCache(Path(config["cache"], "embeddings", fingerprint(encoder.info))) as cache:
+            embed_stimuli([stimulus], encoder, store, provenance, cache)
+        return store
+    store = Path("results/embeddings", section, f"{name}.h5")
+    if not store.is_file():
+        raise UsageError(f"{stimulus.path} has image sets: their vectors on '{name}' come from the workflow's "
+                         f"store {store}, not built yet (snakemake --cores all {store})")
+    return store
+
+
+def run(args):
+    from vlbias.associate import run_test
+    from vlbias.io.stimuli import load_stimulus
+    from vlbias.report.tables import assemble
+
+    stimulus = load_stimulus(args.stimulus)
+    config = load_config(args.config) if args.model or args.config_given else None
+    stats = dict(config["stats"]) if config else {"n_samples": 100_000, "exact": "auto", "seed": 0, "ci": None}
+    for key in ("n_samples", "exact", "seed"):
+        if getattr(args, key) is not None:
+            stats[key] = getattr(args, key)
+    ci = stats.pop("ci", None)
+    if args.no_ci:
+        ci = None
+    elif args.ci or any(getattr(args, f"ci_{k}") is not None for k in ("level", "n_boot", "seed", "method")):
+        ci = {"level": 0.95, "n_boot": 10_000, "seed": 0, "method": "bca", **(ci or {})}
+        ci |= {k: getattr(args, f"ci_{k}") for k in ("level", "n_boot", "seed", "method")
+               if getattr(args, f"ci_{k}") is not None}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.store:
+            store, model = Path(args.store), args.name or Path(args.store).stem
+            if not store.is_file():
+                raise UsageError(f"{store}: no such embedding store")
+        else:
+            section, spec = find_model(config, args.model, stimulus.suite)
+            store, model = model_store(config, section, args.model, spec, stimulus, tmp), args.model
+        row = run_test(stimulus, store, model, ci=ci, **stats)
+    table = assemble([row], [stimulus.id], [model])
+    if args.format == "csv":
+        text = table.to_csv(index=False)
+    elif args.format == "json":
+        text = table.to_json(orient="records", indent=2) + "\n"
+    else:
+        from vlbias.report.tables import to_markdown
+
+        text = to_markdown(table, f"{stimulus.name} on {model}")
+    write(text, args.output)
+    return 0 if row["status"] == "ok" else 1
+
+
+def write(text, output):
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from vlbias.io.atomic import atomic_path
+
+    with atomic_path(output) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+# --- list, show -------------------------------------------------------------------------------------
+
+
+def list_(args):
+    config = load_config(args.config)
+    lines = []
+    if args.what == "models":
+        for section, name, spec in models(config):
+            kind = spec.get("adapter") or f"source {spec.get('source')}"
+            lines.append(f"{section}\t{name}\t{kind}\t{spec.get('model_id', '')}")
+    elif args.what == "tests":
+        for section in ("ieat", "seat"):
+            folder = Path(config[section]["stimuli"])
+            lines += [f"{section}\t{p.stem}\t{p}" for p in sorted(folder.glob("*.yaml"))]
+        grounded = config.get("grounded") or {}
+        folder = Path(grounded.get("stimuli", "resources/stimuli/grounded"))
+        if grounded:
+            lines += [f"grounded/{p.parent.name}\t{p.stem}\t{p}" for p in sorted(folder.glob("*/*.yaml"))]
+    else:
+        for name, spec in config["ieat"]["tables"].items():
+            lines.append(f"ieat\t{name}\tresults/ieat/{name}.csv\t{spec['caption']}")
+        for name in config["seat"]["models"]:
+            lines.append(f"seat\t{name}\tresults/seat/{name}/table.csv\tWEAT/SEAT on {name}")
+        from vlbias.report.grounded import CAPTIONS
+
+        for name, spec in ((config.get("grounded") or {}).get("tables") or {}).items():
+            caption = spec.get("caption") or CAPTIONS.get(name, "")
+            lines.append(f"grounded\t{name}\tresults/grounded/{name}.csv\t{caption}")
+    write("".join(line + "\n" for line in lines), None)
+    return 0
+
+
+def table_path(name, config):
+    """A results table by path, or by its name in the config (an iEAT table, a SEAT model, a
+    grounded table): (CSV path, caption)."""
+    if Path(name).suffix == ".csv":
+        return Path(name), Path(name).stem
+    ieat, grounded = config["ieat"]["tables"], (config.get("grounded") or {}).get("tables") or {}
+    if name in ieat:
+        return Path(f"results/ieat/{name}.csv"), ieat[name]["caption"]
+    if name in config["seat"]["models"]:
+        return Path(f"results/seat/{name}/table.csv"), f"Word- and sentence-level WEAT/SEAT on {name}"
+    if name in grounded:
+        from vlbias.report.grounded import CAPTIONS
+
+        return Path(f"results/grounded/{name}.csv"), grounded[name].get("caption") or CAPTIONS.get(name, name)
+    known = [*ieat, *config["seat"]["models"], *grounded]
+    raise UsageError(f"no table '{name}': give a CSV path or one of {', '.join(known)}")
+
+
+def show(args):
+    import pandas as pd
+
+    from vlbias.associate import COLUMNS
+    from vlbias.report.tables import TABLE_COLUMNS, markdown_table, to_markdown
+
+    path, caption = table_path(args.table, load_config(args.config) if Path(args.table).suffix != ".csv" else {})
+    if not path.is_file():
+        raise UsageError(f"{path}: not built yet (snakemake --cores all {path})")
+    printed = {"d_paper": str, "p_paper": str}  # the paper's values, as printed
+    df = pd.read_csv(path, dtype=printed)
+    df = df.fillna({c: "" for c in printed if c in df})
+    if args.format == "csv":
+        text = df.to_csv(index=False)
+    elif set(COLUMNS) <= set(df.columns):  # an association table: the workflow's Markdown
+        text = to_markdown(df.reindex(columns=[*TABLE_COLUMNS, *(c for c in df if c not in TABLE_COLUMNS)]),
+                           caption)
+    else:
+        text = markdown_table(df, caption)
+    write(text, None)
+    return 0
+
+
+# --- workflow ---------------------------------------------------------------------------------------
+
+
+def workflow(args):
+    profile = []
+    if args.slurm:
+        if importlib.util.find_spec(SLURM_PLUGIN) is None:
+            raise UsageError("the SLURM profile needs Snakemake's SLURM executor plugin, which is not installed: "
+                             "pip install -e '.[slurm]' (snakemake-executor-plugin-slurm); without it snakemake "
+                             "stops at \"invalid choice: 'slurm'\"")
+        profile = ["--profile", "profiles/slurm"]
+    snakemake_args = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    return subprocess.run([sys.executable, "-m", "snakemake", *profile, *snakemake_args], check=False).returncode
+
+
+# --- the parser -------------------------------------------------------------------------------------
+
+
+def parser():
+    top = argparse.ArgumentParser(prog="vlbias", description=__doc__.split("\n\n")[0],
+                                  epilog="vlbias <command> --help: the command's options")
+    top.add_argument("--version", action="version", version=f"%(prog)s {__import__('vlbias').__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="command")
+
+    def config_option(p):
+        p.add_argument("--config", default=CONFIG, help=f"the workflow config (default {CONFIG})")
+
+    p = sub.add_parser("run", help="one association test on one model: a row of the workflow's tables",
+                       description="Effect size d and permutation p (and, with --ci or stats: ci in the "
+                                   "config, d's bootstrap interval) of one stimulus file on one model.")
+    p.add_argument("stimulus", help="a stimulus file (resources/stimuli/<suite>/<id>.yaml or your own)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="a model entry of the config (text stimuli are encoded by its adapter; "
+                                       "image stimuli read the workflow's store of the model)")
+    which.add_argument("--store", help="an embedding store (HDF5, vlbias.io.store) holding the stimulus's sets")
+    p.add_argument("--name", help="the model's name in the row (with --store; default: the file's stem)")
+    p.add_argument("--config", help=f"the workflow config: its stats settings, its models (default {CONFIG})")
+    p.add_argument("--n-samples", type=int, help="permutation partitions (default: the config's, else 100000)")
+    p.add_argument("--exact", choices=["auto", "true", "false"], help="enumerate all partitions (default auto)")
+    p.add_argument("--seed", type=int, help="seed of the sampled partitions")
+    ci = p.add_mutually_exclusive_group()
+    ci.add_argument("--ci", action="store_true", help="add d's bootstrap confidence interval")
+    ci.add_argument("--no-ci", action="store_true", help="no interval, whatever the config says")
+    p.add_argument("--ci-level", type=float, help="the interval's level (0.95)")
+    p.add_argument("--ci-n-boot", type=int, help="bootstrap replicates (10000)")
+    p.add_argument("--ci-seed", type=int, help="the bootstrap's seed (0)")
+    p.add_argument("--ci-method", choices=["bca", "percentile"], help="the interval (bca)")
+    p.add_argument("--format", choices=["csv", "md", "json"], default="csv", help="output format (csv)")
+    p.add_argument("-o", "--output", help="write here instead of the standard output")
+    p.set_defaults(func=run)
+
+    p = sub.add_parser("list", help="the models, tests or tables of a config",
+                       description="Tab-separated: models (section, name, adapter or source, model id), "
+                                   "tests (suite, id, stimulus file) or tables (suite, name, CSV, caption).")
+    p.add_argument("what", choices=["models", "tests", "tables"])
+    config_option(p)
+    p.set_defaults(func=list_)
+
+    p = sub.add_parser("show", help="a results table, as Markdown",
+                       description="Print a results table the workflow built, by its name in the config "
+                                   "(an iEAT table, a SEAT model, a grounded table) or its CSV path.")
+    p.add_argument("table", help="a table name (e.g. table1, minilm) or a CSV path")
+    p.add_argument("--format", choices=["md", "csv"], default="md")
+    config_option(p)
+    p.set_defaults(func=show)
+
+    p = sub.add_parser("workflow", help="run the workflow (snakemake), locally or on SLURM",
+                       description="snakemake in the working directory (the repository), with "
+                                   "--profile profiles/slurm when --slurm is given; arguments after -- go "
+                                   "to snakemake.")
+    p.add_argument("--slurm", action="store_true", help="on a SLURM cluster (needs pip install -e '.[slurm]')")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="arguments for snakemake (after --)")
+    p.set_defaults(func=workflow)
+    return top
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    if args.command == "run":
+        args.config_given = args.config is not None
+        args.config = args.config or CONFIG
+        if args.exact is not None:
+            args.exact = {"true": True, "false": False}.get(args.exact, args.exact)
+    try:
+        return args.func(args)
+    except (UsageError, InputError) as e:
+        print(f"vlbias {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

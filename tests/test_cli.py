@@ -1,0 +1,121 @@
+"""The command line (vlbias.cli), as a user runs it: `python -m vlbias ...` in a project directory."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pandas as pd
+import pytest
+from conftest import REPO
+from test_workflow import make_project, snakemake
+
+from vlbias.report.tables import TABLE_COLUMNS
+
+pytestmark = pytest.mark.workflow  # runs the real Snakefile for the tables it compares with
+
+
+def vlbias(cwd, *args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "vlbias", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    make_project(root)
+    snakemake(root, "results/ieat/t2.csv", "results/seat/minilm/table.csv")
+    return root
+
+
+def test_help_everywhere(tmp_path):
+    top = vlbias(tmp_path, "--help")
+    assert top.returncode == 0 and all(c in top.stdout for c in ("run", "list", "show", "workflow"))
+    for command in ("run", "list", "show", "workflow"):
+        out = vlbias(tmp_path, command, "--help")
+        assert out.returncode == 0 and out.stdout.startswith(f"usage: vlbias {command}"), out.stderr
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"vlbias": "vlbias.cli:main"}  # the console script is the same entry
+
+
+def test_run_gives_the_workflows_row(project):
+    # an image test on the published vectors: the store the workflow built, the config's stats
+    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub")
+    assert out.returncode == 0, out.stderr
+    mine = pd.read_csv(pd.io.common.StringIO(out.stdout))
+    table = pd.read_csv(project / "results/ieat/t2.csv")
+    pd.testing.assert_frame_equal(mine, table[mine.columns])  # every column, the interval included
+    assert list(mine.columns) == TABLE_COLUMNS
+    # a text test: encoded here by the model's adapter, through the workflow's cache
+    out = vlbias(project, "run", "resources/stimuli/seat/weat-toy.yaml", "--model", "minilm", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)
+    seat = pd.read_csv(project / "results/seat/minilm/table.csv").set_index("test").loc["weat-toy"]
+    for column in ("d", "d_low", "d_high", "p", "n_t", "n_samples", "model_id"):
+        assert row[column] == pytest.approx(seat[column]) if isinstance(row[column], float) else \
+            row[column] == seat[column], column
+
+
+def test_run_options_override_the_config(project):
+    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub", "--exact", "false",
+                 "--n-samples", "500", "--seed", "3", "--no-ci", "--format", "md", "-o", "row.md")
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    md = (project / "row.md").read_text()
+    assert md.startswith("**Insect-Flower on pub**") and "| d | p |" in md and " ± " in md  # sampled: with its error
+    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--store",
+                 "results/embeddings/ieat/pub.h5", "--name", "mine", "--ci-method", "percentile", "--ci-n-boot", "200")
+    row = pd.read_csv(pd.io.common.StringIO(out.stdout)).iloc[0]
+    assert row["model"] == "mine" and row["ci_method"] == "percentile" and row["ci_n_boot"] == 200
+    assert row["n_samples"] == 100_000 or row["exact"]  # no --config: the defaults, exact here (252 partitions)
+
+
+def test_list_and_show(project):
+    models = vlbias(project, "list", "models").stdout.splitlines()
+    assert models == ["ieat\tpub\tsource published\ttoy", "ieat\ttiny-clip\topen_clip\ttiny random ViT",
+                      "seat\tminilm\tsentence\tsentence-transformers/all-MiniLM-L6-v2"]
+    tests = vlbias(project, "list", "tests").stdout
+    assert "ieat\tinsect-flower\tresources/stimuli/ieat/insect-flower.yaml\n" in tests and "seat\tweat-toy\t" in tests
+    assert "ieat\tt2\tresults/ieat/t2.csv\ttoy 2\n" in vlbias(project, "list", "tables").stdout
+    # a table by its name: the workflow's own Markdown
+    shown = vlbias(project, "show", "t2")
+    assert shown.returncode == 0 and shown.stdout == (project / "results/ieat/t2.md").read_text()
+    assert vlbias(project, "show", "results/seat/minilm/table.csv").stdout.startswith("**table**")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "nope"],
+     "no model 'nope' in the config; configured: minilm, pub, tiny-clip"),
+    (["run", "missing.yaml", "--model", "pub"], "missing.yaml: stimulus file not found"),
+    (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "tiny-clip"],
+     "store results/embeddings/ieat/tiny-clip.h5, not built yet (snakemake --cores all"),
+    (["run", "resources/stimuli/ieat/insect-flower.yaml"], "one of the arguments --model --store is required"),
+    (["run", "resources/stimuli/ieat/insect-flower.yaml", "--store", "nope.h5"], "nope.h5: no such embedding store"),
+    (["show", "t1"], "results/ieat/t1.csv: not built yet"),
+    (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, minilm"),
+    (["list", "models", "--config", "none.yaml"], "none.yaml: no such config"),
+])
+def test_a_bad_input_is_named(project, args, message):
+    out = vlbias(project, *args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_mistyped_config_is_named_by_its_key(project, tmp_path):
+    config = (project / "config/config.yaml").read_text().replace("n_samples: 1000", "n_samples: many")
+    (tmp_path / "bad.yaml").write_text(config)
+    out = vlbias(project, "list", "models", "--config", str(tmp_path / "bad.yaml"))
+    assert out.returncode == 2 and "key 'stats/n_samples': expected integer, got 'many'" in out.stderr
+
+
+def test_workflow_runs_snakemake_and_names_the_missing_slurm_plugin(project, monkeypatch, capsys):
+    out = vlbias(project, "workflow", "--", "-s", str(REPO / "Snakefile"), "results/ieat/t1.csv", "--dry-run",
+                 "--quiet", "rules")
+    assert out.returncode == 0 and "ieat_table" in out.stdout, out.stderr
+    from vlbias import cli
+
+    monkeypatch.setattr(cli, "SLURM_PLUGIN", "vlbias_no_such_plugin")
+    assert cli.main(["workflow", "--slurm"]) == 2
+    assert "pip install -e '.[slurm]'" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+# The report, `snakemake --report report.html`: every table as a page of its own (written by its
+# table job beside the CSV), a heatmap per suite and the published against the reproduced effect
+# sizes (the rules here), the MLM figures; each with its caption (workflow/report/*.rst).
+# Snakemake refuses a report when a file it would show is missing, so while it only writes the
+# report the default target and the figures' inputs are what exists: a report of a partial run
+# shows that part.
+
+import sys
+
+
+def reporting():
+    """Whether this invocation only writes a report (`snakemake --report ...`, no job runs).
+
+    Snakemake tells a workflow nothing of its mode: no execution settings (no job will run: a
+    report, --dag, --summary) and --report on the command line together mean the report."""
+    return workflow.execution_settings is None and any(
+        arg == "--report" or arg.startswith("--report=") for arg in sys.argv[1:]
+    )
+
+
+def existing(paths):
+    """``paths``, or while reporting only those that exist (a list, or a dict of named paths)."""
+    if not reporting():
+        return paths
+    if isinstance(paths, dict):
+        return {name: path for name, path in paths.items() if Path(path).exists()}
+    return [path for path in paths if Path(path).exists()]
+
+
+def report_targets():
+    targets = []
+    if IEAT_TABLES:
+        targets += ["results/ieat/heatmap.png", "results/ieat/published.png"]
+    if SEAT["models"]:
+        targets.append("results/seat/heatmap.png")
+    if grounded_tests_targets():
+        targets += ["results/grounded/heatmap.png", "results/grounded/published.png"]
+    return targets
+
+
+def grounded_main_results():
+    """The experiment results of the main protocol's tables."""
+    return sorted({f for target, (protocol, _) in TABLE_TARGETS.items() if protocol == MAIN_PROTOCOL
+                   for f in grounded_table_spec(target)["results"]})
+
+
+rule ieat_figures:
+    input:
+        unpack(lambda w: existing({table: f"results/ieat/{table}.csv" for table in IEAT_TABLES})),
+    output:
+        heatmap=report(
+            "results/ieat/heatmap.png",
+            caption="../report/ieat_heatmap.rst",
+            category="iEAT",
+            subcategory="Figures",
+            labels={"figure": "effect sizes (heatmap)"},
+        ),
+        published=report(
+            "results/ieat/published.png",
+            caption="../report/ieat_published.rst",
+            category="iEAT",
+            subcategory="Figures",
+            labels={"figure": "published vs reproduced d"},
+        ),
+    log:
+        "results/logs/ieat_figures.log",
+    threads: 1
+    params:
+        title="iEAT",
+    script:
+        "../scripts/suite_figures.py"
+
+
+rule seat_figures:
+    input:
+        unpack(lambda w: existing({model: f"results/seat/{model}/table.csv" for model in SEAT["models"]})),
+    output:
+        heatmap=report(
+            "results/seat/heatmap.png",
+            caption="../report/seat_heatmap.rst",
+            category="SEAT",
+            subcategory="Figures",
+            labels={"figure": "effect sizes (heatmap)"},
+        ),
+    log:
+        "results/logs/seat_figures.log",
+    threads: 1
+    params:
+        title="WEAT/SEAT",
+    script:
+        "../scripts/suite_figures.py"
+
+
+rule grounded_figures:
+    input:
+        results=lambda w: existing(grounded_main_results()),
+        published=GROUNDED.get("published", []),
+    output:
+        heatmap=report(
+            "results/grounded/heatmap.png",
+            caption="../report/grounded_heatmap.rst",
+            category="Grounded",
+            subcategory="Figures",
+            labels={"figure": "effect sizes (heatmap)"},
+        ),
+        published=report(
+            "results/grounded/published.png",
+            caption="../report/grounded_published.rst",
+            category="Grounded",
+            subcategory="Figures",
+            labels={"figure": "published vs reproduced d"},
+        ),
+    log:
+        "results/logs/grounded_figures.log",
+    threads: 1
+    params:
+        columns=GROUNDED_COLUMNS,
+        levels=GROUNDED_LEVELS,
+    script:
+        "../scripts/grounded_figures.py"
