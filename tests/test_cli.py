@@ -85,13 +85,35 @@ def test_list_and_show(project):
     assert vlbias(project, "show", "results/seat/minilm/table.csv").stdout.startswith("**table**")
 
 
+def test_run_on_own_vectors_gives_the_stores_row(project):
+    # the workflow's store of the published vectors, written out as a user's CSV: the same row
+    from vlbias.io.store import read_set
+
+    rows = []
+    for category in ("toy/flower", "toy/insect", "toy/pleasant", "toy/unpleasant"):
+        vectors, ids = read_set(project / "results/embeddings/ieat/pub.h5", category)
+        rows += [[f"{category}/{i}", *v] for i, v in zip(ids, vectors, strict=True)]
+    pd.DataFrame(rows, columns=["id", *range(len(rows[0]) - 1)]).to_csv(project / "mine.csv", index=False)
+    common = ["resources/stimuli/ieat/insect-flower.yaml", "--no-ci", "--format", "json"]
+    [mine] = json.loads(vlbias(project, "run", *common, "--vectors", "mine.csv").stdout)
+    [store] = json.loads(vlbias(project, "run", *common, "--store", "results/embeddings/ieat/pub.h5").stdout)
+    assert mine["model"] == "mine" and mine["n_t"] == store["n_t"]
+    assert (mine["d"], mine["p"]) == pytest.approx((store["d"], store["p"]), abs=1e-12)
+    # a manifest naming an image the file has no vector for
+    (project / "more.tsv").write_text("category\tfile\ntoy/flower\tnew.png\n" + "".join(
+        f"{r[0].rsplit('/', 1)[0]}\t{r[0].rsplit('/', 1)[1]}\n" for r in rows))
+    out = vlbias(project, "run", *common, "--vectors", "mine.csv", "--manifest", "more.tsv")
+    assert out.returncode == 2 and "mine.csv" in out.stderr and "toy/flower/new.png" in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "nope"],
      "no model 'nope' in the config; configured: minilm, pub, tiny-clip"),
     (["run", "missing.yaml", "--model", "pub"], "missing.yaml: stimulus file not found"),
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "tiny-clip"],
      "store results/embeddings/ieat/tiny-clip.h5, not built yet (snakemake --cores all"),
-    (["run", "resources/stimuli/ieat/insect-flower.yaml"], "one of the arguments --model --store is required"),
+    (["run", "resources/stimuli/ieat/insect-flower.yaml"], "one of the arguments --model --store --vectors is required"),
+    (["run", "resources/stimuli/seat/weat-toy.yaml", "--vectors", "nope.csv"], "nope.csv"),
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--store", "nope.h5"], "nope.h5: no such embedding store"),
     (["show", "t1"], "results/ieat/t1.csv: not built yet"),
     (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, minilm"),

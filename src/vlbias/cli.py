@@ -4,6 +4,7 @@ workflow (locally or on SLURM).
     vlbias run resources/stimuli/seat/weat1.yaml --model minilm        # one test, one model: a table row
     vlbias run resources/stimuli/ieat/age.yaml --model igpt --format md
     vlbias run my-test.yaml --store my-embeddings.h5                   # vectors in an embedding store
+    vlbias run my-test.yaml --vectors mine.csv                         # your own vectors (CSV, NPY, HDF5)
     vlbias list models | tests | tables                                # what config/config.yaml holds
     vlbias show table1                                                 # a results table, as Markdown
     vlbias workflow --slurm -- --jobs 50                               # snakemake --profile profiles/slurm
@@ -102,6 +103,27 @@ def model_store(config, section, name, spec, stimulus, workdir):
     return store
 
 
+def vectors_store(args, stimulus, workdir):
+    """An embedding store of ``stimulus``'s sets from the user's vectors file (vlbias.io.vectors): text
+    items keyed by their text, images by "<category>/<file>": each file the image manifest lists for
+    the category (--manifest), else each the vectors file has under it."""
+    from vlbias.io.vectors import read_vectors, stimulus_sets, vectors_store
+    from vlbias.suites.ieat import image_files
+
+    vectors = read_vectors(args.vectors, ids=args.ids, dim=args.dim)
+    if args.manifest:
+        images = image_files(args.manifest)
+    else:
+        images = {}
+        for i in sorted(vectors.ids):
+            if "/" in i:
+                category, file = i.rsplit("/", 1)
+                images.setdefault(category, []).append(file)
+    store = Path(workdir) / "vectors.h5"
+    vectors_store(vectors, stimulus_sets([stimulus], images), store, {"source": "vectors"})
+    return store
+
+
 def run(args):
     from vlbias.associate import run_test
     from vlbias.io.stimuli import load_stimulus
@@ -125,6 +147,8 @@ def run(args):
             store, model = Path(args.store), args.name or Path(args.store).stem
             if not store.is_file():
                 raise UsageError(f"{store}: no such embedding store")
+        elif args.vectors:
+            store, model = vectors_store(args, stimulus, tmp), args.name or Path(args.vectors).stem
         else:
             section, spec = find_model(config, args.model, stimulus.suite)
             store, model = model_store(config, section, args.model, spec, stimulus, tmp), args.model
@@ -260,7 +284,13 @@ def parser():
     which.add_argument("--model", help="a model entry of the config (text stimuli are encoded by its adapter; "
                                        "image stimuli read the workflow's store of the model)")
     which.add_argument("--store", help="an embedding store (HDF5, vlbias.io.store) holding the stimulus's sets")
-    p.add_argument("--name", help="the model's name in the row (with --store; default: the file's stem)")
+    which.add_argument("--vectors", help="your own vectors, one per stimulus id (CSV, NPY with --ids, HDF5; "
+                                         "see vlbias.io.vectors)")
+    p.add_argument("--ids", help="with --vectors of an .npy file: its ids, one per line in row order")
+    p.add_argument("--dim", type=int, help="with --vectors: the dimension every vector must have")
+    p.add_argument("--manifest", help="with --vectors and image sets: an image manifest (TSV: category, file) "
+                                      "whose every image must have a vector (default: the file's own ids)")
+    p.add_argument("--name", help="the model's name in the row (with --store or --vectors; default: the file's stem)")
     p.add_argument("--config", help=f"the workflow config: its stats settings, its models (default {CONFIG})")
     p.add_argument("--n-samples", type=int, help="permutation partitions (default: the config's, else 100000)")
     p.add_argument("--exact", choices=["auto", "true", "false"], help="enumerate all partitions (default auto)")
