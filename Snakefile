@@ -39,12 +39,15 @@ include: "workflow/rules/grounded_tests.smk"
 include: "workflow/rules/report.smk"
 
 
-# on a cluster (profiles/slurm) these run on the submitting node: they download, and compute nodes
-# often have no network
+# on a cluster (profiles/slurm) these run on the submitting node: the first three download (compute
+# nodes often have no network), the others only copy vectors between files (seconds; no queue wait)
 localrules:
     grounded_images,
     ieat_images,
     ieat_published_embeddings,
+    ieat_output_store,
+    ieat_vectors,
+    seat_vectors,
 
 
 report: "workflow/report/workflow.rst"

@@ -152,9 +152,11 @@ rule ieat_sweep:
         stimuli=lambda w: table_stimuli(sweep_tests(), SWEEP_MODELS),
         images=lambda w: sorted(set(image_stores(SWEEP_MODELS).values())),
     output:
-        csv=report("results/ieat/sweep.csv", caption="../report/ieat_sweep.rst", category="iEAT"),
+        csv=report("results/ieat/sweep.csv", caption="../report/ieat_sweep.rst", category="iEAT",
+                   subcategory="Tables", labels={"table": "sweep"}),
         md="results/ieat/sweep.md",
-        png=report("results/ieat/sweep.png", caption="../report/ieat_sweep.rst", category="iEAT"),
+        png=report("results/ieat/sweep.png", caption="../report/ieat_sweep.rst", category="iEAT",
+                   subcategory="Figures", labels={"figure": "open_clip sweep (heatmap)"}),
         missing="results/ieat/sweep.missing.tsv",
     log:
         "results/logs/ieat_sweep.log",
