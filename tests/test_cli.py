@@ -141,3 +141,17 @@ def test_workflow_runs_snakemake_and_names_the_missing_slurm_plugin(project, mon
     monkeypatch.setattr(cli, "SLURM_PLUGIN", "vlbias_no_such_plugin")
     assert cli.main(["workflow", "--slurm"]) == 2
     assert "pip install -e '.[slurm]'" in capsys.readouterr().err
+
+
+def test_a_table_name_two_suites_use_is_said_by_its_suite():
+    from pathlib import Path
+
+    from vlbias.cli import UsageError, table_path
+
+    config = {"ieat": {"tables": {"table3": {"caption": "iEAT 3"}}}, "seat": {"models": {"minilm": {}}},
+              "grounded": {"tables": {"table3": {"caption": "Grounded 3"}}}}
+    with pytest.raises(UsageError, match="table 'table3' is in several suites: say which, ieat/table3 or grounded/table3"):
+        table_path("table3", config)
+    assert table_path("grounded/table3", config) == (Path("results/grounded/table3.csv"), "Grounded 3")
+    assert table_path("ieat/table3", config) == (Path("results/ieat/table3.csv"), "iEAT 3")
+    assert table_path("minilm", config)[0] == Path("results/seat/minilm/table.csv")

@@ -210,20 +210,24 @@ def list_(args):
 
 def table_path(name, config):
     """A results table by path, or by its name in the config (an iEAT table, a SEAT model, a
-    grounded table): (CSV path, caption)."""
+    grounded table), "<suite>/<name>" where two suites use the name: (CSV path, caption)."""
     if Path(name).suffix == ".csv":
         return Path(name), Path(name).stem
-    ieat, grounded = config["ieat"]["tables"], (config.get("grounded") or {}).get("tables") or {}
-    if name in ieat:
-        return Path(f"results/ieat/{name}.csv"), ieat[name]["caption"]
-    if name in config["seat"]["models"]:
-        return Path(f"results/seat/{name}/table.csv"), f"Word- and sentence-level WEAT/SEAT on {name}"
-    if name in grounded:
-        from vlbias.report.grounded import CAPTIONS
+    from vlbias.report.grounded import CAPTIONS
 
-        return Path(f"results/grounded/{name}.csv"), grounded[name].get("caption") or CAPTIONS.get(name, name)
-    known = [*ieat, *config["seat"]["models"], *grounded]
-    raise UsageError(f"no table '{name}': give a CSV path or one of {', '.join(known)}")
+    ieat, grounded = config["ieat"]["tables"], (config.get("grounded") or {}).get("tables") or {}
+    tables = {f"ieat/{n}": (Path(f"results/ieat/{n}.csv"), spec["caption"]) for n, spec in ieat.items()}
+    tables |= {f"seat/{n}": (Path(f"results/seat/{n}/table.csv"), f"Word- and sentence-level WEAT/SEAT on {n}")
+               for n in config["seat"]["models"]}
+    tables |= {f"grounded/{n}": (Path(f"results/grounded/{n}.csv"), spec.get("caption") or CAPTIONS.get(n, n))
+               for n, spec in grounded.items()}
+    found = [key for key in tables if name in (key, key.split("/", 1)[1])]
+    if len(found) > 1:
+        raise UsageError(f"table '{name}' is in several suites: say which, {' or '.join(found)}")
+    if not found:
+        raise UsageError(f"no table '{name}': give a CSV path or one of "
+                         f"{', '.join(dict.fromkeys(k.split('/', 1)[1] for k in tables))}")
+    return tables[found[0]]
 
 
 def show(args):
@@ -316,7 +320,8 @@ def parser():
     p = sub.add_parser("show", help="a results table, as Markdown",
                        description="Print a results table the workflow built, by its name in the config "
                                    "(an iEAT table, a SEAT model, a grounded table) or its CSV path.")
-    p.add_argument("table", help="a table name (e.g. table1, minilm) or a CSV path")
+    p.add_argument("table", help="a table name (e.g. table1, minilm; ieat/table3 or grounded/table3 where two "
+                                 "suites use it) or a CSV path")
     p.add_argument("--format", choices=["md", "csv"], default="md")
     config_option(p)
     p.set_defaults(func=show)
