@@ -274,3 +274,12 @@ def test_grounded_figure_rows():
     # two datasets: the heatmap's columns name theirs
     heatmap, _ = figure_rows(rows + [result("t1", "LXMERT", "1", "W", "none", 0.1, dataset="coco")])
     assert list(heatmap["model"]) == ["VisualBERT (google)", "LXMERT (google)", "LXMERT (coco)"]
+
+
+def test_a_sampled_p_prints_its_error_as_precisely_as_itself():
+    from vlbias.report.tables import _fmt_p
+
+    assert _fmt_p(0.5) == "0.5000" and _fmt_p(0.01) == "0.0100*"
+    assert _fmt_p(0.0123, 0.00035, exact=False) == "0.0123 ± 0.0003*"
+    # the smallest p of 100,000 samples, 1/(n+1): its error is not "0.0000"
+    assert _fmt_p(1 / 100_001, 1e-5, exact=False) == "1.0e-05 ± 1.0e-05*"

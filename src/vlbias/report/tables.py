@@ -48,9 +48,9 @@ def _missing(x):
 def _fmt_p(p, se=None, exact=True):
     if _missing(p):
         return ""
-    text = f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
+    small = lambda x: f"{x:.4f}" if x >= 1e-4 or x == 0 else f"{x:.1e}"  # noqa: E731 - p and its error alike
     star = "*" if p < 0.05 else ""
-    return f"{text}{star}" if exact else f"{text} ± {se:.4f}{star}"
+    return f"{small(p)}{star}" if exact else f"{small(p)} ± {small(se)}{star}"
 
 
 _METHOD = {"bca": "BCa", "percentile": "percentile"}
