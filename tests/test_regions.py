@@ -313,3 +313,15 @@ def test_a_rerun_detects_only_images_the_cache_has_not_seen(images, tmp_path):
         for name in ("images/id", "images/start", "images/count", "regions/boxes", "regions/features",
                      "regions/class_id", "regions/attr_id", "regions/is_person", "skipped/id"):
             np.testing.assert_array_equal(a[name][()], b[name][()], err_msg=name)
+
+
+@pytest.mark.parametrize("adapter,remote", [("torchvision", None), ("bua", "model_id"), ("detectron_fpn", "url")])
+def test_every_detector_checks_its_box_rule_and_weights_source(adapter, remote):
+    entry = {"adapter": adapter, "weights": "random", "min_boxes": 9, "max_boxes": 3, "conf": 0.2}
+    with pytest.raises(InputError, match=r"min_boxes/max_boxes: need 0 <= min_boxes <= max_boxes, got 9, 3"):
+        build(entry)
+    if remote:  # two sources of weights at once
+        with pytest.raises(InputError, match=rf"{adapter} detector: set exactly one of `{remote}`"):
+            build({**entry, "min_boxes": 1, remote: "x", "checkpoint": "w.safetensors"})
+        with pytest.raises(InputError, match=rf"weights 'COCO': only `weights: random` is known; use {remote}"):
+            build({**entry, "min_boxes": 1, "weights": "COCO"})

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vlbias.errors import InputError
 from vlbias.registry import Registry
 
 # adapter name -> module whose import registers it
@@ -43,6 +44,25 @@ class Regions:
     image_size: tuple          # (height, width) of the original image
     attr_ids: np.ndarray = None     # int64 (n,) or None when the detector has no attribute head
     attr_scores: np.ndarray = None  # float32 (n,) or None
+
+
+def box_rule(spec):
+    """(min_boxes, max_boxes, conf) of a detector entry: ``keep_boxes``'s settings, checked."""
+    min_boxes, max_boxes, conf = int(spec["min_boxes"]), int(spec["max_boxes"]), float(spec["conf"])
+    if not 0 <= min_boxes <= max_boxes:
+        raise InputError("min_boxes/max_boxes", f"need 0 <= min_boxes <= max_boxes, got {min_boxes}, {max_boxes}")
+    return min_boxes, max_boxes, conf
+
+
+def one_weights_source(spec, detector, remote, remote_hint):
+    """Check that an entry sets exactly one of ``remote`` (the download key: `url`, `model_id`),
+    `checkpoint` and `weights: random`."""
+    given = [spec.get(remote), spec.get("checkpoint"), spec.get("weights")]
+    if sum(x is not None for x in given) != 1:
+        raise InputError(f"{detector} detector", f"set exactly one of `{remote}` ({remote_hint}), "
+                                                 "`checkpoint: <file>` or `weights: random`")
+    if given[2] is not None and given[2] != "random":
+        raise InputError(f"weights '{given[2]}'", f"only `weights: random` is known; use {remote} or checkpoint")
 
 
 def keep_boxes(scores, min_boxes, max_boxes, conf):

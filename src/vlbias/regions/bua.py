@@ -74,7 +74,7 @@ from vlbias.errors import InputError
 from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
-from vlbias.regions import Regions, keep_boxes, register
+from vlbias.regions import Regions, box_rule, keep_boxes, one_weights_source, register
 
 log = logging.getLogger(__name__)
 
@@ -333,17 +333,10 @@ def resized_size(height, width, min_size, max_size):
 @register("bua")
 class BottomUpAttention:
     def __init__(self, spec):
+        one_weights_source(spec, "bua", "model_id", "with `revision`")
         model_id, checkpoint, weights = spec.get("model_id"), spec.get("checkpoint"), spec.get("weights")
-        if sum(x is not None for x in (model_id, checkpoint, weights)) != 1:
-            raise InputError("bua detector", "set exactly one of `model_id` (with `revision`), "
-                                             "`checkpoint: <file>` or `weights: random`")
-        if weights is not None and weights != "random":
-            raise InputError(f"weights '{weights}'", "only `weights: random` is known; use model_id or checkpoint")
         self.device, _ = runtime(spec)
-        self.min_boxes, self.max_boxes, self.conf = int(spec["min_boxes"]), int(spec["max_boxes"]), float(spec["conf"])
-        if not 0 <= self.min_boxes <= self.max_boxes:
-            raise InputError("min_boxes/max_boxes", f"need 0 <= min_boxes <= max_boxes, got "
-                                                    f"{self.min_boxes}, {self.max_boxes}")
+        self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
         self.min_size, self.max_size = int(spec.get("min_size", MIN_SIZE)), int(spec.get("max_size", MAX_SIZE))
         num_classes, num_attributes = int(spec.get("num_classes", 1600)), int(spec.get("num_attributes", 400))
         post_nms_topk = int(spec.get("post_nms_topk", RPN_POST_NMS_TOPK))

@@ -78,7 +78,7 @@ from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import DownloadError, download, sha256_file
 from vlbias.io.weights import read_numpy_pickle, read_state_dict, some
 from vlbias.models import runtime
-from vlbias.regions import Regions, keep_boxes, register
+from vlbias.regions import Regions, box_rule, keep_boxes, one_weights_source, register
 from vlbias.regions.bua import ConvNorm, stage
 
 log = logging.getLogger(__name__)
@@ -315,17 +315,10 @@ def image_scale(height, width, min_size, max_size):
 @register("detectron_fpn")
 class DetectronFPNDetector:
     def __init__(self, spec):
+        one_weights_source(spec, "detectron_fpn", "url", "with `sha256`")
         url, checkpoint, weights = spec.get("url"), spec.get("checkpoint"), spec.get("weights")
-        if sum(x is not None for x in (url, checkpoint, weights)) != 1:
-            raise InputError("detectron_fpn detector", "set exactly one of `url` (with `sha256`), "
-                                                       "`checkpoint: <file>` or `weights: random`")
-        if weights is not None and weights != "random":
-            raise InputError(f"weights '{weights}'", "only `weights: random` is known; use url or checkpoint")
         self.device, _ = runtime(spec)
-        self.min_boxes, self.max_boxes, self.conf = int(spec["min_boxes"]), int(spec["max_boxes"]), float(spec["conf"])
-        if not 0 <= self.min_boxes <= self.max_boxes:
-            raise InputError("min_boxes/max_boxes", f"need 0 <= min_boxes <= max_boxes, got "
-                                                    f"{self.min_boxes}, {self.max_boxes}")
+        self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
         self.min_size = int(spec.get("min_size", TEST_SCALE))
         self.max_size = int(spec.get("max_size", TEST_MAX_SIZE))
         self.post_nms_topk = int(spec.get("post_nms_topk", RPN_POST_NMS_TOP_N))

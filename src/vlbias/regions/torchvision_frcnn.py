@@ -45,7 +45,7 @@ from vlbias.errors import InputError
 from vlbias.io.fetch import sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
-from vlbias.regions import Regions, keep_boxes, register
+from vlbias.regions import Regions, box_rule, keep_boxes, register
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,7 @@ class TorchvisionFasterRCNN:
             raise InputError(f"arch '{arch}'", "set exactly one of `weights: COCO_V1`, `weights: random` "
                                                "or `checkpoint: <file>`")
         self.device, _ = runtime(spec)
-        self.min_boxes, self.max_boxes, self.conf = int(spec["min_boxes"]), int(spec["max_boxes"]), float(spec["conf"])
-        if not 0 <= self.min_boxes <= self.max_boxes:
-            raise InputError("min_boxes/max_boxes", f"need 0 <= min_boxes <= max_boxes, got "
-                                                    f"{self.min_boxes}, {self.max_boxes}")
+        self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
         min_size, max_size = int(spec.get("min_size", 800)), int(spec.get("max_size", 1333))
         nms_thresh = float(spec.get("nms_thresh", 0.5))
         coco = weights_enum.COCO_V1.meta["categories"]  # in the enum's metadata: no download needed
