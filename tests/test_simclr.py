@@ -125,7 +125,7 @@ def test_bad_entries_are_refused(tmp_path):
     with pytest.raises(InputError, match="image_size: expected an integer of at least 32"):
         build({**R50_SK1, "image_size": 16})
     enc = build(R50_SK1)
-    with pytest.raises(InputError, match="pixels: 32x32 images are smaller than the 64x64"):
+    with pytest.raises(InputError, match="pixels: 32x32 images are smaller than the model's 64x64 input"):
         enc.encode_images(pixels(1, size=32))
 
 

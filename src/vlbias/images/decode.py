@@ -122,6 +122,18 @@ def _area_weights(src, dst):
     return w
 
 
+def square_images(pixels, min_size=0):
+    """``pixels`` as a uint8 (n, S, S, 3) array of square RGB images, S >= ``min_size`` (a model's input
+    size, which it shrinks larger images to); anything else is an InputError."""
+    pixels = np.asarray(pixels)
+    if pixels.dtype != np.uint8 or pixels.ndim != 4 or pixels.shape[3] != 3 or pixels.shape[1] != pixels.shape[2]:
+        raise InputError("pixels", f"expected uint8 (n, H, W, 3) square RGB images, got {pixels.dtype} {pixels.shape}")
+    if pixels.shape[1] < min_size:
+        raise InputError("pixels", f"{pixels.shape[1]}x{pixels.shape[2]} images are smaller than the model's "
+                                   f"{min_size}x{min_size} input")
+    return pixels
+
+
 def area_resize(pixels, size):
     """uint8 (..., H, W, 3) images shrunk to (..., size, size, 3) exactly as OpenCV's ``cv2.INTER_AREA``.
 

@@ -50,7 +50,7 @@ from transformers import ImageGPTConfig, ImageGPTForCausalImageModeling
 from transformers.models.imagegpt.modeling_imagegpt import ImageGPTLayerNorm
 
 from vlbias.errors import InputError
-from vlbias.images.decode import area_resize
+from vlbias.images.decode import area_resize, square_images
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register, runtime
 from vlbias.models.plan import outputs
@@ -130,14 +130,7 @@ class IGPTEncoder:
         return quantize(pixels.reshape(len(pixels), self.n_px ** 2, 3), self.clusters)
 
     def _check(self, pixels):
-        pixels = np.asarray(pixels)
-        if pixels.dtype != np.uint8 or pixels.ndim != 4 or pixels.shape[3] != 3 or pixels.shape[1] != pixels.shape[2]:
-            raise InputError("pixels", f"expected uint8 (n, H, W, 3) square RGB images, got {pixels.dtype} "
-                                       f"{pixels.shape}")
-        if pixels.shape[1] < self.n_px:
-            raise InputError("pixels", f"{pixels.shape[1]}x{pixels.shape[2]} images are smaller than the model's "
-                                       f"{self.n_px}x{self.n_px}")
-        return pixels
+        return square_images(pixels, self.n_px)
 
     def encode_outputs(self, pixels):
         """{output name: float32 (n, dim)} for uint8 (n, H, W, 3) square RGB images, one pass per batch."""

@@ -36,6 +36,7 @@ from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from vlbias.errors import InputError
+from vlbias.images.decode import square_images
 from vlbias.io.fetch import sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import register, runtime
@@ -146,10 +147,7 @@ class OpenClipImageEncoder:
 
     def encode_images(self, pixels):
         """float32 (n, dim) unnormalised image embeddings of uint8 (n, H, W, 3) square RGB images."""
-        pixels = np.asarray(pixels)
-        if pixels.dtype != np.uint8 or pixels.ndim != 4 or pixels.shape[3] != 3 or pixels.shape[1] != pixels.shape[2]:
-            raise InputError("pixels", f"expected uint8 (n, H, W, 3) square RGB images, got {pixels.dtype} "
-                                       f"{pixels.shape}")
+        pixels = square_images(pixels)
         out = np.empty((len(pixels), self.dim), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(pixels), self.batch_size):

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vlbias.errors import InputError
-from vlbias.images.decode import area_resize
+from vlbias.images.decode import area_resize, square_images
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import sha256_file
 from vlbias.io.weights import read_state_dict, some
@@ -227,13 +227,7 @@ class SimCLREncoder:
 
     def encode_images(self, pixels):
         """float32 (n, dim) representations of uint8 (n, H, W, 3) square RGB images."""
-        pixels = np.asarray(pixels)
-        if pixels.dtype != np.uint8 or pixels.ndim != 4 or pixels.shape[3] != 3 or pixels.shape[1] != pixels.shape[2]:
-            raise InputError("pixels", f"expected uint8 (n, H, W, 3) square RGB images, got {pixels.dtype} "
-                                       f"{pixels.shape}")
-        if pixels.shape[1] < self.image_size:
-            raise InputError("pixels", f"{pixels.shape[1]}x{pixels.shape[2]} images are smaller than the "
-                                       f"{self.image_size}x{self.image_size} the network sees")
+        pixels = square_images(pixels, self.image_size)
         out = np.empty((len(pixels), self.dim), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(pixels), self.batch_size):
