@@ -26,6 +26,7 @@ Section 5 quotes for experiment 3's first variant.
 """
 
 from dataclasses import dataclass, field
+from itertools import groupby
 
 import numpy as np
 import pandas as pd
@@ -62,6 +63,10 @@ class Layout:
     alpha: float = 0.05
     note: str = ""
     printed: list | None = None  # per row, per column the paper's (value, significant) or None
+
+    def blocks(self):
+        """[(experiment block, number of adjacent columns under it)], left to right."""
+        return [(block, len(list(cols))) for block, cols in groupby(self.columns, key=lambda c: c.block)]
 
 
 def index_results(rows):
@@ -274,12 +279,7 @@ def to_latex(layout):
     if layout.label:
         lines.append(rf"\label{{{latex_escape(layout.label)}}}")
     lines += [rf"\begin{{tabular}}{{{'l' * n_index}{'r' * len(layout.columns)}}}", r"\toprule"]
-    blocks = []
-    for c in layout.columns:
-        if blocks and blocks[-1][0] == c.block:
-            blocks[-1][1] += 1
-        else:
-            blocks.append([c.block, 1])
+    blocks = layout.blocks()
     if any(b for b, _ in blocks):
         cells, rules, start = ["" for _ in range(n_index)], [], n_index + 1
         for block, span in blocks:

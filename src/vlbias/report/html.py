@@ -115,12 +115,7 @@ def layout_html(layout):
     above the column labels where the columns have blocks; bold where p < alpha."""
     n_index = len(layout.index)
     out = ['<table class="vlbias">', f"<caption>{_e(layout.caption)}</caption>", "<thead>"]
-    blocks = []
-    for c in layout.columns:
-        if blocks and blocks[-1][0] == c.block:
-            blocks[-1][1] += 1
-        else:
-            blocks.append([c.block, 1])
+    blocks = layout.blocks()
     if any(b for b, _ in blocks):
         out.append("<tr>" + f'<th colspan="{n_index}"></th>' +
                    "".join(f'<th colspan="{span}">{_e(block)}</th>' for block, span in blocks) + "</tr>")
