@@ -133,3 +133,19 @@ def http_server():
     srv.shutdown()
     srv.server_close()
     thread.join(5)
+
+
+def assert_batch_independent(encoder, captions, regions, cases, batch_size):
+    """A VL encoder's embeddings of ``captions`` with ``regions`` are the same in one batch of
+    ``batch_size`` and one by one, for each (level, keyword arguments) of ``cases``."""
+    import numpy as np
+
+    try:
+        for level, kwargs in cases:
+            encoder.batch_size = batch_size
+            together = encoder.embed(captions, regions, level, **kwargs)
+            encoder.batch_size = 1
+            alone = encoder.embed(captions, regions, level, **kwargs)
+            np.testing.assert_allclose(together, alone, atol=1e-5, err_msg=f"{level} {kwargs}")
+    finally:
+        encoder.batch_size = 32

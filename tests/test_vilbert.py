@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
+from conftest import assert_batch_independent
 
 from vlbias.errors import InputError
 from vlbias.models import build
@@ -186,15 +187,7 @@ def test_batch_1_and_32_give_the_same_embeddings(encoder):
     words = [WORDS[i % 3] for i in range(n)]
     cases = [("S", {}), ("C", {"words": words}), ("S", {"mask": "T", "mask_terms": WORDS}),
              ("C", {"mask": "I", "words": words})]
-    try:
-        for level, kwargs in cases:
-            encoder.batch_size = 32
-            together = encoder.embed(captions, regions, level, **kwargs)
-            encoder.batch_size = 1
-            alone = encoder.embed(captions, regions, level, **kwargs)
-            np.testing.assert_allclose(together, alone, atol=1e-5, err_msg=f"{level} {kwargs}")
-    finally:
-        encoder.batch_size = 32
+    assert_batch_independent(encoder, captions, regions, cases, batch_size=32)
 
 
 def test_text_masking_and_the_image_change_the_embedding(encoder):

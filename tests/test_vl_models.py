@@ -9,6 +9,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
+from conftest import assert_batch_independent
 
 from vlbias.errors import InputError
 from vlbias.models import build
@@ -115,15 +116,7 @@ def test_batching_and_padding_do_not_change_embeddings(encoder):
     cases = [("S", {}), ("C", {"words": WORDS}), ("S", {"mask": "T", "mask_terms": TERMS})]
     if encoder.supports_image_masking:
         cases.append(("C", {"mask": "I", "words": WORDS}))
-    try:
-        for level, kwargs in cases:
-            encoder.batch_size = 3
-            together = encoder.embed(CAPTIONS, regions, level, **kwargs)
-            encoder.batch_size = 1
-            alone = encoder.embed(CAPTIONS, regions, level, **kwargs)
-            np.testing.assert_allclose(together, alone, atol=1e-5, err_msg=f"{level} {kwargs}")
-    finally:
-        encoder.batch_size = 32
+    assert_batch_independent(encoder, CAPTIONS, regions, cases, batch_size=3)
 
 
 def test_masks_change_the_embedding(encoder):
