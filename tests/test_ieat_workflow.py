@@ -24,10 +24,11 @@ CLIP = {"source": "images", "adapter": "open_clip", "arch": "tiny-vit", "random_
 IGPT = {"source": "images", "adapter": "igpt", "weights": "random", "seed": 0, "clusters": "random",
         "config": {"n_embd": 16, "n_layer": 3, "n_head": 2, "n_positions": 64, "vocab_size": 17},
         "layer": [0, 1], "output": ["hidden", "logits"], "paper": {"layer1": "pub", "logits": "pub"},
-        "images": {"size": 8, "crop": "top-left", "resample": "area", "decoder": "opencv"}, "model_id": "tiny random iGPT"}
+        "images": {"size": 8, "crop": "top-left", "resample": "area", "decoder": "opencv"},
+        "model_id": "tiny random iGPT"}
 SIMCLR = {"source": "images", "adapter": "simclr", "depth": 50, "width": 1, "sk": 0, "weights": "random",
           "image_size": 32, "batch_size": 8, "paper": "pub",
-          "images": {"size": 32, "crop": "top-left", "resample": "area", "decoder": "opencv"}}  # toy images < 32 px: enlarged
+          "images": {"size": 32, "crop": "top-left", "resample": "area", "decoder": "opencv"}}  # toy images enlarged
 WORDS = {"A": ["joy", "love", "peace"], "B": ["pain", "hate", "war"]}
 
 
