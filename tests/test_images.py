@@ -262,6 +262,10 @@ def test_prepare_as_the_authors_resize(tmp_path, size):
     ours = prepare(path, size, crop="top-left", resample="area", decoder="opencv")
     assert ours.shape == (size, size, 3)
     np.testing.assert_array_equal(ours, authors_resize(path, size)[0])
+    build_image_store([{"category": "c", "file": "a.png", "path": path}], tmp_path / "s.h5", size, crop="top-left",
+                      resample="area", decoder="opencv")
+    with h5py.File(tmp_path / "s.h5", "r") as f:
+        np.testing.assert_array_equal(f["c/pixels"][0], ours)
     with pytest.raises(ValueError, match="unknown decoder 'cv3'"):
         prepare(path, size, decoder="cv3")
 
