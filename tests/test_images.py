@@ -221,7 +221,9 @@ def test_opencv_applies_exif_orientation(tmp_path):
 
 def test_opencv_refuses_what_is_not_a_whole_image(tmp_path):
     path = tmp_path / "cut.jpg"
-    Image.fromarray(np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(path, quality=90)
+    noise = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    # an end-of-image marker before the scan too (in a comment here; an EXIF thumbnail's, in the wild)
+    Image.fromarray(noise).save(path, quality=90, comment=b"\xff\xd9")
     path.write_bytes(path.read_bytes()[:3000])  # libjpeg would pad it with grey
     with pytest.raises(ImageDecodeError, match=r"cut\.jpg: truncated image data"):
         load_rgb_opencv(path)
@@ -363,13 +365,14 @@ def test_area_resize_fractional_factor_by_hand():
 
 
 def test_area_resize_edge_threshold_by_hand():
-    # 101 -> 100 pixels: output 99 covers source [99.99, 101), so source pixel 99 only 0.01 of it, an
-    # edge OpenCV counts (above its 1e-3): 255 * 0.01 / 1.01 = 2.5 -> 3
-    x = np.zeros((101, 101, 3), np.uint8)
-    x[:, 99] = 255
-    out = area_resize(x, 100)
-    assert out[0, 98:, 0].tolist() == [250, 3] and not out[:, :98].any()  # output 98: 0.99 / 1.01 of it
-    assert (out == out[:1]).all()
+    # 225 -> 224 pixels, s = 225/224: output 0 covers source [0, s), so pixel 1 only 1/224 of it, and
+    # output 223 [223 + 223/224, 225), pixel 223 only 1/224: edges OpenCV counts (above its 1e-3),
+    # 255 * (1/224) / s = 1.13 -> 1, beside 255 * (1 - 1/224) / s = 252.7 -> 253
+    x = np.zeros((225, 225, 3), np.uint8)
+    x[:, [1, 223]] = 255
+    out = area_resize(x, 224)
+    assert out[0, :3, 0].tolist() == [1, 253, 0] and out[0, -3:, 0].tolist() == [0, 253, 1]
+    assert not out[:, 3:-3].any() and (out == out[:1]).all()
 
 
 def test_area_resize_equals_opencv():
