@@ -48,9 +48,9 @@ def stimulus(tmp_path, sets, level="cross-modal"):
     return load_stimulus(tmp_path / "mixed.yaml")
 
 
-def test_store_names_say_size_crop_and_resampling():
-    assert store_name(32, "top-left", "area") == "32px-top-left-area"
-    assert store_name(224, "center", "bicubic") == "224px-center-bicubic"
+def test_store_names_say_size_crop_resampling_and_decoder():
+    assert store_name(32, "top-left", "area", "opencv") == "32px-top-left-area-opencv"
+    assert store_name(224, "center", "bicubic", "pil") == "224px-center-bicubic-pil"
 
 
 def test_text_sets_of_a_cross_modal_test_join_the_image_store(images, tmp_path):

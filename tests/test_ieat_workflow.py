@@ -10,6 +10,7 @@ import pytest
 import yaml
 from test_workflow import make_project, planned_jobs, snakemake, write_yaml
 
+from vlbias.io.fetch import read_manifest
 from vlbias.io.store import read_provenance, read_set
 from vlbias.stats import effect_size
 
@@ -23,10 +24,11 @@ CLIP = {"source": "images", "adapter": "open_clip", "arch": "tiny-vit", "random_
 IGPT = {"source": "images", "adapter": "igpt", "weights": "random", "seed": 0, "clusters": "random",
         "config": {"n_embd": 16, "n_layer": 3, "n_head": 2, "n_positions": 64, "vocab_size": 17},
         "layer": [0, 1], "output": ["hidden", "logits"], "paper": {"layer1": "pub", "logits": "pub"},
-        "images": {"size": 8, "crop": "top-left", "resample": "area"}, "model_id": "tiny random iGPT"}
+        "images": {"size": 8, "crop": "top-left", "resample": "area", "decoder": "opencv"},
+        "model_id": "tiny random iGPT"}
 SIMCLR = {"source": "images", "adapter": "simclr", "depth": 50, "width": 1, "sk": 0, "weights": "random",
           "image_size": 32, "batch_size": 8, "paper": "pub",
-          "images": {"size": 32, "crop": "top-left", "resample": "bicubic"}}  # (the toy images are < 32 px)
+          "images": {"size": 32, "crop": "top-left", "resample": "area", "decoder": "opencv"}}  # toy images enlarged
 WORDS = {"A": ["joy", "love", "peace"], "B": ["pain", "hate", "war"]}
 
 
@@ -105,13 +107,17 @@ def test_tables_1_to_3_put_the_recomputed_models_beside_the_published(project):
 def test_each_model_reads_its_own_image_store_built_once(project):
     root, _ = project
     stores = sorted(p.parent.name for p in (root / "results/images/ieat").glob("*/images.h5"))
-    assert stores == ["32px-center-bicubic", "32px-top-left-bicubic", "8px-top-left-area"]
+    assert stores == ["32px-center-bicubic-pil", "32px-top-left-area-opencv", "8px-top-left-area-opencv"]
     # one job per store: the open_clip models of the table and of the sweep shared theirs
     assert len(list((root / "results/logs/ieat_images").iterdir())) == 3
     import h5py
 
-    with h5py.File(root / "results/images/ieat/8px-top-left-area/images.h5", "r") as f:
+    with h5py.File(root / "results/images/ieat/8px-top-left-area-opencv/images.h5", "r") as f:
         assert f["toy/flower/pixels"].shape == (5, 8, 8, 3) and f.attrs["resample"] == "area"
+    # every store's manifest says which decoder produced it
+    for name, decoder in [("32px-center-bicubic-pil", "pil"), ("32px-top-left-area-opencv", "opencv")]:
+        status = read_manifest(root / "results/images/ieat" / name / "manifest.tsv")
+        assert status and {r["decoder"] for r in status} == {decoder}
     assert "tiny-igpt/layer1" in (root / "results/ieat/table1.missing.tsv").read_text()
 
 

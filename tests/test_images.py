@@ -2,16 +2,25 @@
 
 from contextlib import nullcontext
 
+import cv2
 import h5py
 import numpy as np
 import pytest
+from conftest import REPO
 from PIL import Image, ImageFile
 
 from vlbias.errors import InputError
 from vlbias.images import store
-from vlbias.images.decode import ImageDecodeError, area_resize, load_rgb, prepare, square_crop
+from vlbias.images.decode import (
+    ImageDecodeError,
+    area_resize,
+    load_rgb,
+    load_rgb_opencv,
+    prepare,
+    square_crop,
+)
 from vlbias.images.store import build_image_store
-from vlbias.io.fetch import sha256_file
+from vlbias.io.fetch import read_manifest, sha256_file
 
 RED, GREEN, BLUE, WHITE = (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 255)
 
@@ -182,6 +191,116 @@ def test_decompression_bomb(tmp_path, monkeypatch, size):
             load_rgb(path)
 
 
+# -- the iEAT authors' decoder: cv2.imread ------------------------------------------------------
+
+
+def test_opencv_keeps_the_stored_colours_of_transparent_pixels(tmp_path):
+    a = np.zeros((1, 3, 4), np.uint8)
+    a[0, 0] = (0, 255, 0, 0)  # transparent green: OpenCV drops alpha and keeps green, Pillow's path gives white
+    a[0, 1] = (255, 0, 0, 255)
+    a[0, 2] = (0, 0, 255, 128)
+    path = tmp_path / "rgba.png"
+    Image.fromarray(a, "RGBA").save(path)
+    img = load_rgb_opencv(path)
+    assert img.dtype == np.uint8 and img.shape == (1, 3, 3)
+    assert img[0].tolist() == [list(GREEN), list(RED), list(BLUE)]  # RGB, not OpenCV's BGR
+    assert (np.asarray(load_rgb(path))[0, 0] == WHITE).all()
+
+
+def test_opencv_applies_exif_orientation(tmp_path):
+    stored = np.zeros((32, 64, 3), np.uint8)
+    stored[:] = BLUE
+    stored[:16, :16] = RED
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / "portrait.jpg"
+    Image.fromarray(stored).save(path, quality=95, exif=exif.tobytes())
+    img = load_rgb_opencv(path)
+    assert img.shape == (64, 32, 3) and close(img[4, -4], RED) and close(img[4, 4], BLUE)
+
+
+def test_opencv_refuses_what_is_not_a_whole_image(tmp_path):
+    path = tmp_path / "cut.jpg"
+    noise = np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    # an end-of-image marker before the scan too (in a comment here; an EXIF thumbnail's, in the wild)
+    Image.fromarray(noise).save(path, quality=90, comment=b"\xff\xd9")
+    path.write_bytes(path.read_bytes()[:3000])  # libjpeg would pad it with grey
+    with pytest.raises(ImageDecodeError, match=r"cut\.jpg: truncated image data"):
+        load_rgb_opencv(path)
+    cut = tmp_path / "cut.png"  # OpenCV itself refuses a truncated PNG
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(cut)
+    cut.write_bytes(cut.read_bytes()[:-2000])
+    with pytest.raises(ImageDecodeError, match=r"cut\.png: OpenCV cannot decode this PNG image"):
+        load_rgb_opencv(cut)
+    page = tmp_path / "dead_link.jpg"
+    page.write_text("<!DOCTYPE html><html></html>")
+    with pytest.raises(ImageDecodeError, match="looks like HTML"):
+        prepare(page, 8, decoder="opencv")
+    with pytest.raises(ImageDecodeError, match="cannot read file"):
+        load_rgb_opencv(tmp_path / "absent.png")
+
+
+def test_an_image_opencv_cannot_decode_is_named(tmp_path, monkeypatch):
+    path = solid(tmp_path / "x.png")
+    monkeypatch.setattr(cv2, "imread", lambda *a: None)  # what imread returns for a format it lacks
+    with pytest.raises(ImageDecodeError, match=r"x\.png: OpenCV cannot decode this PNG image \(damaged"):
+        load_rgb_opencv(path)
+
+
+def authors_resize(path, *sizes):
+    """ryansteed/ieat ieat/utils.py ``resize`` at each of ``sizes``: imread, BGR -> RGB, the top-left
+    square, INTER_AREA."""
+    img = cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2RGB)
+    d = min(img.shape[:2])
+    return [cv2.resize(img[:d, :d], (n, n), interpolation=cv2.INTER_AREA) for n in sizes]
+
+
+@pytest.mark.parametrize("size", [8, 23, 64])  # shrinking, a fractional factor, enlarging
+def test_prepare_as_the_authors_resize(tmp_path, size):
+    path = tmp_path / "a.png"
+    a = np.random.default_rng(3).integers(0, 256, (30, 45, 4), dtype=np.uint8)
+    a[..., 3] = np.where(a[..., 3] < 128, 0, 255)  # transparent pixels keep their colours
+    Image.fromarray(a, "RGBA").save(path)
+    ours = prepare(path, size, crop="top-left", resample="area", decoder="opencv")
+    assert ours.shape == (size, size, 3)
+    np.testing.assert_array_equal(ours, authors_resize(path, size)[0])
+    build_image_store([{"category": "c", "file": "a.png", "path": path}], tmp_path / "s.h5", size, crop="top-left",
+                      resample="area", decoder="opencv")
+    with h5py.File(tmp_path / "s.h5", "r") as f:
+        np.testing.assert_array_equal(f["c/pixels"][0], ours)
+    with pytest.raises(ValueError, match="unknown decoder 'cv3'"):
+        prepare(path, size, decoder="cv3")
+
+
+@pytest.mark.mirror
+def test_image_stores_equal_the_authors_pixels_on_every_mirror_image(tmp_path, mirror):
+    """Every listed iEAT image of the mirror at 32 and 224 px: our stores (decoder opencv, top-left, area)
+    against the authors' resize computed with cv2 here; only an image absent from the mirror is left out."""
+    root = mirror / "ieat/data/experiments"
+    rows = read_manifest(REPO / "resources/manifests/ieat_images.tsv")
+    entries = [{"category": r["category"], "file": r["file"],
+                "path": root / r["category"] / r["file"] if (root / r["category"] / r["file"]).is_file() else None,
+                "reason": "absent from the mirror"} for r in rows]
+    present = [e for e in entries if e["path"]]
+    assert len(present) >= 825
+    stores = {}
+    for size in (32, 224):
+        status = build_image_store(entries, tmp_path / f"{size}.h5", size, crop="top-left", resample="area",
+                                   decoder="opencv")
+        assert [r["file"] for r in status if r["status"] != "ok"] == [e["file"] for e in entries if not e["path"]]
+        with h5py.File(tmp_path / f"{size}.h5", "r") as f:
+            assert f.attrs["decoder"] == "opencv" and f.attrs["n_images"] == len(present)
+            stores[size] = {(c, i.decode()): p for c in {e["category"] for e in entries}
+                            for i, p in zip(f[c]["ids"][()], f[c]["pixels"][()])}
+    differ = []
+    for e in present:
+        for size, theirs in zip((32, 224), authors_resize(e["path"], 32, 224)):
+            if not np.array_equal(stores[size][e["category"], e["file"]], theirs):
+                differ.append(f"{size}px {e['category']}/{e['file']}")
+    print(f"{len(present)} images in the 32 px and 224 px stores; differing from OpenCV's pixels: {differ}")
+    assert not differ
+
+
 # -- crop and prepare ----------------------------------------------------------------------------
 
 
@@ -245,8 +364,18 @@ def test_area_resize_fractional_factor_by_hand():
         area_resize(x, 4)
 
 
+def test_area_resize_edge_threshold_by_hand():
+    # 225 -> 224 pixels, s = 225/224: output 0 covers source [0, s), so pixel 1 only 1/224 of it, and
+    # output 223 [223 + 223/224, 225), pixel 223 only 1/224: edges OpenCV counts (above its 1e-3),
+    # 255 * (1/224) / s = 1.13 -> 1, beside 255 * (1 - 1/224) / s = 252.7 -> 253
+    x = np.zeros((225, 225, 3), np.uint8)
+    x[:, [1, 223]] = 255
+    out = area_resize(x, 224)
+    assert out[0, :3, 0].tolist() == [1, 253, 0] and out[0, -3:, 0].tolist() == [0, 253, 1]
+    assert not out[:, 3:-3].any() and (out == out[:1]).all()
+
+
 def test_area_resize_equals_opencv():
-    cv2 = pytest.importorskip("cv2", reason="the comparison needs OpenCV (opencv-python-headless)")
     rng = np.random.default_rng(0)
     for side, size in [(64, 32), (224, 32), (100, 32), (333, 32), (517, 224), (896, 224), (45, 32), (1234, 32)]:
         x = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
@@ -260,8 +389,9 @@ def test_prepare_with_area_resampling(tmp_path):
     Image.fromarray(pixels).save(path)
     np.testing.assert_array_equal(prepare(path, 10, crop="top-left", resample="area"),
                                   area_resize(pixels[:30, :30], 10))
-    with pytest.raises(ImageDecodeError, match="30x30 pixels, smaller than 32x32"):
-        prepare(path, 32, resample="area")
+    # smaller than the store's size: enlarged, as OpenCV's INTER_AREA does (each pixel a 2x2 block here)
+    big = prepare(path, 60, resample="area")
+    np.testing.assert_array_equal(big, pixels[:, 7:37].repeat(2, 0).repeat(2, 1))
     with pytest.raises(ValueError, match="unknown resampling"):
         prepare(path, 8, resample="lanczos")
 
@@ -300,9 +430,11 @@ def test_image_store(tmp_path, entries):
     assert by_file["y.jpg"]["reason"] == "empty file"
     assert by_file["dup.png"]["reason"] == "duplicate of a.jpg" and by_file["a.jpg"]["reason"] == ""
     assert by_file["b.png"]["sha256"] == sha256_file(entries[0]["path"])
-    assert all(set(r) == {"category", "file", "status", "reason", "sha256"} for r in status)
+    assert all(set(r) == {"category", "file", "status", "reason", "sha256", "decoder"} and r["decoder"] == "pil"
+               for r in status)
     with h5py.File(out, "r") as f:
-        assert dict(f.attrs) == {"size": 8, "crop": "center", "resample": "bicubic", "n_images": 3, "n_skipped": 3}
+        assert dict(f.attrs) == {"size": 8, "crop": "center", "resample": "bicubic", "decoder": "pil", "n_images": 3,
+                                 "n_skipped": 3}
         flower = f["insect-flower/flower"]
         assert [i.decode() for i in flower["ids"][()]] == ["a.jpg", "b.png", "dup.png"]
         assert flower["pixels"].dtype == np.uint8 and flower["pixels"].shape == (3, 8, 8, 3)
@@ -316,7 +448,7 @@ def test_image_store_leaves_nothing_on_failure(tmp_path, entries, monkeypatch):
     out = tmp_path / "out" / "images.h5"
     calls = []
 
-    def failing(path, size, crop, resample):
+    def failing(path, size, crop, resample, decoder):
         calls.append(path)
         if len(calls) == 2:
             raise RuntimeError("disk on fire")
@@ -336,4 +468,6 @@ def test_image_store_rejects_bad_input(tmp_path, entries):
         build_image_store(entries, out, 8, crop="left")
     with pytest.raises(ValueError, match="unknown resampling 'nearest'"):
         build_image_store(entries, out, 8, resample="nearest")
+    with pytest.raises(ValueError, match="unknown decoder 'cv2'"):
+        build_image_store(entries, out, 8, decoder="cv2")
     assert not out.exists()

@@ -158,7 +158,7 @@ def test_tables_are_built(project):
 
 
 def test_missing_inputs_are_listed_next_to_the_table(project):
-    status = pd.read_csv(project / "results/images/ieat/32px-center-bicubic/manifest.tsv", sep="\t", keep_default_na=False)
+    status = pd.read_csv(project / "results/images/ieat/32px-center-bicubic-pil/manifest.tsv", sep="\t", keep_default_na=False)
     bad = status[status["status"] != "ok"].set_index("file")
     assert bad.loc["gone.jpg", "status"] == "missing"
     assert bad.loc["page.jpg", "status"] == "corrupt" and "HTML" in bad.loc["page.jpg", "reason"]

@@ -16,7 +16,7 @@ OUTPUTS = ["ieat/t1.csv", "ieat/t1.md", "ieat/t1.html", "ieat/t2.csv", "ieat/t2.
            "ieat/specificity.csv", "ieat/heatmap.png", "ieat/published.png", "seat/minilm/table.csv",
            "seat/minilm/table.md", "seat/minilm/table.html", "seat/heatmap.png"]
 # and those naming where a missing image was looked for: in the project's own directory
-NAMING_PATHS = ["ieat/t1.missing.tsv", "ieat/t2.missing.tsv", "images/ieat/32px-center-bicubic/manifest.tsv"]
+NAMING_PATHS = ["ieat/t1.missing.tsv", "ieat/t2.missing.tsv", "images/ieat/32px-center-bicubic-pil/manifest.tsv"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,

@@ -57,8 +57,8 @@ def provenance(spec):
 
 
 def image_store_settings(images):
-    """(store name, {size, crop, resample}) of an image store: ``ieat/images`` with ``images`` over it."""
-    settings = {k: {**IEAT["images"], **images}[k] for k in ("size", "crop", "resample")}
+    """(store name, {size, crop, resample, decoder}) of an image store: ``ieat/images`` with ``images`` over it."""
+    settings = {k: {**IEAT["images"], **images}[k] for k in ("size", "crop", "resample", "decoder")}
     return store_name(**settings), settings
 
 

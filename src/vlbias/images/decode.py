@@ -8,6 +8,7 @@ fails with an error that names the file and says why.
 import math
 from pathlib import Path
 
+import cv2
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
@@ -17,6 +18,8 @@ from vlbias.errors import InputError
 # needed, and some (EPS) run external programs on load.
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")
 CROPS = ("center", "top-left")
+# how a file becomes pixels: cv2.imread as the iEAT authors' code (load_rgb_opencv), or Pillow (load_rgb)
+DECODERS = ("opencv", "pil")
 
 
 class ImageDecodeError(InputError):
@@ -55,8 +58,9 @@ def _to_rgb(im):
     return im.convert("RGB")
 
 
-def load_rgb(path):
-    """Fully decode the image at ``path`` (first frame, EXIF orientation applied) as RGB."""
+def _decode(path, decode):
+    """``decode(im)`` of the opened image at ``path`` (its first frame); every failure an ImageDecodeError
+    naming the file: only the formats of FORMATS, within Pillow's pixel limit."""
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         # another library switched this on; truncated stimuli would be padded with grey silently
         raise RuntimeError("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True; vlbias needs it False to reject "
@@ -76,8 +80,9 @@ def load_rgb(path):
             if Image.MAX_IMAGE_PIXELS and im.width * im.height > Image.MAX_IMAGE_PIXELS:
                 raise Image.DecompressionBombError(f"{im.width}x{im.height} pixels")
             im.seek(0)
-            im.load()  # decodes everything now; truncated data fails here
-            return _to_rgb(ImageOps.exif_transpose(im))
+            return decode(im)
+    except ImageDecodeError:
+        raise
     except UnidentifiedImageError:
         raise ImageDecodeError(path, _sniff(head)) from None
     except Image.DecompressionBombError as e:
@@ -85,6 +90,42 @@ def load_rgb(path):
     except Exception as e:  # malformed files make Pillow raise errors of many kinds
         reason = "truncated image data" if "truncated" in str(e).lower() else "damaged image data"
         raise ImageDecodeError(path, f"{reason} ({e})") from None
+
+
+def load_rgb(path):
+    """Fully decode the image at ``path`` (first frame, EXIF orientation applied) as RGB."""
+    def decode(im):
+        im.load()  # decodes everything now; truncated data fails here
+        return _to_rgb(ImageOps.exif_transpose(im))
+    return _decode(path, decode)
+
+
+def _ends_before_its_end(path):
+    """Whether a JPEG file stops inside its last scan: no end-of-image marker after the last start of
+    scan (entropy-coded data cannot hold either marker: a 0xFF byte there is followed by 0x00 or a restart)."""
+    data = Path(path).read_bytes()
+    return data.find(b"\xff\xd9", data.rfind(b"\xff\xda")) < 0
+
+
+def load_rgb_opencv(path):
+    """The image at ``path`` as the iEAT authors' code read it, a uint8 (H, W, 3) RGB array.
+
+    ``cv2.imread(path)`` then BGR → RGB (ryansteed/ieat ``ieat/utils.py`` ``resize``): EXIF orientation
+    applied, alpha dropped with the stored colours of transparent pixels kept, CMYK JPEGs through
+    libjpeg, 16-bit samples shifted to 8 bits. Pillow reads the header first, so that OpenCV only
+    sees the formats of FORMATS within the pixel limit and a non-image gets ``load_rgb``'s reason;
+    a JPEG cut short is refused (libjpeg would pad it with grey) like a truncated PNG or WebP, which
+    OpenCV does not decode.
+    """
+    def decode(im):
+        if im.format == "JPEG" and _ends_before_its_end(path):
+            raise ImageDecodeError(path, "truncated image data (no end-of-image marker after the last scan)")
+        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise ImageDecodeError(path, f"OpenCV cannot decode this {im.format} image (damaged, or a format "
+                                         "this OpenCV build lacks; decoder: pil may read it)")
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return _decode(path, decode)
 
 
 def square_crop(img, mode="center"):
@@ -172,22 +213,24 @@ def area_resize(pixels, size):
 RESAMPLING = ("bicubic", "area")
 
 
-def prepare(path, size, crop="center", resample="bicubic"):
+def prepare(path, size, crop="center", resample="bicubic", decoder="pil"):
     """The image at ``path`` as a uint8 (size, size, 3) array: RGB, square-cropped, resized.
 
-    ``resample``: ``bicubic`` (Pillow's, antialiased) or ``area`` (OpenCV's INTER_AREA, what the
-    iEAT authors fed iGPT and SimCLR; an image smaller than ``size`` is then refused).
+    ``decoder``: ``opencv`` (``load_rgb_opencv``, the iEAT authors' ``cv2.imread``) or ``pil``
+    (``load_rgb``: transparent pixels become white). ``resample``: ``bicubic`` (Pillow's,
+    antialiased) or ``area`` (``cv2.resize`` with ``INTER_AREA``, which the iEAT authors fed iGPT and
+    SimCLR, enlarging an image smaller than ``size`` as well as shrinking a larger one). With
+    ``decoder="opencv", crop="top-left", resample="area"`` this is the authors' ``resize`` exactly.
     """
     if crop not in CROPS:
         raise ValueError(f"unknown crop mode '{crop}' (known: {', '.join(CROPS)})")
     if resample not in RESAMPLING:
         raise ValueError(f"unknown resampling '{resample}' (known: {', '.join(RESAMPLING)})")
+    if decoder not in DECODERS:
+        raise ValueError(f"unknown decoder '{decoder}' (known: {', '.join(DECODERS)})")
     if int(size) != size or size < 1:
         raise ValueError(f"image size must be a positive integer, got {size!r}")
-    img = square_crop(load_rgb(path), crop)
+    img = square_crop(load_rgb(path) if decoder == "pil" else Image.fromarray(load_rgb_opencv(path)), crop)
     if resample == "area":
-        if img.size[0] < size:
-            raise ImageDecodeError(path, f"{img.size[0]}x{img.size[0]} pixels, smaller than {size}x{size} "
-                                         "(area resizing only shrinks)")
-        return area_resize(np.asarray(img, dtype=np.uint8), size)
+        return cv2.resize(np.asarray(img, dtype=np.uint8), (size, size), interpolation=cv2.INTER_AREA)
     return np.asarray(img.resize((size, size), Image.Resampling.BICUBIC), dtype=np.uint8)

@@ -4,7 +4,7 @@ Layout::
 
     /<category>/pixels   uint8 (n, size, size, 3)   RGB, rows in the order of ids
     /<category>/ids      utf-8 strings (n,)         image file names, sorted
-    attrs                size, crop, resample, n_images (stored), n_skipped (missing or corrupt)
+    attrs                size, crop, resample, decoder, n_images (stored), n_skipped (missing or corrupt)
 
 Every category listed gets a group, also when none of its images could be used (n = 0), so
 the stage that embeds it can name the empty category.
@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.images.decode import CROPS, RESAMPLING, ImageDecodeError, prepare
+from vlbias.images.decode import CROPS, DECODERS, RESAMPLING, ImageDecodeError, prepare
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import sha256_file
 
@@ -26,14 +26,15 @@ log = logging.getLogger(__name__)
 _STR = h5py.string_dtype("utf-8")
 
 
-def store_name(size, crop, resample):
-    """The name of an image store by what it holds: "32px-top-left-area", "224px-center-bicubic"."""
-    return f"{size}px-{crop}-{resample}"
+def store_name(size, crop, resample, decoder):
+    """The name of an image store by what it holds: "32px-top-left-area-opencv", "224px-center-bicubic-pil"."""
+    return f"{size}px-{crop}-{resample}-{decoder}"
 
 
-def _process(entry, size, crop, resample):
+def _process(entry, size, crop, resample, decoder):
     """(status row, pixels or None) for one entry."""
-    row = {"category": entry["category"], "file": entry["file"], "status": "ok", "reason": "", "sha256": ""}
+    row = {"category": entry["category"], "file": entry["file"], "status": "ok", "reason": "", "sha256": "",
+           "decoder": decoder}
     if not entry.get("path"):
         return {**row, "status": "missing", "reason": entry.get("reason") or "not obtained"}, None
     try:
@@ -41,26 +42,28 @@ def _process(entry, size, crop, resample):
     except OSError as e:
         return {**row, "status": "missing", "reason": f"cannot read {entry['path']} ({e.strerror})"}, None
     try:
-        return row, prepare(entry["path"], size, crop, resample)
+        return row, prepare(entry["path"], size, crop, resample, decoder)
     except ImageDecodeError as e:
         return {**row, "status": "corrupt", "reason": e.reason}, None
 
 
-def build_image_store(entries, out_path, size, crop="center", workers=2, resample="bicubic"):
+def build_image_store(entries, out_path, size, crop="center", workers=2, resample="bicubic", decoder="pil"):
     """Decode ``entries`` into the HDF5 store ``out_path``; one status row per entry, in order.
 
-    ``resample``: ``bicubic``, or ``area`` (OpenCV's INTER_AREA, the iEAT authors' resizing; see
-    vlbias.images.decode.prepare).
+    ``resample``: ``bicubic``, or ``area`` (OpenCV's INTER_AREA, the iEAT authors' resizing);
+    ``decoder``: ``opencv`` (the iEAT authors' cv2.imread) or ``pil`` (see vlbias.images.decode.prepare).
 
     ``entries``: dicts with ``category``, ``file``, ``path`` (None when the file could not be
     obtained) and optionally ``reason`` (why not). Status is "ok", "missing" or "corrupt", with
-    the reason, and the sha256 of the file used. An image whose content repeats an earlier one
+    the reason, the sha256 of the file used and the decoder. An image whose content repeats an earlier one
     (by file name) of its category is kept, with reason "duplicate of <file>".
     """
     if crop not in CROPS:
         raise ValueError(f"unknown crop mode '{crop}' (known: {', '.join(CROPS)})")
     if resample not in RESAMPLING:
         raise ValueError(f"unknown resampling '{resample}' (known: {', '.join(RESAMPLING)})")
+    if decoder not in DECODERS:
+        raise ValueError(f"unknown decoder '{decoder}' (known: {', '.join(DECODERS)})")
     entries = list(entries)
     by_category = defaultdict(list)
     for i, e in enumerate(entries):
@@ -74,7 +77,7 @@ def build_image_store(entries, out_path, size, crop="center", workers=2, resampl
             if repeated:
                 raise InputError(category, f"image file(s) listed twice: {', '.join(repeated)}")
             ids, pixels, first = [], [], {}
-            rows = pool.map(lambda i: _process(entries[i], size, crop, resample), order)
+            rows = pool.map(lambda i: _process(entries[i], size, crop, resample, decoder), order)
             for i, (row, array) in zip(order, rows):
                 if array is not None:
                     if row["sha256"] in first:
@@ -90,6 +93,6 @@ def build_image_store(entries, out_path, size, crop="center", workers=2, resampl
             g.create_dataset("ids", data=np.array(ids, dtype=object), dtype=_STR)
             log.info("%s: %d of %d images", category, len(ids), len(order))
         n_ok = sum(r["status"] == "ok" for r in status)
-        f.attrs.update({"size": size, "crop": crop, "resample": resample, "n_images": n_ok,
+        f.attrs.update({"size": size, "crop": crop, "resample": resample, "decoder": decoder, "n_images": n_ok,
                         "n_skipped": len(status) - n_ok})
     return status
