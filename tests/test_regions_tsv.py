@@ -1,0 +1,143 @@
+"""Region stores read from bottom-up-attention TSV files (vlbias.regions.tsv): a file written here in
+the released format (LXMERT's column order, base64 of the raw arrays, as extract_coco_image.py
+writes it) read into the store; every kind of malformed line is an error naming file, line, field."""
+
+import base64
+import csv
+
+import numpy as np
+import pytest
+
+from vlbias.errors import InputError
+from vlbias.regions.store import RegionStore
+from vlbias.regions.tsv import LXMERT_FIELDS, TsvSource, image_key, read_tsv_regions
+
+N_CLASSES, N_ATTRS, DIM = 12, 5, 8
+
+
+@pytest.fixture
+def spec(tmp_path):
+    objects, attrs = tmp_path / "objects.txt", tmp_path / "attributes.txt"
+    # names of the small vocabulary: index 3 is "man", index 4 "shirt" (as in Visual Genome's order)
+    objects.write_text("\n".join(["tree", "sky", "person,people", "man", "shirt", *[f"o{i}" for i in range(7)]]))
+    attrs.write_text("\n".join(f"a{i}" for i in range(N_ATTRS)))
+    return {"objects_vocab": str(objects), "attributes_vocab": str(attrs), "num_classes": N_CLASSES,
+            "num_attributes": N_ATTRS, "feature_dim": DIM, "fields": "lxmert", "image_ids": "coco"}
+
+
+def detections(n, seed):
+    """What extract_coco_image.py computes for one image: n boxes, their pooled features, labels."""
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 200, (n, 2)).astype(np.float32)
+    return {"boxes": np.concatenate([xy, xy + rng.uniform(1, 50, (n, 2))], axis=1).astype(np.float32),
+            "features": rng.standard_normal((n, DIM)).astype(np.float32),
+            "objects_id": rng.integers(0, N_CLASSES, n).astype(np.int64),
+            "objects_conf": rng.uniform(0, 1, n).astype(np.float32),
+            "attrs_id": rng.integers(0, N_ATTRS, n).astype(np.int64),
+            "attrs_conf": rng.uniform(0, 1, n).astype(np.float32)}
+
+
+def row(img_id, d, h=240, w=320):
+    """One line's fields as the extraction writes them: integers as text, arrays as base64."""
+    b64 = {k: base64.b64encode(v.tobytes()).decode() for k, v in d.items()}
+    item = {"img_id": img_id, "img_h": str(h), "img_w": str(w), "num_boxes": str(len(d["boxes"])), **b64}
+    return [item[f] for f in LXMERT_FIELDS]
+
+
+def write_tsv(path, rows):
+    with open(path, "w", newline="") as f:
+        csv.writer(f, delimiter="\t", lineterminator="\n").writerows(rows)
+    return path
+
+
+def entries_of(*files):
+    return [(f"weat6/{role}/{file}", f"/nowhere/{file}") for role, file in files]
+
+
+def test_a_released_tsv_reads_into_the_store(spec, tmp_path):
+    dets = {42: detections(5, 0), 7: detections(3, 1), 99: detections(4, 2)}
+    tsv = write_tsv(tmp_path / "val2014_obj36.tsv", [row(f"COCO_val2014_{i:012d}", d, h=100 + i, w=200 + i)
+                                                     for i, d in dets.items()])
+    # image 42 twice (two roles), 7 once, 1234 not in the TSV; 99 in the TSV only
+    entries = entries_of(("X", "COCO_val2014_000000000042.jpg"), ("A", "COCO_val2014_000000000042.jpg"),
+                         ("Y", "COCO_val2014_000000000007.jpg"), ("B", "COCO_val2014_000000001234.jpg"))
+    out = tmp_path / "store.h5"
+    summary = read_tsv_regions(tsv, entries, TsvSource(spec), out)
+    assert summary["n_images"] == 3 and summary["n_skipped"] == 1 and summary["n_lines"] == 3
+    with RegionStore(out) as store:
+        assert store.ids == sorted(i for i, _ in entries if "1234" not in i)
+        assert store.skipped == {"weat6/B/COCO_val2014_000000001234.jpg": "not in val2014_obj36.tsv"}
+        assert store.class_names[3] == "man" and store.attribute_names == [f"a{i}" for i in range(N_ATTRS)]
+        for image_id in store.ids:
+            number = int(image_id[-10:-4])
+            d = dets[number]
+            r, is_person = store.get(image_id)
+            np.testing.assert_array_equal(r.boxes, d["boxes"])       # the file's order, not re-sorted
+            np.testing.assert_array_equal(r.features, d["features"])
+            np.testing.assert_array_equal(r.class_ids, d["objects_id"])  # the true labels: ids as stored
+            np.testing.assert_array_equal(r.class_scores, d["objects_conf"])
+            np.testing.assert_array_equal(r.attr_ids, d["attrs_id"])
+            np.testing.assert_array_equal(r.attr_scores, d["attrs_conf"])
+            assert r.image_size == (100 + number, 200 + number)
+            np.testing.assert_allclose(store.boxes_norm(image_id), d["boxes"] / np.float32([200 + number, 100 + number] * 2))
+            np.testing.assert_array_equal(is_person, np.isin(d["objects_id"], [2, 3]))  # person, man
+        assert store.attrs["adapter"] == "tsv" and len(store.attrs["tsv_sha256"]) == 64
+
+
+def test_image_keys_meet_coco_file_names():
+    assert image_key("COCO_val2014_000000462928", "coco") == image_key("COCO_val2014_000000462928.jpg", "coco") \
+        == image_key("462928", "coco") == 462928
+    assert image_key("COCO_val2014_000000462928.jpg", "stem") == "COCO_val2014_000000462928"
+    assert image_key("occupation.png", "coco") is None
+
+
+def malformed(spec, tmp_path, fields):
+    good = row("COCO_val2014_000000000001", detections(3, 0))
+    bad = list(row("COCO_val2014_000000000002", detections(3, 1)))
+    for name, value in fields.items():
+        bad[LXMERT_FIELDS.index(name)] = value
+    tsv = write_tsv(tmp_path / "f.tsv", [good, bad] if fields else [good, good])
+    with pytest.raises(InputError) as e:
+        read_tsv_regions(tsv, entries_of(("X", "COCO_val2014_000000000001.jpg")), TsvSource(spec), tmp_path / "o.h5")
+    assert not (tmp_path / "o.h5").exists()
+    return str(e.value)
+
+
+def b64(array):
+    return base64.b64encode(np.asarray(array).tobytes()).decode()
+
+
+@pytest.mark.parametrize("fields,field,says", [
+    ({"features": "not*base64"}, "features", "not base64"),
+    ({"boxes": b64(np.zeros((2, 4), np.float32))}, "boxes", "32 bytes, but num_boxes 3 needs 3 x 4 float32 = 48"),
+    ({"features": b64(np.zeros((3, DIM + 1), np.float32))}, "features", "num_boxes 3 needs 3 x 8"),
+    ({"objects_id": b64(np.zeros(3, np.int32))}, "objects_id", "12 bytes"),
+    ({"objects_id": b64(np.array([0, 1, N_CLASSES]))}, "objects_id", "do not index the 12 names"),
+    ({"attrs_conf": b64(np.zeros(4, np.float32))}, "attrs_conf", "16 bytes"),
+    ({"num_boxes": "3.0"}, "num_boxes", "not an integer"),
+    ({"num_boxes": "4"}, "boxes", "num_boxes 4"),
+    ({"img_h": "-5"}, "image_h", "out of range"),
+    ({"img_id": "COCO_val2014_000000000001"}, "image_id", "already on line 1"),
+    ({"img_id": "000001"}, "image_id", "already on line 1"),   # the same COCO image, other spelling
+    ({"img_id": "google_image_1"}, "image_id", "no image id of the kind"),
+])
+def test_a_malformed_line_names_file_line_and_field(spec, tmp_path, fields, field, says):
+    message = malformed(spec, tmp_path, fields)
+    assert message.startswith(f"{tmp_path / 'f.tsv'}:2: field '{field}'") and says in message
+
+
+def test_a_line_with_missing_fields_names_file_and_line(spec, tmp_path):
+    tsv = write_tsv(tmp_path / "f.tsv", [row("COCO_val2014_000000000001", detections(2, 0))[:-1]])
+    with pytest.raises(InputError, match=r"f\.tsv:1: has 9 tab-separated fields, expected 10"):
+        read_tsv_regions(tsv, [], TsvSource(spec), tmp_path / "o.h5")
+
+
+def test_config_errors(spec, tmp_path):
+    with pytest.raises(InputError, match="fields 'lxmert2'"):
+        TsvSource(spec | {"fields": "lxmert2"})
+    with pytest.raises(InputError, match="missing \\['objects_conf'\\]"):
+        TsvSource(spec | {"fields": ["image_id", "image_w", "image_h", "num_boxes", "boxes", "features", "objects_id"]})
+    with pytest.raises(InputError, match="TSV file not found"):
+        read_tsv_regions(tmp_path / "absent.tsv", [], TsvSource(spec), tmp_path / "o.h5")
+    with pytest.raises(InputError, match="weat6/X/photo.png: its file name has no image id"):
+        read_tsv_regions(tmp_path / "absent.tsv", entries_of(("X", "photo.png")), TsvSource(spec), tmp_path / "o.h5")
