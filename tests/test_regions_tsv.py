@@ -79,7 +79,8 @@ def test_a_released_tsv_reads_into_the_store(spec, tmp_path):
             np.testing.assert_array_equal(r.attr_ids, d["attrs_id"])
             np.testing.assert_array_equal(r.attr_scores, d["attrs_conf"])
             assert r.image_size == (100 + number, 200 + number)
-            np.testing.assert_allclose(store.boxes_norm(image_id), d["boxes"] / np.float32([200 + number, 100 + number] * 2))
+            size = np.float32([200 + number, 100 + number] * 2)
+            np.testing.assert_allclose(store.boxes_norm(image_id), d["boxes"] / size)
             np.testing.assert_array_equal(is_person, np.isin(d["objects_id"], [2, 3]))  # person, man
         assert store.attrs["adapter"] == "tsv" and len(store.attrs["tsv_sha256"]) == 64
 
@@ -141,3 +142,38 @@ def test_config_errors(spec, tmp_path):
         read_tsv_regions(tmp_path / "absent.tsv", [], TsvSource(spec), tmp_path / "o.h5")
     with pytest.raises(InputError, match="weat6/X/photo.png: its file name has no image id"):
         read_tsv_regions(tmp_path / "absent.tsv", entries_of(("X", "photo.png")), TsvSource(spec), tmp_path / "o.h5")
+
+
+# --- rows 13 and 14 of the grounded protocol (docs/grounded.md) ----------------------------------
+
+def test_label_offset_masks_the_regions_the_authors_masked(spec, tmp_path):
+    """Row 13 on a store whose labels are known: the authors read objects_id in ['background'] +
+    vocabulary, one class early, so mask I for "man"/"person" hid the shirt and the man, not the person."""
+    from vlbias.models.vl import visual_from_store
+    from vlbias.suites.grounded.protocol import label_offset, resolve
+
+    d = detections(4, 0) | {"objects_id": np.array([3, 4, 2, 0])}   # man, shirt, person, tree
+    tsv = write_tsv(tmp_path / "f.tsv", [row("COCO_val2014_000000000005", d)])
+    read_tsv_regions(tsv, entries_of(("X", "COCO_val2014_000000000005.jpg")), TsvSource(spec), tmp_path / "s.h5")
+    masked = {}
+    with RegionStore(tmp_path / "s.h5") as store:
+        for preset in ("paper", "authors"):
+            offset = label_offset(resolve(preset), "lxmert", store.attrs)
+            v = visual_from_store(store, "weat6/X/COCO_val2014_000000000005.jpg", ("man", "person"), None, offset)
+            masked[preset] = v.is_person.tolist()
+        # the reading belongs to LXMERT's loader on the released objects_id: no other family or store
+        assert label_offset(resolve("authors"), "vilbert", store.attrs) == 0
+    assert label_offset(resolve("authors"), "lxmert", {"adapter": "bua"}) == 0
+    assert masked == {"paper": [True, False, True, False], "authors": [True, True, False, False]}
+
+
+def test_region_source_picks_the_released_store_where_the_entry_names_one():
+    """Row 14: LXMERT reads its released COCO features under `released`, its detector's store elsewhere."""
+    from vlbias.suites.grounded.protocol import region_store, resolve
+
+    lxmert = {"detector": "bua-36", "released_regions": {"coco": "lxmert-obj36"}}
+    assert region_store(resolve("authors"), lxmert, "coco") == "lxmert-obj36"
+    assert region_store(resolve("authors"), lxmert, "google") == "bua-36"
+    assert region_store(resolve("paper"), lxmert, "coco") == "bua-36"
+    assert region_store(resolve({"preset": "paper", "region_source": "released"}), lxmert, "coco") == "lxmert-obj36"
+    assert region_store(resolve("authors"), {"detector": "bua-10-100"}, "coco") == "bua-10-100"

@@ -191,8 +191,8 @@ def read_tsv_regions(tsv, entries, source, out_path, provenance=None):
     csv.field_size_limit(sys.maxsize)  # a line holds num_boxes x feature_dim floats in base64
     if not Path(tsv).is_file():
         raise InputError(tsv, "TSV file not found (the released features are yours to download: README)")
-    with open(tsv, "rb", buffering=0) as raw, io.TextIOWrapper(io.BufferedReader(hashing := _Hashing(raw), 1 << 20), encoding="ascii",
-                               newline="") as text:
+    with open(tsv, "rb", buffering=0) as raw, \
+            io.TextIOWrapper(io.BufferedReader(hashing := _Hashing(raw), 1 << 20), encoding="ascii", newline="") as text:
         reader = csv.reader(text, delimiter="\t", quoting=csv.QUOTE_NONE)
         try:
             for row in reader:
@@ -203,7 +203,8 @@ def read_tsv_regions(tsv, entries, source, out_path, provenance=None):
                     raise InputError(where, f"field 'image_id': {tsv_id[:60]!r} is no image id of the kind "
                                             f"image_ids: {source.image_ids}")
                 if key in lines:
-                    raise InputError(where, f"field 'image_id': {tsv_id!r} is image {key}, already on line {lines[key]}")
+                    raise InputError(where, f"field 'image_id': {tsv_id!r} is image {key}, already on line "
+                                            f"{lines[key]}")
                 lines[key] = reader.line_num
                 if key in wanted:
                     found[key] = regions
