@@ -5,8 +5,11 @@ writes it) read into the store; every kind of malformed line is an error naming 
 import base64
 import csv
 
+import h5py
 import numpy as np
+import pandas as pd
 import pytest
+import yaml
 
 from vlbias.errors import InputError
 from vlbias.regions.store import RegionStore
@@ -25,11 +28,12 @@ def spec(tmp_path):
             "num_attributes": N_ATTRS, "feature_dim": DIM, "fields": "lxmert", "image_ids": "coco"}
 
 
-def detections(n, seed):
-    """What extract_coco_image.py computes for one image: n boxes, their pooled features, labels."""
+def detections(n, seed, size=200):
+    """What extract_coco_image.py computes for one image: n boxes in a (size + 50)-pixel square, their
+    pooled features, labels."""
     rng = np.random.default_rng(seed)
-    xy = rng.uniform(0, 200, (n, 2)).astype(np.float32)
-    return {"boxes": np.concatenate([xy, xy + rng.uniform(1, 50, (n, 2))], axis=1).astype(np.float32),
+    xy = rng.uniform(0, size, (n, 2)).astype(np.float32)
+    return {"boxes": np.concatenate([xy, xy + rng.uniform(1, 50 * size / 200, (n, 2))], axis=1).astype(np.float32),
             "features": rng.standard_normal((n, DIM)).astype(np.float32),
             "objects_id": rng.integers(0, N_CLASSES, n).astype(np.int64),
             "objects_conf": rng.uniform(0, 1, n).astype(np.float32),
@@ -37,7 +41,7 @@ def detections(n, seed):
             "attrs_conf": rng.uniform(0, 1, n).astype(np.float32)}
 
 
-def row(img_id, d, h=240, w=320):
+def row(img_id, d, h=250, w=250):
     """One line's fields as the extraction writes them: integers as text, arrays as base64."""
     b64 = {k: base64.b64encode(v.tobytes()).decode() for k, v in d.items()}
     item = {"img_id": img_id, "img_h": str(h), "img_w": str(w), "num_boxes": str(len(d["boxes"])), **b64}
@@ -56,7 +60,7 @@ def entries_of(*files):
 
 def test_a_released_tsv_reads_into_the_store(spec, tmp_path):
     dets = {42: detections(5, 0), 7: detections(3, 1), 99: detections(4, 2)}
-    tsv = write_tsv(tmp_path / "val2014_obj36.tsv", [row(f"COCO_val2014_{i:012d}", d, h=100 + i, w=200 + i)
+    tsv = write_tsv(tmp_path / "val2014_obj36.tsv", [row(f"COCO_val2014_{i:012d}", d, h=250 + i, w=260 + i)
                                                      for i, d in dets.items()])
     # image 42 twice (two roles), 7 once, 1234 not in the TSV; 99 in the TSV only
     entries = entries_of(("X", "COCO_val2014_000000000042.jpg"), ("A", "COCO_val2014_000000000042.jpg"),
@@ -78,8 +82,8 @@ def test_a_released_tsv_reads_into_the_store(spec, tmp_path):
             np.testing.assert_array_equal(r.class_scores, d["objects_conf"])
             np.testing.assert_array_equal(r.attr_ids, d["attrs_id"])
             np.testing.assert_array_equal(r.attr_scores, d["attrs_conf"])
-            assert r.image_size == (100 + number, 200 + number)
-            size = np.float32([200 + number, 100 + number] * 2)
+            assert r.image_size == (250 + number, 260 + number)
+            size = np.float32([260 + number, 250 + number] * 2)
             np.testing.assert_allclose(store.boxes_norm(image_id), d["boxes"] / size)
             np.testing.assert_array_equal(is_person, np.isin(d["objects_id"], [2, 3]))  # person, man
         assert store.attrs["adapter"] == "tsv" and len(store.attrs["tsv_sha256"]) == 64
@@ -118,6 +122,7 @@ def b64(array):
     ({"num_boxes": "3.0"}, "num_boxes", "not an integer"),
     ({"num_boxes": "4"}, "boxes", "num_boxes 4"),
     ({"img_h": "-5"}, "image_h", "out of range"),
+    ({"img_w": "100"}, "boxes", "x2 <= image_w (100)"),  # the boxes reach x = 250
     ({"img_id": "COCO_val2014_000000000001"}, "image_id", "already on line 1"),
     ({"img_id": "000001"}, "image_id", "already on line 1"),   # the same COCO image, other spelling
     ({"img_id": "google_image_1"}, "image_id", "no image id of the kind"),
@@ -177,3 +182,44 @@ def test_region_source_picks_the_released_store_where_the_entry_names_one():
     assert region_store(resolve("paper"), lxmert, "coco") == "bua-36"
     assert region_store(resolve({"preset": "paper", "region_source": "released"}), lxmert, "coco") == "lxmert-obj36"
     assert region_store(resolve("authors"), {"detector": "bua-10-100"}, "coco") == "bua-10-100"
+
+
+@pytest.mark.workflow
+def test_the_workflow_reads_a_tsv_source_into_the_grounded_job_under_released(tmp_path):
+    """The real Snakefile on the grounded tiny project: a regions/tsv source for its dataset, named by
+    LXMERT's released_regions, is the store LXMERT reads under `authors` (region_source released,
+    label_offset -1); its detector is never run."""
+    from test_grounded_pipeline import image_ids, stimulus_doc, tiny_project
+    from test_workflow import snakemake, write_yaml
+
+    tiny_project(tmp_path)
+    config = yaml.safe_load((tmp_path / "config/config.yaml").read_text())
+    (tmp_path / "objects.txt").write_text("tree\nperson\nman\n")
+    # every image of the toy tests but x1 (two of the manifest's ids); every box labelled "man", which
+    # the authors read as "person", the toy tests' region label: only under `authors` mask I hides any
+    stems = sorted({i.rsplit("/", 1)[1][:-4] for t in ("toy-a", "toy-b") for i in image_ids(stimulus_doc(t))} - {"x1"})
+    dets = {}
+    for n, stem in enumerate(stems):
+        dets[stem] = detections(3, n, size=32) | {"features": np.random.default_rng(n).standard_normal((3, 1024), np.float32),
+                                         "objects_id": np.full(3, 2)}
+    write_tsv(tmp_path / "toy.tsv", [row(stem, d, h=40, w=48) for stem, d in dets.items()])
+    config["regions"]["tsv"] = {"toy-tsv": {"files": {"google": "toy.tsv"}, "image_ids": "stem", "feature_dim": 1024,
+                                            "num_classes": 3, "num_attributes": N_ATTRS,
+                                            "objects_vocab": "objects.txt", "attributes_vocab": "attributes.txt"}}
+    (tmp_path / "attributes.txt").write_text("\n".join(f"a{i}" for i in range(N_ATTRS)))
+    config["grounded"]["models"]["lxmert"]["released_regions"] = {"google": "toy-tsv"}
+    write_yaml(tmp_path / "config/config.yaml", config)
+    out = "results/embeddings/grounded/authors/google/lxmert"
+    snakemake(tmp_path, f"{out}.h5", f"{out}.missing.tsv")
+    assert not (tmp_path / "results/regions/google/frcnn-tiny.h5").exists()  # LXMERT's detector: not run
+
+    with RegionStore(tmp_path / "results/regions/google/toy-tsv.h5") as store:
+        r, _ = store.get("toy-a/attr1/a_x0.jpg")
+        np.testing.assert_array_equal(r.features, dets["a_x0"]["features"])
+        assert set(store.skipped) == {"toy-a/targ1/x1.jpg", "toy-b/targ1/x1.jpg"}
+    with h5py.File(tmp_path / f"{out}.h5") as a:
+        assert a.attrs["detector"] == "toy-tsv" and a.attrs["region_store"] == "results/regions/google/toy-tsv.h5"
+        # label_offset -1 reached the job: every region read as "person" and masked; read as "man", none
+        assert not np.allclose(a["toy-a/S/I/X/embeddings"][()], a["toy-a/S/none/X/embeddings"][()], atol=1e-4)
+    missing = pd.read_csv(tmp_path / f"{out}.missing.tsv", sep="\t", dtype=str)
+    assert set(missing.loc[missing["image"] == "toy-a/targ1/x1.jpg", "reason"]) == {"not usable: not in toy.tsv"}

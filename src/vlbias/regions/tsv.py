@@ -147,6 +147,10 @@ class TsvSource:
                 raise InputError(where, f"field '{key}': {len(raw)} bytes, but num_boxes {n} needs {n} x {per_box} "
                                         f"{np.dtype(dtype).name} = {n * per_box * itemsize}")
             arrays[key] = np.frombuffer(raw, dtype=dtype).reshape((n, per_box) if per_box > 1 else (n,))
+        boxes, w, h = arrays["boxes"], sizes["image_w"], sizes["image_h"]
+        if n and not ((0 <= boxes[:, :2]) & (boxes[:, :2] <= boxes[:, 2:]) & (boxes[:, 2:] <= [w, h])).all():
+            raise InputError(where, f"field 'boxes': not all 0 <= x1 <= x2 <= image_w ({w}), 0 <= y1 <= y2 <= "
+                                    f"image_h ({h})")
         for key, names in (("objects_id", self.class_names), ("attrs_id", self.attribute_names)):
             ids = arrays.get(key)
             if ids is not None and ids.size and not (0 <= ids.min() and ids.max() < len(names)):
