@@ -241,3 +241,31 @@ def test_the_workflow_reads_a_tsv_source_into_the_grounded_job_under_released(tm
         assert not np.allclose(a["toy-a/S/I/X/embeddings"][()], a["toy-a/S/none/X/embeddings"][()], atol=1e-4)
     missing = pd.read_csv(tmp_path / f"{out}.missing.tsv", sep="\t", dtype=str)
     assert set(missing.loc[missing["image"] == "toy-a/targ1/x1.jpg", "reason"]) == {"not usable: not in toy.tsv"}
+
+
+def test_the_config_check_names_a_wrong_tsv_source_by_its_key():
+    import copy
+
+    from conftest import REPO
+
+    from vlbias.config import ConfigError, check_config
+
+    shipped = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    assert shipped["grounded"]["models"]["lxmert"]["released_regions"] == {"coco": "lxmert-obj36"}
+    config = copy.deepcopy(shipped)
+    config["grounded"]["models"]["lxmert"]["released_regions"] = {"coco": "lxmert-obj63", "google": "lxmert-obj36"}
+    config["regions"]["build"] = [{"dataset": "google", "detector": "lxmert-obj36"}]
+    config["regions"]["tsv"]["bua-36"] = copy.deepcopy(config["regions"]["tsv"]["lxmert-obj36"])
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    with pytest.raises(ConfigError) as e:
+        check_config(config, schema, root=REPO)
+    said = "\n".join(e.value.problems)
+    assert "key 'regions/tsv/bua-36': 'bua-36' is also a detector" in said
+    assert "key 'regions/build/0': 'regions/tsv/lxmert-obj36/files' names no TSV file for dataset 'google'" in said
+    assert ("key 'grounded/models/lxmert/released_regions/coco': 'lxmert-obj63' is not a source under 'regions/tsv' "
+            "(did you mean 'lxmert-obj36'?)") in said
+    assert "key 'grounded/models/lxmert/released_regions/google': 'regions/tsv/lxmert-obj36/files'" in said
+    config = copy.deepcopy(shipped)
+    config["regions"]["tsv"]["lxmert-obj36"]["fields"] = "lxmert-order"
+    with pytest.raises(ConfigError, match="key 'regions/tsv/lxmert-obj36/fields'"):
+        check_config(config, schema, root=REPO)
