@@ -4,6 +4,11 @@ writes it) read into the store; every kind of malformed line is an error naming 
 
 import base64
 import csv
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -267,3 +272,67 @@ def test_the_config_check_names_a_wrong_tsv_source_by_its_key():
     config["regions"]["tsv"]["lxmert-obj36"]["fields"] = "lxmert-order"
     with pytest.raises(ConfigError, match="key 'regions/tsv/lxmert-obj36/fields'"):
         check_config(config, schema, root=REPO)
+
+
+# --- differential check against the authors' reader and mask ------------------------------------
+
+REF_ENV = "VLBIAS_GROUNDED_REFERENCE"
+
+
+@pytest.fixture
+def authors(monkeypatch):
+    """The authors' LXMERT TSV reader (scripts/dataloaders/lxmert/utils.py) and feature wrapper
+    (dataset_wrappers.py) of candacelax/bias-in-vision-and-language at 162298016af6d728453a8c3d47554a6e87e18be2,
+    imported from the directory in $VLBIAS_GROUNDED_REFERENCE."""
+    root = os.environ.get(REF_ENV)
+    if not root:
+        pytest.skip(f"set {REF_ENV} to a checkout of candacelax/bias-in-vision-and-language (commit 16229801) "
+                    "to compare with the authors' TSV reader and region mask")
+    pytest.importorskip("torch")
+    # imported at the top of their modules, used for LMDB files and configs only
+    monkeypatch.setitem(sys.modules, "lmdb", types.ModuleType("lmdb"))
+    monkeypatch.setitem(sys.modules, "attrdict", types.SimpleNamespace(AttrDict=dict))
+    mods = {}
+    for name, path in (("utils", "scripts/dataloaders/lxmert/utils.py"),
+                       ("wrappers", "scripts/dataloaders/dataset_wrappers.py")):
+        spec = importlib.util.spec_from_file_location(f"grounded_reference_{name}", Path(root) / path)
+        mods[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mods[name])
+    return mods
+
+
+def test_the_store_and_mask_agree_with_the_authors_reader(authors, spec, tmp_path):
+    import torch
+
+    from vlbias.models.vl import visual_from_store
+    from vlbias.suites.grounded.protocol import label_offset, resolve
+
+    dets = {n: detections(36, n) for n in (3, 17, 250)}
+    tsv = tmp_path / "mscoco_imgfeat/val2014_obj36.tsv"  # their reader picks LXMERT's columns for "coco" paths
+    tsv.parent.mkdir()
+    write_tsv(tsv, [row(f"COCO_val2014_{n:012d}", d, h=250 + n, w=260) for n, d in dets.items()])
+    entries = entries_of(*(("X", f"COCO_val2014_{n:012d}.jpg") for n in dets))
+    read_tsv_regions(tsv, entries, TsvSource(spec), tmp_path / "s.h5")
+    theirs = {item["img_id"]: item for item in authors["utils"].load_obj_tsv(str(tsv))}
+    # their mask I: the vocabulary's lines after 'background' (dataset_wrappers.py:80-82), labels not on
+    # a line with synonyms (docs/grounded.md row 5)
+    labels = ["man", "tree", "o3"]
+    wrapper = types.SimpleNamespace(obj_list=["background", *(Path(spec["objects_vocab"]).read_text().splitlines())],
+                                    contextual_words_with_people=labels)
+    with RegionStore(tmp_path / "s.h5") as store:
+        offset = label_offset(resolve("authors"), "lxmert", store.attrs)
+        for image_id, _ in entries:
+            item = theirs[image_id.rsplit("/", 1)[1][:-4]]
+            r, _ = store.get(image_id)
+            assert r.image_size == (item["img_h"], item["img_w"])
+            for ours, key in ((r.boxes, "boxes"), (r.features, "features"), (r.class_ids, "objects_id"),
+                              (r.class_scores, "objects_conf"), (r.attr_ids, "attrs_id"), (r.attr_scores, "attrs_conf")):
+                np.testing.assert_array_equal(ours, item[key])
+            batch = {"visual_feats": torch.tensor(item["features"][None].copy())}
+            masked = authors["wrappers"].LXMERTDatasetWrapper.mask_image_regions(
+                wrapper, batch, torch.tensor(item["objects_id"][None].copy()))["visual_feats"][0]
+            theirs_masked = (masked == 0).all(dim=1).numpy()
+            assert theirs_masked.any()
+            np.testing.assert_array_equal(visual_from_store(store, image_id, tuple(labels), None, offset).is_person,
+                                          theirs_masked)
+            assert not np.array_equal(visual_from_store(store, image_id, tuple(labels)).is_person, theirs_masked)
