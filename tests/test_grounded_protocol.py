@@ -11,10 +11,12 @@ from vlbias.suites.grounded.protocol import PRESETS, SWITCHES, encoder_options, 
 def test_presets_set_every_switch_to_its_papers_or_authors_value():
     assert set(PRESETS["paper"]) == set(PRESETS["authors"]) == set(SWITCHES)
     assert PRESETS["paper"] == {"visualbert": "paper", "ws_vector": "language", "masked_statistic": "2",
-                                "image_mask": "persons", "token_mask": "piece", "caption_indices": "number"}
+                                "image_mask": "persons", "token_mask": "piece", "caption_indices": "number",
+                                "label_offset": 0, "region_source": "detector"}
     assert PRESETS["authors"] == {"visualbert": "authors", "ws_vector": "language+visual", "masked_statistic": "1",
-                                  "image_mask": "labels", "token_mask": "word", "caption_indices": "digits"}
-    assert sorted(s.row for s in SWITCHES.values()) == [1, 3, 4, 5, 6, 7]  # row 2 is no switch
+                                  "image_mask": "labels", "token_mask": "word", "caption_indices": "digits",
+                                  "label_offset": -1, "region_source": "released"}
+    assert sorted(s.row for s in SWITCHES.values()) == [1, 3, 4, 5, 6, 7, 13, 14]  # row 2 is no switch
 
 
 def test_one_switch_flipped_changes_that_switch_only():

@@ -278,12 +278,19 @@ def reference_problems(config, root=Path(".")):
         if spec.get("adapter") and "texts" not in encodes(spec):
             problems.append(f"key 'seat/models/{name}/adapter': adapter '{spec['adapter']}' embeds no texts")
     detectors = set((config.get("regions") or {}).get("detectors", {}))
+    tsv = (config.get("regions") or {}).get("tsv", {})
+    for name in sorted(detectors & set(tsv)):  # both would write results/regions/<dataset>/<name>.h5
+        problems.append(f"key 'regions/tsv/{name}': '{name}' is also a detector under 'regions/detectors'")
     if config.get("regions"):
         for i, pair in enumerate(config["regions"]["build"]):
-            if pair["detector"] not in detectors:
+            if pair["detector"] not in detectors | set(tsv):
                 problems.append(f"key 'regions/build/{i}/detector': '{pair['detector']}' is not a detector under "
-                                f"'regions/detectors'{suggest(pair['detector'], detectors)}")
-    problems += _grounded_references(config, detectors) + _mlm_references(config, detectors)
+                                f"'regions/detectors' nor a source under 'regions/tsv'"
+                                f"{suggest(pair['detector'], detectors | set(tsv))}")
+            elif pair["detector"] in tsv and pair["dataset"] not in tsv[pair["detector"]]["files"]:
+                problems.append(f"key 'regions/build/{i}': 'regions/tsv/{pair['detector']}/files' names no TSV "
+                                f"file for dataset '{pair['dataset']}'")
+    problems += _grounded_references(config, detectors, tsv) + _mlm_references(config, detectors)
     return problems
 
 
@@ -334,7 +341,7 @@ def _ieat_model_references(ieat, tests):
     return problems
 
 
-def _grounded_references(config, detectors):
+def _grounded_references(config, detectors, tsv):
     grounded, problems = config.get("grounded"), []
     if not grounded:
         return problems
@@ -372,6 +379,13 @@ def _grounded_references(config, detectors):
         if spec["detector"] not in detectors:
             problems.append(f"key 'grounded/models/{name}/detector': '{spec['detector']}' is not a detector under "
                             f"'regions/detectors'{suggest(spec['detector'], detectors)}")
+        for dataset, source in (spec.get("released_regions") or {}).items():
+            if source not in tsv:
+                problems.append(f"key 'grounded/models/{name}/released_regions/{dataset}': '{source}' is not a "
+                                f"source under 'regions/tsv'{suggest(source, tsv)}")
+            elif dataset not in tsv[source]["files"]:
+                problems.append(f"key 'grounded/models/{name}/released_regions/{dataset}': 'regions/tsv/{source}/"
+                                f"files' names no TSV file for dataset '{dataset}'")
     return problems
 
 

@@ -8,7 +8,7 @@
 # table{3..7}.* under every other protocol, results/grounded/comparison.{csv,md} (printed / each).
 # Needs grounded.smk (datasets) and regions.smk (region stores) included before it.
 
-from vlbias.suites.grounded.protocol import encoder_options, resolve
+from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
 
 GROUNDED_STIMULI = GROUNDED.get("stimuli", "resources/stimuli/grounded")
 GROUNDED_MODELS = GROUNDED.get("models", {})
@@ -108,10 +108,15 @@ def grounded_tests_targets():
                       else [])
 
 
+def grounded_region_store(w):
+    """The region store (detector or regions/tsv source) the embedding job of ``w`` reads (switch region_source)."""
+    return region_store(PROTOCOLS[w.protocol], GROUNDED_MODELS[w.model], w.dataset)
+
+
 rule grounded_embed:
     input:
         stimuli=lambda w: [grounded_stimulus(w.dataset, t) for t in grounded_dataset_tests(w.dataset)],
-        regions=lambda w: f"results/regions/{w.dataset}/{GROUNDED_MODELS[w.model]['detector']}.h5",
+        regions=lambda w: f"results/regions/{w.dataset}/{grounded_region_store(w)}.h5",
         manifest=lambda w: regions_manifest(w.dataset),
     output:
         h5="results/embeddings/grounded/{protocol}/{dataset}/{model}.h5",
@@ -129,6 +134,7 @@ rule grounded_embed:
         spec=lambda w: {**GROUNDED_MODELS[w.model],
                         **encoder_options(PROTOCOLS[w.protocol], GROUNDED_MODELS[w.model]["adapter"])},
         switches=lambda w: PROTOCOLS[w.protocol],
+        region_store=grounded_region_store,
         levels=GROUNDED_LEVELS,
         masks=GROUNDED_MASKS,
         cache=config["cache"],

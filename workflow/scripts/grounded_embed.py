@@ -8,6 +8,7 @@ from vlbias.logs import setup_logging
 from vlbias.models import build
 from vlbias.regions.store import RegionStore
 from vlbias.suites.grounded.jobs import MISSING_COLUMNS, cache_fingerprint, embed_tests
+from vlbias.suites.grounded.protocol import label_offset
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 setup_logging(snakemake.log[0])
@@ -20,11 +21,11 @@ with RegionStore(snakemake.input.regions) as store, \
     dropped = embed_tests(
         stimuli, encoder, store, snakemake.output.h5, snakemake.params.levels, snakemake.params.masks,
         manifest_rows=read_manifest(snakemake.input.manifest), cache=cache, image_mask=switches["image_mask"],
-        mask_labels=spec.get("mask_region_labels"),
+        mask_labels=spec.get("mask_region_labels"), label_offset=label_offset(switches, spec["adapter"], store.attrs),
         attrs={"protocol": w.protocol, "switches": json.dumps(switches, sort_keys=True), "dataset": w.dataset,
                "model": w.model, "column": spec["column"], "model_id": info["model_id"] or "",
                "revision": info["revision"] or "", "commit": info["commit"] or "", "weights": info["weights"],
-               "weights_sha256": info["weights_sha256"] or "", "detector": spec["detector"],
+               "weights_sha256": info["weights_sha256"] or "", "detector": snakemake.params.region_store,
                "region_store": snakemake.input.regions, "region_store_sha256": sha256_file(snakemake.input.regions),
                "region_weights": str(store.attrs.get("weights", ""))})
 write_manifest(snakemake.output.missing, dropped, MISSING_COLUMNS)

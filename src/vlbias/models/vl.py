@@ -103,14 +103,15 @@ class Visual:
     image: np.ndarray = None        # uint8 (H, W, 3) RGB pixels, for models that need them (needs_pixels)
 
 
-def visual_from_store(store, image_id, labels=None, path=None):
+def visual_from_store(store, image_id, labels=None, path=None, label_offset=0):
     """The Visual of ``image_id`` in an open vlbias.regions.store.RegionStore: its regions' features,
     normalised boxes and image size; as ``is_person`` the regions mask I hides, the store's person
-    flags or, with ``labels``, the regions whose detector label is one of them (protocol switch
-    image_mask); with ``path``, the image's pixels (for a family that ``needs_pixels``)."""
+    flags or, with ``labels``, the regions whose detector label, read with ``label_offset`` (protocol
+    switch label_offset), is one of them (protocol switch image_mask); with ``path``, the image's
+    pixels (for a family that ``needs_pixels``)."""
     regions, is_person = store.get(image_id)
     if labels is not None:
-        is_person = regions_with_labels(regions.class_ids, store.class_names, labels)
+        is_person = regions_with_labels(regions.class_ids, store.class_names, labels, offset=label_offset)
     image = None
     if path is not None:
         image = np.asarray(load_rgb(path), dtype=np.uint8)

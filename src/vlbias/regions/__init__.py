@@ -93,7 +93,7 @@ def regions_with_labels(class_ids, class_names, labels, offset=0):
     authors looked names up in ``['background'] + objects_vocab`` with LXMERT's ``objects_id``,
     which counts from the first object class (its extraction takes the argmax of cls_prob[:, 1:]),
     so on LXMERT's COCO features they read each region's name one class early: ``offset=-1``
-    reproduces that (it masks shirts and players, not men).
+    reproduces that (it masks shirts and players, not men): protocol switch ``label_offset``.
     """
     class_ids = np.asarray(class_ids, dtype=np.int64)
     if class_ids.size and not (0 <= class_ids.min() and class_ids.max() < len(class_names)):

@@ -93,13 +93,14 @@ class _Visuals:
     image follow each other, so a small cache reads each image about once.
 
     The regions mask I hides (``Visual.is_person``): the store's person flags, or with ``labels``
-    the regions whose detector label is one of them (protocol switch ``image_mask``, row 5 of
-    docs/grounded.md: vlbias.regions.regions_with_labels).
+    the regions whose detector label, read with ``label_offset`` (row 13), is one of them (protocol
+    switch ``image_mask``, row 5 of docs/grounded.md: vlbias.regions.regions_with_labels).
     """
 
-    def __init__(self, store, size=256, pixels=None):
+    def __init__(self, store, size=256, pixels=None, label_offset=0):
         self.store, self.size, self.cache = store, size, {}
         self.pixels = pixels  # {image id: path} for a model that reads the image itself (needs_pixels)
+        self.label_offset = label_offset
 
     def __call__(self, image_id, labels=None):
         """(Visual, digest) of ``image_id``, masking the regions labelled ``labels`` (None: persons)."""
@@ -109,7 +110,8 @@ class _Visuals:
         if key not in self.cache:
             if len(self.cache) >= self.size:
                 self.cache.pop(next(iter(self.cache)))
-            v = visual_from_store(self.store, image_id, labels, self.pixels and self.pixels[image_id])
+            v = visual_from_store(self.store, image_id, labels, self.pixels and self.pixels[image_id],
+                                  self.label_offset)
             self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size), v.image)
         return self.cache[key]
 
@@ -134,7 +136,7 @@ def cache_fingerprint(encoder):
 
 
 def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), cache=None,
-                chunk=None, image_mask="persons", mask_labels=None):
+                chunk=None, image_mask="persons", mask_labels=None, label_offset=0):
     """Embed every (caption, image) pair of each test of ``stimuli`` at each configured level and mask,
     into one HDF5 file (one per (dataset, model): one model load for all tests).
 
@@ -159,7 +161,8 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
 
     ``image_mask`` (protocol switch, docs/grounded.md row 5): the regions mask I hides, "persons" (the
     store's person flags) or "labels" (regions whose detector label is one of the test's sentence-level
-    ``mask.region_labels``, or of ``mask_labels`` when given: the model's own list, ViLBERT's).
+    ``mask.region_labels``, or of ``mask_labels`` when given: the model's own list, ViLBERT's), each
+    region's label read with ``label_offset`` (switch label_offset, row 13: protocol.label_offset).
 
     Returns the rows (``test`` + MISSING_COLUMNS) of the pairs left out and why: images the region
     store lacks (failed downloads, undecodable files: ``manifest_rows``, the acquisition manifest,
@@ -175,7 +178,7 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
     pixels = None
     if getattr(encoder, "needs_pixels", False):  # VL-BERT end to end: region features from the pixels
         pixels = {f"{r['test']}/{r['role']}/{r['file']}": r["path"] for r in manifest_rows if r.get("status") == "ok"}
-    visual = _Visuals(store, pixels=pixels)
+    visual = _Visuals(store, pixels=pixels, label_offset=label_offset)
     dropped, planned = [], []
     for stimulus in stimuli:
         for level, mask in combos:

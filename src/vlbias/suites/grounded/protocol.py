@@ -52,6 +52,14 @@ SWITCHES = {
     "caption_indices": Switch(
         7, ("number", "digits"), "stimulus loader (load_grounded_stimulus)",
         "caption indices upstream wrote as text (\"12\"): caption 12, or captions 1 and 2"),
+    "label_offset": Switch(
+        13, (0, -1), "embedding job: mask I's region labels, LXMERT on a TSV-read store (label_offset())",
+        "0: each region's stored label (objects_id counts from the first object class); -1: the class before "
+        "it, as the authors looked objects_id up in ['background'] + the object vocabulary"),
+    "region_source": Switch(
+        14, ("detector", "released"), "embedding job: the region store a model reads (region_store())",
+        "detector: the store of the model entry's detector; released: the store read from the TSV file that "
+        "the entry's released_regions names for the dataset (LXMERT on COCO: its val2014_obj36.tsv)"),
 }
 PRESETS = {name: {k: s.values[i] for k, s in SWITCHES.items()} for i, name in enumerate(("paper", "authors"))}
 
@@ -86,3 +94,18 @@ def encoder_options(switches, family):
     if family in ("lxmert", "vilbert"):
         options["ws_vector"] = switches["ws_vector"]
     return options
+
+
+def region_store(switches, spec, dataset):
+    """The region store (a regions/detectors or regions/tsv entry) a grounded model entry ``spec``
+    reads on ``dataset`` (row 14): its `released_regions` source under `released`, where it names one."""
+    released = (spec.get("released_regions") or {}).get(dataset)
+    return released if released and switches["region_source"] == "released" else spec["detector"]
+
+
+def label_offset(switches, family, store_attrs):
+    """The offset mask I reads region labels with (row 13; vlbias.regions.regions_with_labels): the
+    switch's value for LXMERT on a store read from a TSV, whose class ids are the released objects_id
+    the authors' LXMERT loader misread; 0 elsewhere (no public code settles how the authors read other
+    features: docs/grounded.md)."""
+    return switches["label_offset"] if family == "lxmert" and store_attrs.get("adapter") == "tsv" else 0
