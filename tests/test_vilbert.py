@@ -158,7 +158,7 @@ def test_no_image_is_a_zero_region_on_the_whole_image(encoder):
 def streams(encoder, captions, regions):
     """Both streams' final states for the captions, straight from the model."""
     text = encode_text(encoder.tokenizer, captions, 512)
-    _, feats, boxes, vmask = encoder._batch(captions, regions, 0, None, None, None)
+    _, feats, boxes, vmask, _ = encoder._batch(captions, regions, 0, None, None, None)
     features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
     with torch.inference_mode():
         return encoder.model.bert(text.input_ids, features, locations, text.attention_mask, image_mask)
@@ -252,7 +252,7 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
         hook.remove()
     text = encode_text(multi.tokenizer, CAPTIONS, 512)
     assert seen[0][1] == text.input_ids.shape[1] + 1
-    _, feats, boxes, vmask = multi._batch(CAPTIONS, REGIONS, 0, None, None, None)
+    _, feats, boxes, vmask, _ = multi._batch(CAPTIONS, REGIONS, 0, None, None, None)
     features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
     with torch.inference_mode():
         language, _ = multi.model.bert(text.input_ids, features, locations, text.attention_mask, image_mask,
