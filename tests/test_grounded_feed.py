@@ -362,3 +362,51 @@ def test_vlbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
     report(capsys, "VL-BERT", diffs, flipped)
     assert max(diffs.values()) < 1e-4, diffs
     assert min(flipped.values()) > 1e-3, flipped  # each switch is needed to feed as the authors did
+
+
+# --- the embedding job ---------------------------------------------------------------------------
+
+def test_the_embedding_job_masks_every_run_leaves_unreadable_pairs_out_and_keys_the_feed(tmp_path):
+    """ViLBERT `in_place` (row 9): the job hands the encoder the regions mask I hides in every run,
+    lists the pairs of images with fewer than 36 regions as left out, and the cache key holds the feed."""
+    from test_grounded_pipeline import image_ids, stimulus_doc, write_stimulus
+
+    from vlbias.io.cache import RecordCache
+    from vlbias.models.vl import visual_from_store
+    from vlbias.regions import Regions
+    from vlbias.regions.store import RegionStore, write_region_store
+    from vlbias.suites.grounded.jobs import embed_tests, read_embeddings
+    from vlbias.suites.grounded.stimulus import load_grounded_stimulus
+
+    doc = stimulus_doc("toy-a")
+    stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "google/toy-a.yaml", doc))
+    ids, short = image_ids(doc), "toy-a/targ1/x0.jpg"
+    rng = np.random.default_rng(0)
+    detector = types.SimpleNamespace(name="toy", feature_dim=2048, class_names=["person", "thing"],
+                                     attribute_names=None, person_classes=frozenset({"person"}), weights="random",
+                                     settings={"adapter": "toy", "min_boxes": 35, "max_boxes": 36, "conf": 0.0})
+    with write_region_store(tmp_path / "store.h5", detector, {"detector": "toy"}) as w:
+        for image_id in ids:
+            k = 35 if image_id == short else 36
+            xy = np.sort(rng.random((k, 2, 2)) * 9, axis=1)
+            w.add([(image_id, Regions(boxes=xy.reshape(k, 4)[:, [0, 2, 1, 3]].astype(np.float32),
+                                      features=rng.standard_normal((k, 2048)).astype(np.float32),
+                                      class_ids=rng.integers(0, 2, k), class_scores=np.ones(k, np.float32),
+                                      image_size=(10, 10)))])
+    authors = build({**VILBERT_AUTHORS, "batch_size": 4})
+    with RegionStore(tmp_path / "store.h5") as store, RecordCache(tmp_path / "cache") as cache:
+        dropped = embed_tests([stimulus], authors, store, tmp_path / "authors.h5", ["S"], {"I": ["S"]},
+                              cache=cache, image_mask="labels", mask_labels=["thing"])
+        left_out = [d for d in dropped if d["image"] == short]
+        assert {(d["level"], d["mask"]) for d in left_out} == {("S", "none"), ("S", "I")}
+        assert all("IndexError" in d["reason"] for d in left_out) and len(dropped) == len(left_out)
+        vectors, _, _ = read_embeddings(tmp_path / "authors.h5")
+        pairs = [(c, i) for c, i in stimulus.pairs("sentence", "X") if i != short]
+        visuals = [visual_from_store(store, i, labels=("thing",)) for _, i in pairs]
+        np.testing.assert_allclose(vectors["toy-a"][("S", "none")]["X"],  # the "thing" regions zeroed here too
+                                   authors.embed([c for c, _ in pairs], visuals, "S"), atol=1e-5)
+        assert cache.misses > 0 and cache.hits == 0
+        paper = build({**VILBERT_AUTHORS, "vilbert_padding": "masked", "batch_size": 4})
+        embed_tests([stimulus], paper, store, tmp_path / "paper.h5", ["S"], {"I": ["S"]}, cache=cache,
+                    image_mask="labels", mask_labels=["thing"])
+        assert cache.hits == 0  # another feed: no vector of the first is reused

@@ -49,6 +49,8 @@ def test_encoder_options_build_the_encoders():
     assert encoder_options(resolve("paper"), "vlbert") == {"token_mask": "piece", "vlbert_image_box": "whole",
                                                            "vlbert_box_padding": "masked",
                                                            "vlbert_image_mask": "learned"}
+    assert encoder_options(authors, "vlbert", {"image_feat_precomputed": False}) == {"token_mask": "word"}
+    assert encoder_options(authors, "vlbert", {"image_feat_precomputed": True})["vlbert_image_box"] == "none"
     spec = {"adapter": "lxmert", "weights": "random", "device": "cpu",
             "config": {"hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 20, "l_layers": 1,
                        "x_layers": 1, "r_layers": 1, "num_qa_labels": 2, "visual_feat_dim": 8}}

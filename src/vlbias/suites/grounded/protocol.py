@@ -103,11 +103,15 @@ def resolve(protocol):
     return out
 
 
-def encoder_options(switches, family):
+def encoder_options(switches, family, config=None):
     """Options of the vision-language encoder entry of ``family`` (vlbias.models.vl): token_mask for
-    every family, ws_vector for the two-stream ones, the feed switches of ViLBERT and VL-BERT (FEEDS)."""
+    every family, ws_vector for the two-stream ones, the feed switches of ViLBERT and VL-BERT (FEEDS).
+    ``config``, the entry's model config: an end-to-end VL-BERT (``image_feat_precomputed: false``)
+    gets no feed switch, being fed as VL-BERT under every protocol (the authors' loader read
+    precomputed features only; the embedding file's ``info`` records the feed)."""
     options = {"token_mask": switches["token_mask"]}
     if family in ("lxmert", "vilbert"):
         options["ws_vector"] = switches["ws_vector"]
-    options.update({name: switches[name] for name in FEEDS.get(family, ())})
+    if not (family == "vlbert" and (config or {}).get("image_feat_precomputed") is False):
+        options.update({name: switches[name] for name in FEEDS.get(family, ())})
     return options
