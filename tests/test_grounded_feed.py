@@ -288,6 +288,10 @@ def test_vlbert_authors_feed_boxes_padding_and_zeroed_rows():
     plain = build({**VLBERT_AUTHORS, "vlbert_image_mask": "learned"})
     (_, _, _, _, masked), _ = captured(plain, "encode", lambda: plain.embed(CAPTIONS[:1], [visual], "S", mask="I"))[0]
     assert masked.sum() == persons.sum()  # the learned mask follows its boxes
+    word = build({**VLBERT_AUTHORS, "token_mask": "word"})  # VL-BERT's text mask: ids > 0, appended [PAD]s too
+    ((ids, text_mask, *_), _), = captured(word, "encode", lambda: word.embed(
+        ["Lakisha is a nurse"], [visual], "S", mask="T", mask_terms=["Lakisha"]))
+    assert (ids[0, -2:] == 0).all() and torch.equal(text_mask, ids > 0)
     with pytest.raises(InputError, match="orders boxes by class_ids"):
         encoder.embed(CAPTIONS[:1], [Visual(visual.features, visual.boxes_norm, persons, (60, 80))], "S")
     with pytest.raises(InputError, match="precomputed features only"):

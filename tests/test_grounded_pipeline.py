@@ -458,6 +458,13 @@ def test_each_protocol_builds_its_tables_the_way_its_switches_say(project):
         assert a["toy-a/W/none/X/embeddings"].shape[1] == 2 * b["toy-a/W/none/X/embeddings"].shape[1]  # ws_vector
         dim = b["toy-a/S/T/A_x/embeddings"].shape[1]  # the language [CLS] part of the authors' vectors
         assert not np.allclose(a["toy-a/S/T/A_x/embeddings"][:, :dim], b["toy-a/S/T/A_x/embeddings"][()])  # token_mask
+    # rows 8-12: what ViLBERT and VL-BERT are fed (an end-to-end VL-BERT: VL-BERT's own feed under both)
+    feed = lambda protocol, model: json.loads(h5py.File(  # noqa: E731
+        project / f"results/embeddings/grounded/{protocol}/google/{model}.h5").attrs["info"])["feed"]
+    assert feed("authors", "vilbert") == {"vilbert_padding": "attended", "vilbert_image_mask": "in_place"}
+    assert feed("paper", "vilbert") == {"vilbert_padding": "masked", "vilbert_image_mask": "regions"}
+    assert feed("authors", "vlbert") == feed("paper", "vlbert") == {
+        "vlbert_image_box": "whole", "vlbert_box_padding": "masked", "vlbert_image_mask": "learned"}
     # the printed numbers beside ours, "–" where the paper prints one
     t3 = read_table(project, "table3.csv")
     assert t3.loc[(t3["test"] == "Toy toy-a") & (t3["level"] == "W"), "VisualBERT paper"].tolist() == ["0.57"]
