@@ -35,7 +35,7 @@ features at position (0, 0, 1, 1, 1).
 Image masking: ViLBERT's masked-region pre-training set a masked region's feature to zeros and kept
 its position; the global token is the mean of the features after masking (zeros included), as its
 pre-training batches computed it. (Ross et al.'s loader divided the masked mean by the number of
-regions + 1; it also prepended a second global token: not reproduced.) No visual input is one
+regions + 1; it also prepended a second global token: ``vilbert_image_mask: in_place`` below.) No visual input is one
 region with zero features and the whole-image box after the (then zero) global token: ViLBERT
 cannot run without regions, and zero features are its masked-region input (as LXMERT's adapter).
 
