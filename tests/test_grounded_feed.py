@@ -271,7 +271,8 @@ VLBERT_AUTHORS = {**TINY_VL["vlbert"], **encoder_options(PRESETS["authors"], "vl
 
 def test_vlbert_authors_feed_boxes_padding_and_zeroed_rows():
     encoder = build(VLBERT_AUTHORS)
-    visual = regions(5, 0)[0]
+    visual = regions(5, 5)[0]  # classes car, woman, car, man, tree: people at 1 and 3
+    assert list(visual.is_person) == [False, True, False, True, False]
     seen = captured(encoder, "encode", lambda: encoder.embed(CAPTIONS[:1], [visual], "S", mask="I"))
     (ids, text_mask, boxes, box_mask, masked), kw = seen[0]
     assert boxes.shape == (1, 64 - 7, 6) and box_mask.all() and not masked.any()  # row 11: up to seq_len, real
@@ -280,11 +281,11 @@ def test_vlbert_authors_feed_boxes_padding_and_zeroed_rows():
     assert not kw["features"][0, 5:].any() and not kw["features"][0, :5][torch.from_numpy(persons)].any()
     assert (boxes[0, :, 4:] == torch.tensor([80.0, 60.0])).all()  # row 10: the image's own pixels, no resize
     # row 10: no whole-image box; the others are the regions by class id, descending (their float32 reading)
-    pixels = visual.boxes_norm * [80, 60, 80, 60]
+    pixels = np.minimum(visual.boxes_norm * [80, 60, 80, 60], [79, 59, 79, 59])  # clamped to the image
     fed = [int(np.abs(pixels - b).sum(1).argmin()) for b in boxes[0, :5, :4][~torch.from_numpy(persons)].numpy()]
     assert np.abs(pixels[fed] - boxes[0, :5, :4][~torch.from_numpy(persons)].numpy()).max() < 1e-4
     assert list(visual.class_ids[fed]) == sorted(visual.class_ids[fed], reverse=True)
-    assert sorted(visual.class_ids[fed]) != list(visual.class_ids[~persons])  # the sort moved boxes here
+    assert sorted(visual.class_ids[fed]) != sorted(visual.class_ids[~persons])  # the sort moved boxes here
     plain = build({**VLBERT_AUTHORS, "vlbert_image_mask": "learned"})
     (_, _, _, _, masked), _ = captured(plain, "encode", lambda: plain.embed(CAPTIONS[:1], [visual], "S", mask="I"))[0]
     assert masked.sum() == persons.sum()  # the learned mask follows its boxes
