@@ -13,6 +13,27 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Tiny randomly initialised vision-language models of the real layouts (the real bert-base-uncased
+# vocabulary): ViLBERT with co-attention after language layers 1 and 2, before vision layers 0 and 1,
+# so both streams also end with layers of their own; VL-BERT with precomputed features.
+TINY_VL = {
+    "visualbert": {"adapter": "visualbert", "weights": "random", "seed": 0, "device": "cpu",
+                   "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                              "intermediate_size": 37}},
+    "lxmert": {"adapter": "lxmert", "weights": "random", "seed": 0, "device": "cpu",
+               "config": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 37,
+                          "l_layers": 2, "x_layers": 1, "r_layers": 1, "num_qa_labels": 10}},
+    "vilbert": {"adapter": "vilbert", "weights": "random", "seed": 0, "device": "cpu",
+                "config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
+                           "intermediate_size": 37, "v_hidden_size": 24, "v_num_hidden_layers": 2,
+                           "v_num_attention_heads": 2, "v_intermediate_size": 29, "bi_hidden_size": 16,
+                           "bi_num_attention_heads": 4, "v_biattention_id": [0, 1], "t_biattention_id": [1, 2],
+                           "v_target_size": 11}},
+    "vlbert": {"adapter": "vlbert", "weights": "random", "seed": 0, "device": "cpu",
+               "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                          "intermediate_size": 37, "visual_region_classes": 11}},
+}
+
 
 @pytest.fixture(scope="session")
 def mirror():

@@ -335,8 +335,9 @@ def tiny_project(root):
                      "column": {"visualbert": "VisualBERT", "lxmert": "LXMERT"}[name]}
               for name, spec in TINY.items()}
     # ViLBERT and VL-BERT (end to end: region features from the image's pixels) fill the other two columns
+    # (ViLBERT on 36 boxes: the authors' loader reads no fewer, protocol switch vilbert_image_mask, row 9)
     models["vilbert"] = {**TINY_VILBERT, "config": {**TINY_VILBERT["config"], "v_feature_size": 1024},
-                         "detector": "frcnn-tiny", "column": "ViLBERT", "mask_region_labels": ["person"]}
+                         "detector": "frcnn-tiny-36", "column": "ViLBERT", "mask_region_labels": ["person"]}
     models["vlbert"] = {**TINY_VLBERT_E2E, "detector": "frcnn-tiny", "column": "VL-BERT"}
     # the authors' VisualBERT: its own weights and detector (protocol switch visualbert, row 1)
     models["visualbert-authors"] = {**models["visualbert"], "seed": 1, "detector": "frcnn-tiny-b",
@@ -369,7 +370,9 @@ def tiny_project(root):
         "dataset\tpaper_test\ttests\tn_images\ngoogle\tToy A\ttoy-a\t12\ngoogle\tToy B\ttoy-b\t12\n")
     (root / "resources/published/grounded_tables.tsv").write_text(PRINTED)
     config["stats"]["n_samples"] = 200
-    config["regions"] = {"threads": 2, "detectors": {"frcnn-tiny": DETECTOR, "frcnn-tiny-b": {**DETECTOR, "seed": 1}},
+    config["regions"] = {"threads": 2, "detectors": {"frcnn-tiny": DETECTOR, "frcnn-tiny-b": {**DETECTOR, "seed": 1},
+                                                     "frcnn-tiny-36": {**DETECTOR, "min_boxes": 36, "max_boxes": 36,
+                                                                       "conf": 0.0, "nms_thresh": 1.0}},
                          "build": []}
     write_yaml(root / "config/config.yaml", config)
 
@@ -455,6 +458,13 @@ def test_each_protocol_builds_its_tables_the_way_its_switches_say(project):
         assert a["toy-a/W/none/X/embeddings"].shape[1] == 2 * b["toy-a/W/none/X/embeddings"].shape[1]  # ws_vector
         dim = b["toy-a/S/T/A_x/embeddings"].shape[1]  # the language [CLS] part of the authors' vectors
         assert not np.allclose(a["toy-a/S/T/A_x/embeddings"][:, :dim], b["toy-a/S/T/A_x/embeddings"][()])  # token_mask
+    # rows 8-12: what ViLBERT and VL-BERT are fed (an end-to-end VL-BERT: VL-BERT's own feed under both)
+    feed = lambda protocol, model: json.loads(h5py.File(  # noqa: E731
+        project / f"results/embeddings/grounded/{protocol}/google/{model}.h5").attrs["info"])["feed"]
+    assert feed("authors", "vilbert") == {"vilbert_padding": "attended", "vilbert_image_mask": "in_place"}
+    assert feed("paper", "vilbert") == {"vilbert_padding": "masked", "vilbert_image_mask": "regions"}
+    assert feed("authors", "vlbert") == feed("paper", "vlbert") == {
+        "vlbert_image_box": "whole", "vlbert_box_padding": "masked", "vlbert_image_mask": "learned"}
     # the printed numbers beside ours, "–" where the paper prints one
     t3 = read_table(project, "table3.csv")
     assert t3.loc[(t3["test"] == "Toy toy-a") & (t3["level"] == "W"), "VisualBERT paper"].tolist() == ["0.57"]

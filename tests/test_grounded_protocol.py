@@ -12,11 +12,15 @@ def test_presets_set_every_switch_to_its_papers_or_authors_value():
     assert set(PRESETS["paper"]) == set(PRESETS["authors"]) == set(SWITCHES)
     assert PRESETS["paper"] == {"visualbert": "paper", "ws_vector": "language", "masked_statistic": "2",
                                 "image_mask": "persons", "token_mask": "piece", "caption_indices": "number",
-                                "label_offset": 0, "region_source": "detector"}
+                                "vilbert_padding": "masked", "vilbert_image_mask": "regions",
+                                "vlbert_image_box": "whole", "vlbert_box_padding": "masked",
+                                "vlbert_image_mask": "learned", "label_offset": 0, "region_source": "detector"}
     assert PRESETS["authors"] == {"visualbert": "authors", "ws_vector": "language+visual", "masked_statistic": "1",
                                   "image_mask": "labels", "token_mask": "word", "caption_indices": "digits",
-                                  "label_offset": -1, "region_source": "released"}
-    assert sorted(s.row for s in SWITCHES.values()) == [1, 3, 4, 5, 6, 7, 13, 14]  # row 2 is no switch
+                                  "vilbert_padding": "attended", "vilbert_image_mask": "in_place",
+                                  "vlbert_image_box": "none", "vlbert_box_padding": "attended",
+                                  "vlbert_image_mask": "zeroed", "label_offset": -1, "region_source": "released"}
+    assert sorted(s.row for s in SWITCHES.values()) == [1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]  # row 2 is no switch
 
 
 def test_one_switch_flipped_changes_that_switch_only():
@@ -40,6 +44,13 @@ def test_encoder_options_build_the_encoders():
     authors = resolve("authors")
     assert encoder_options(authors, "visualbert") == {"token_mask": "word"}
     assert encoder_options(authors, "lxmert") == {"token_mask": "word", "ws_vector": "language+visual"}
+    assert encoder_options(authors, "vilbert") == {"token_mask": "word", "ws_vector": "language+visual",
+                                                   "vilbert_padding": "attended", "vilbert_image_mask": "in_place"}
+    assert encoder_options(resolve("paper"), "vlbert") == {"token_mask": "piece", "vlbert_image_box": "whole",
+                                                           "vlbert_box_padding": "masked",
+                                                           "vlbert_image_mask": "learned"}
+    assert encoder_options(authors, "vlbert", {"image_feat_precomputed": False}) == {"token_mask": "word"}
+    assert encoder_options(authors, "vlbert", {"image_feat_precomputed": True})["vlbert_image_box"] == "none"
     spec = {"adapter": "lxmert", "weights": "random", "device": "cpu",
             "config": {"hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 20, "l_layers": 1,
                        "x_layers": 1, "r_layers": 1, "num_qa_labels": 2, "visual_feat_dim": 8}}

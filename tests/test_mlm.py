@@ -12,9 +12,7 @@ import torch
 import yaml
 from PIL import Image
 
-from test_vilbert import TINY as TINY_VILBERT
-from test_vl_models import TINY, visual
-from test_vlbert import PREC as TINY_VLBERT
+from test_vl_models import visual
 from vlbias.errors import InputError
 from vlbias.mlm.probability import Query, entity_logprobs, entity_pieces, load_visuals
 from vlbias.mlm.scores import (LogProbs, association_scores, bias, bias_scores, contradictions, entity_bias,
@@ -27,12 +25,12 @@ from vlbias.regions.extract import extract_regions
 from vlbias.regions.store import RegionStore
 from vlbias.report.mlm import write_report
 
-from conftest import REPO
+from conftest import REPO, TINY_VL
 
 TINY_BERT = {"adapter": "bert_mlm", "weights": "random", "seed": 0, "device": "cpu",
              "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                         "intermediate_size": 37}}
-SPECS = {"bert_mlm": TINY_BERT, **TINY, "vilbert": TINY_VILBERT, "vlbert": TINY_VLBERT}
+SPECS = {"bert_mlm": TINY_BERT, **TINY_VL}
 CAPTION = "The woman is carrying a {entity}."
 
 

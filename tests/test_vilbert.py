@@ -20,18 +20,15 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
-from conftest import assert_batch_independent
+from conftest import TINY_VL, assert_batch_independent
 
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.vilbert import TASK_HEADS, ViLBertConfig, vilbert_inputs
 from vlbias.models.vl import Visual, encode_text
 
-CONFIG = {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 37,
-          "v_hidden_size": 24, "v_num_hidden_layers": 2, "v_num_attention_heads": 2, "v_intermediate_size": 29,
-          "bi_hidden_size": 16, "bi_num_attention_heads": 4, "v_biattention_id": [0, 1], "t_biattention_id": [1, 2],
-          "v_target_size": 11}
-TINY = {"adapter": "vilbert", "weights": "random", "seed": 0, "device": "cpu", "config": CONFIG}
+TINY = TINY_VL["vilbert"]
+CONFIG = TINY["config"]
 CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
 WORDS = ["Lakisha", "man", "woman"]
 
@@ -158,7 +155,7 @@ def test_no_image_is_a_zero_region_on_the_whole_image(encoder):
 def streams(encoder, captions, regions):
     """Both streams' final states for the captions, straight from the model."""
     text = encode_text(encoder.tokenizer, captions, 512)
-    _, feats, boxes, vmask = encoder._batch(captions, regions, 0, None, None, None)
+    _, feats, boxes, vmask, _ = encoder._batch(captions, regions, 0, None, None, None)
     features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
     with torch.inference_mode():
         return encoder.model.bert(text.input_ids, features, locations, text.attention_mask, image_mask)
@@ -252,7 +249,7 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
         hook.remove()
     text = encode_text(multi.tokenizer, CAPTIONS, 512)
     assert seen[0][1] == text.input_ids.shape[1] + 1
-    _, feats, boxes, vmask = multi._batch(CAPTIONS, REGIONS, 0, None, None, None)
+    _, feats, boxes, vmask, _ = multi._batch(CAPTIONS, REGIONS, 0, None, None, None)
     features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
     with torch.inference_mode():
         language, _ = multi.model.bert(text.input_ids, features, locations, text.attention_mask, image_mask,

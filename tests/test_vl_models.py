@@ -9,20 +9,13 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from conftest import assert_batch_independent
+from conftest import TINY_VL, assert_batch_independent
 
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.vl import Visual, encode_text, find_word, load_tokenizer
 
-TINY = {
-    "visualbert": {"adapter": "visualbert", "weights": "random", "seed": 0, "device": "cpu",
-                   "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                              "intermediate_size": 37}},
-    "lxmert": {"adapter": "lxmert", "weights": "random", "seed": 0, "device": "cpu",
-               "config": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 37,
-                          "l_layers": 2, "x_layers": 1, "r_layers": 1, "num_qa_labels": 10}},
-}
+TINY = {family: TINY_VL[family] for family in ("visualbert", "lxmert")}
 FAMILIES = list(TINY)
 CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
 WORDS = ["Lakisha", "man", "woman"]

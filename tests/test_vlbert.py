@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import assert_batch_independent
+from conftest import TINY_VL, assert_batch_independent
 from PIL import Image
 
 from vlbias.errors import InputError
@@ -29,9 +29,8 @@ from vlbias.models.sentence import resolve
 from vlbias.models.vl import Visual, encode_text
 from vlbias.models.vlbert import VLBertConfig, _boxes_kept, coordinate_embeddings, resized_size
 
-CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37,
-          "visual_region_classes": 11}
-PREC = {"adapter": "vlbert", "weights": "random", "seed": 0, "device": "cpu", "config": CONFIG}
+PREC = TINY_VL["vlbert"]
+CONFIG = PREC["config"]
 E2E = {**PREC, "config": {**CONFIG, "image_feat_precomputed": False}, "scales": [48, 80]}
 CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
 WORDS = ["Lakisha", "man", "woman"]

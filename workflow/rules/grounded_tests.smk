@@ -132,7 +132,8 @@ rule grounded_embed:
         mem_mb=8000,
     params:
         spec=lambda w: {**GROUNDED_MODELS[w.model],
-                        **encoder_options(PROTOCOLS[w.protocol], GROUNDED_MODELS[w.model]["adapter"])},
+                        **encoder_options(PROTOCOLS[w.protocol], GROUNDED_MODELS[w.model]["adapter"],
+                                          GROUNDED_MODELS[w.model].get("config"))},
         switches=lambda w: PROTOCOLS[w.protocol],
         region_store=grounded_region_store,
         levels=GROUNDED_LEVELS,

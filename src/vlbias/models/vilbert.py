@@ -35,9 +35,24 @@ features at position (0, 0, 1, 1, 1).
 Image masking: ViLBERT's masked-region pre-training set a masked region's feature to zeros and kept
 its position; the global token is the mean of the features after masking (zeros included), as its
 pre-training batches computed it. (Ross et al.'s loader divided the masked mean by the number of
-regions + 1; it also prepended a second global token: not reproduced.) No visual input is one
+regions + 1; it also prepended a second global token: ``vilbert_image_mask: in_place`` below.) No visual input is one
 region with zero features and the whole-image box after the (then zero) global token: ViLBERT
 cannot run without regions, and zero features are its masked-region input (as LXMERT's adapter).
+
+Fed as Ross et al.'s loader fed it (protocol switches, docs/grounded.md rows 8 and 9):
+    vilbert_padding     ``masked`` (default) or ``attended``: the model called without text or
+                        region attention masks (their scripts/models/modeling.py:191-220) on captions
+                        padded to 36 [PAD]s (their max_seq_length), so padding is attended; a caption
+                        longer than 36 tokens is an error (their loader cut it)
+    vilbert_image_mask  ``regions`` (default) or ``in_place``: their reader's rows (the global token,
+                        the mean of ALL regions, then the first 35 regions), with the row at the index
+                        of each masked region zeroed (the row before it: row 0 is the global token), in
+                        every run, masked or not (bias_dataset.py:271-272, 382-397 write into the
+                        array both runs read); then their collate's second global token (the rows'
+                        sum over 36, over 37 in the image-masked run) at (0, 0, 1, 1, 1). An image with
+                        fewer than 36 regions made their loader raise IndexError (the loop over 36
+                        rows reads a class id per row): ``refusal`` gives that reason and the
+                        grounded job leaves the pair out.
 """
 
 from dataclasses import asdict, dataclass, field
@@ -50,9 +65,11 @@ from vlbias.errors import InputError
 from vlbias.models import register
 from vlbias.models.bert_layers import (LN_EPS, AddNorm, Embeddings, HeadTransform, Intermediate, Layer,
                                        LMPredictionHead, additive_mask, attend, init_weights)
-from vlbias.models.vl import Visual, VLEncoder
+from vlbias.models.vl import Visual, VLEncoder, _field
 
 WS_VECTORS = ("language", "language+visual")
+AUTHORS_SEQ_LEN = 36  # Ross et al.'s max_seq_length (configs/vilbert_google_images.yml:14)
+AUTHORS_ROWS = 36     # their loader's region_len: the reader's global token and 35 regions
 # The published checkpoints. vilbert_beta's are in Google Drive folders (no direct URL): download
 # pytorch_model_9.bin by hand. vilbert-multi-task's are direct downloads.
 CHECKPOINTS = {
@@ -298,14 +315,14 @@ class ViLBertForPreTraining(nn.Module):
         return self.cls.predictions(text), self.cls.imagePredictions(image), self.cls.bi_seq_relationship(pooled)
 
 
-def vilbert_inputs(feats, boxes, vmask):
+def vilbert_inputs(feats, boxes, vmask, count=None):
     """ViLBERT's visual input from padded regions: (features (b, 1+K, D), locations (b, 1+K, 5), mask (b, 1+K)).
 
     ``feats`` (b, K, D) (zeros at padding), ``boxes`` (b, K, 4) normalised x1, y1, x2, y2, ``vmask``
-    (b, K). A global token leads: the mean of the image's regions at (0, 0, 1, 1, 1); each region's
-    fifth coordinate is its share of the image area.
+    (b, K). A global token leads: the sum of the image's regions over ``count`` (b,) (default their
+    number: the mean) at (0, 0, 1, 1, 1); each region's fifth coordinate is its share of the image area.
     """
-    n = vmask.sum(dim=1, keepdim=True).to(feats.dtype)
+    n = (vmask.sum(dim=1) if count is None else count)[:, None].to(feats.dtype)
     glob = feats.sum(dim=1, keepdim=True) / n[:, :, None]
     area = (boxes[..., 3] - boxes[..., 1]) * (boxes[..., 2] - boxes[..., 0])
     locations = torch.cat([boxes, area[..., None]], dim=-1)
@@ -327,6 +344,7 @@ class ViLBertEncoder(VLEncoder):
     uses_boxes = True
     supports_image_masking = True
     ws_vectors = WS_VECTORS
+    feed_options = {"vilbert_padding": ("masked", "attended"), "vilbert_image_mask": ("regions", "in_place")}
     image_masking = ("region features set to zeros, positions kept, the global token the mean after masking "
                      "(ViLBERT's masked-region pre-training)")
     no_image = "one region with zero features and the whole-image box, after the global token (then zeros)"
@@ -344,6 +362,7 @@ class ViLBertEncoder(VLEncoder):
         if task_id is not None and not (isinstance(task_id, int) and 0 <= task_id < NUM_TASK_TOKENS):
             raise InputError(f"task_id {task_id!r}", f"must be an integer in 0..{NUM_TASK_TOKENS - 1}")
         self.task_id = task_id
+        self.masks_every_run = self.feed["vilbert_image_mask"] == "in_place"
         self.info.update({"max_regions": self.max_regions, "task_id": task_id,
                           "output": "language stream hidden states; W/S: [CLS]" + (
                               " ++ the vision stream's global token" if self.ws_vector != "language" else "")
@@ -358,24 +377,60 @@ class ViLBertEncoder(VLEncoder):
     def _masked_region(self, feats):
         return np.zeros_like(feats)
 
-    def _visual(self, entry, index, mask):
-        feats, boxes = super()._visual(entry, index, mask)
-        return feats[:self.max_regions], boxes[:self.max_regions]
+    def refusal(self, entry):
+        if self.masks_every_run and entry is not None and len(_field(entry, "features")) < AUTHORS_ROWS:
+            return (f"fewer than {AUTHORS_ROWS} regions: Ross et al.'s ViLBERT loader raises IndexError here "
+                    "(scripts/dataloaders/vilbert/bias_dataset.py:387), so their code gave no number")
+        return None
 
-    def _streams(self, text, feats, boxes, vmask):
+    def _visual(self, entry, index, mask):
+        if not self.masks_every_run or entry is None:
+            feats, boxes = super()._visual(entry, index, mask)
+            return feats[:self.max_regions], boxes[:self.max_regions]
+        if self.refusal(entry):
+            raise InputError(f"regions[{index}]", self.refusal(entry))
+        feats, boxes = super()._visual(entry, index, None)
+        person = _field(entry, "is_person")
+        if person is None or person.shape != (len(feats),) or person.dtype != bool:
+            raise InputError(f"regions[{index}]", f"image masking needs is_person, bool of shape ({len(feats)},)")
+        # their reader: a global token of every region, then the regions (_image_features_reader.py:207-222)
+        feats = np.concatenate([feats.sum(axis=0, keepdims=True) / len(feats), feats])[:AUTHORS_ROWS]
+        boxes = np.concatenate([np.float32([[0, 0, 1, 1]]), boxes])[:AUTHORS_ROWS]
+        feats[person[:AUTHORS_ROWS]] = 0  # row i for region i: one row early (bias_dataset.py:386-392)
+        return feats, boxes
+
+    def _batch(self, captions, regions, first, mask, mask_terms, words):
+        text, feats, boxes, vmask = super()._batch(captions, regions, first, mask, mask_terms, words)
+        count = vmask.sum(dim=1)
+        if self.masks_every_run:  # their collate divides the image-masked run's sum by one row more (line 174)
+            count = count + (mask == "I")
+        if self.feed["vilbert_padding"] == "attended":
+            lengths = text.attention_mask.sum(dim=1).tolist()
+            for caption, n in zip(captions, lengths):
+                if n > AUTHORS_SEQ_LEN:
+                    raise InputError(f"caption '{caption}'", f"is {n} tokens long, more than the {AUTHORS_SEQ_LEN} "
+                                                             "Ross et al.'s loader padded to (it cut the rest)")
+            pad = AUTHORS_SEQ_LEN - text.input_ids.shape[1]
+            text.input_ids = nn.functional.pad(text.input_ids, (0, pad), value=self.tokenizer.pad_token_id)
+            text.attention_mask = torch.ones_like(text.input_ids)
+        return text, feats, boxes, vmask, count
+
+    def _streams(self, text, feats, boxes, vmask, count):
         """Final language (b, L, hidden) and vision (b, 1+K, v_hidden) states; the task token left out."""
         task_ids = None
         if self.task_id is not None:
             task_ids = torch.full((len(text.input_ids), 1), self.task_id, device=self.device)
-        features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
+        features, locations, image_mask = vilbert_inputs(feats, boxes, vmask, count)
+        if self.feed["vilbert_padding"] == "attended":  # called without an image attention mask
+            image_mask = torch.ones_like(image_mask)
         language, vision = self.model.bert(text.input_ids, features, locations, text.attention_mask, image_mask,
                                            task_ids)
         if task_ids is not None:
             language = torch.cat([language[:, :1], language[:, 2:]], dim=1)
         return language, vision
 
-    def _language_states(self, text, feats, boxes, vmask):
-        return self._streams(text, feats, boxes, vmask)[0]
+    def _language_states(self, text, *visual):
+        return self._streams(text, *visual)[0]
 
     def _lm_head(self, states):
         return self.model.cls.predictions(states)

@@ -101,6 +101,8 @@ class Visual:
     is_person: np.ndarray = None    # bool (k,) regions that show people (for image masking)
     image_size: tuple = None        # (height, width) of the image in pixels (Regions.image_size)
     image: np.ndarray = None        # uint8 (H, W, 3) RGB pixels, for models that need them (needs_pixels)
+    class_ids: np.ndarray = None    # int (k,) the detector's class ids (the region store's: no background),
+                                    # for a feed that orders regions by them (VL-BERT's vlbert_image_box: none)
 
 
 def visual_from_store(store, image_id, labels=None, path=None, label_offset=0):
@@ -118,7 +120,8 @@ def visual_from_store(store, image_id, labels=None, path=None, label_offset=0):
         if image.shape[:2] != tuple(regions.image_size):
             raise InputError(path, f"is {image.shape[:2]} pixels, its regions were found on "
                                    f"{tuple(regions.image_size)}: rebuild the region store")
-    return Visual(regions.features, store.boxes_norm(image_id), is_person, regions.image_size, image)
+    return Visual(regions.features, store.boxes_norm(image_id), is_person, regions.image_size, image,
+                  regions.class_ids)
 
 
 @dataclass
@@ -277,6 +280,10 @@ class VLEncoder:
     image_masking = None   # how a masked region is fed, in words (recorded in .info)
     no_image = None        # what "no visual input" feeds, in words
     ws_vectors = ("language",)  # the W/S vectors the family can give (ws_vector)
+    # {option: its values, the family's own first}: how the family's inputs are fed, where Ross et al.'s
+    # loaders fed them otherwise (protocol switches, docs/grounded.md rows 8-12); each changes vectors
+    feed_options = {}
+    masks_every_run = False  # True: the regions mask I hides are masked in the unmasked runs too
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
@@ -294,6 +301,11 @@ class VLEncoder:
         self.ws_vector = spec.get("ws_vector", "language")
         if self.ws_vector not in self.ws_vectors:
             raise InputError(f"ws_vector '{self.ws_vector}'", f"{self.family} gives {', '.join(self.ws_vectors)}")
+        self.feed = {}
+        for name, values in self.feed_options.items():
+            self.feed[name] = spec.get(name, values[0])
+            if self.feed[name] not in values:
+                raise InputError(f"{name} '{self.feed[name]}'", f"must be one of {', '.join(values)}")
         self.visual_dim = self._visual_dim(config)
         self.max_length = int(spec.get("max_length") or min(512, config.max_position_embeddings))
         if not 2 < self.max_length <= config.max_position_embeddings:
@@ -314,6 +326,7 @@ class VLEncoder:
                       + ", C: first sub-token of the word",
             "token_mask": self.token_mask,
             "ws_vector": self.ws_vector,
+            "feed": self.feed,
             "supports_image_masking": self.supports_image_masking,
             "image_masking": self.image_masking,
             "no_image": self.no_image,
@@ -385,6 +398,10 @@ class VLEncoder:
                 raise InputError(where, f"image masking needs is_person, bool of shape ({k},)")
             feats[person] = self._masked_region(feats[person])
         return feats, boxes.astype(np.float32)
+
+    def refusal(self, entry):
+        """Why the configured feed cannot read ``entry`` (a reason for the pair's missing.tsv row), or None."""
+        return None
 
     def _no_image(self):
         raise NotImplementedError

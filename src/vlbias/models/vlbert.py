@@ -36,7 +36,33 @@ learned ``object_mask_word_embedding``; precomputed: its region feature becomes 
 ``object_mask_visual_embedding`` and the whole-image feature the mean of the unmasked regions
 only; end to end: its pixels are set to zero after normalisation (the pixel mean). No visual input
 is VL-BERT's text-only pre-training input (its text corpora): no box at all, every caption token
-carrying the learned ``aux_text_visual_embedding`` ([CLS] caption [SEP] [END]).
+carrying the learned ``aux_text_visual_embedding`` ([CLS] caption [SEP] [END]). The text mask is
+VL-BERT's ``input_ids > 0``: [PAD]s that ``token_mask: word`` appends are not attended.
+
+Fed as Ross et al.'s loader fed it (precomputed features only; protocol switches, docs/grounded.md
+rows 10-12; the first value is VL-BERT's own, the default):
+    vlbert_image_box    ``whole`` or ``none``: no whole-image box (their add_image_as_a_box is
+                        False, scripts/dataloaders/vlbert/bias_dataset.py:34), so the caption tokens
+                        carry the first box's feature; the boxes in the order of their sort
+                        (lines 114-117: ``argsort`` of the ``classes`` field read as float32 scores,
+                        descending; for class ids stored as float64, as the ids the region store's
+                        ``class_ids`` + 1 name in ['background'] + vocabulary, that is by class id,
+                        each id's upper half-word the larger), in the image's own pixels (their
+                        im_info has scale 1: nothing is resized), clamped to it. Needs ``class_ids``.
+    vlbert_box_padding  ``masked`` or ``attended``: their collate pads boxes with zero rows and the
+                        model takes every box with x1 > -1.5 as real (resnet_vlbert_for_pretraining.py
+                        :74), so an image with fewer boxes than its batch's longest attends to zero
+                        boxes. Their batch's longest depends on the batch; here every image is padded
+                        to fill ``seq_len`` beside its caption (seq_len - caption tokens boxes), the
+                        boxes a many-box image keeps beside a caption as long: the length their
+                        batches of 256 pairs reached whenever one had such an image and caption
+    vlbert_image_mask   ``learned`` or ``zeroed``: mask I zeroes the whole box row, coordinates
+                        included (dataset_wrappers.py:164-174), with no learned mask embedding (the
+                        visual one is commented out, resnet_vlbert_for_pretraining.py:83; the word one
+                        dropped, line 37); the row zeroed is the one at the masked region's index
+                        in the region list, whatever box the sort of ``vlbert_image_box: none`` put
+                        there (labels not reordered, bias_dataset.py:161 vs 115-117), after the
+                        whole-image box if there is one (whose feature is then the mean of the rows as fed)
 
 Random weights (``weights: random``) initialise as the original, except the two visual LayerNorms,
 whose weights start at ``initializer_range`` (the original's 0 would make a random model ignore the
@@ -351,6 +377,8 @@ class VLBertEncoder(VLEncoder):
     feature_dim_key = "visual_feature_size"
     uses_boxes = True
     supports_image_masking = True
+    feed_options = {"vlbert_image_box": ("whole", "none"), "vlbert_box_padding": ("masked", "attended"),
+                    "vlbert_image_mask": ("learned", "zeroed")}
     no_image = ("text only, as its text-corpus pre-training: no box, every token's visual feature the learned "
                 "aux_text_visual_embedding ([CLS] caption [SEP] [END])")
 
@@ -364,6 +392,10 @@ class VLBertEncoder(VLEncoder):
                                                                   "(its boxes and [END] take two more positions)")
             self.max_length = self.info["max_length"] = limit
         self.needs_pixels = not self.model.config.image_feat_precomputed
+        authors = [k for k, v in self.feed.items() if v != self.feed_options[k][0]]
+        if self.needs_pixels and authors:
+            raise InputError(", ".join(authors), "Ross et al.'s loader fed precomputed features only: "
+                                                 "not with image_feat_precomputed false")
         self.seq_len = spec.get("seq_len", 64)
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 3:
             raise InputError("seq_len", f"must be an integer of at least 3, got {self.seq_len!r}")
@@ -403,30 +435,49 @@ class VLBertEncoder(VLEncoder):
                                                                      tuple(size) != pixels.shape[:2]):
             raise InputError(where, "needs image_size (height, width) in pixels, that of its image")
         h, w = (int(v) for v in size)
-        masked = np.zeros(1 + k, dtype=bool)
+        whole = self.feed["vlbert_image_box"] == "whole"
+        order = np.arange(k)
+        if not whole:  # Ross et al.'s sort: the class-id bytes read as float32 scores (bias_dataset.py:111-117)
+            ids = _field(entry, "class_ids")
+            if ids is None or ids.shape != (k,):
+                raise InputError(where, f"vlbert_image_box 'none' orders boxes by class_ids, int of shape ({k},)")
+            order = np.argsort((ids + 1).astype(np.float64).view(np.float32).reshape(k, 2).max(axis=1))[::-1]
+        n, first = k + whole, int(whole)
+        masked, zeroed = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         if mask == "I":
             person = _field(entry, "is_person")
             if person is None or person.shape != (k,) or person.dtype != bool:
                 raise InputError(where, f"image masking needs is_person, bool of shape ({k},)")
-            masked[1:] = person
-        # the whole image (0, 0, w-1, h-1) first, in original pixels; then resized and clamped as VL-BERT
-        w1, h1 = resized_size(w, h, *self.scales)
-        xyxy = np.concatenate([[[0, 0, w - 1, h - 1]], boxes * [w, h, w, h]]).astype(np.float32)
-        xyxy = xyxy * np.array([w1 / w, h1 / h, w1 / w, h1 / h], dtype=np.float32)
+            if self.feed["vlbert_image_mask"] == "learned":
+                masked[first:] = person[order]
+            else:  # the row at the region's index, not where the sort moved it (dataset_wrappers.py:168-173)
+                zeroed[first:] = person
+        xyxy = (boxes[order] * [w, h, w, h]).astype(np.float32)
+        if whole:  # the whole image (0, 0, w-1, h-1) first, in original pixels; then resized as VL-BERT
+            w1, h1 = resized_size(w, h, *self.scales)
+            xyxy = np.concatenate([np.float32([[0, 0, w - 1, h - 1]]), xyxy])
+            xyxy = xyxy * np.array([w1 / w, h1 / h, w1 / w, h1 / h], dtype=np.float32)
+        else:  # their im_info: scale 1
+            w1, h1 = w, h
         xyxy[:, [0, 2]] = xyxy[:, [0, 2]].clip(0, w1 - 1)
         xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0, h1 - 1)
-        out_boxes = np.concatenate([xyxy, np.broadcast_to(np.float32([w1, h1]), (1 + k, 2))], axis=1)
+        xyxy[zeroed] = 0
+        out_boxes = np.concatenate([xyxy, np.broadcast_to(np.float32([w1, h1]), (n, 2))], axis=1)
         if self.needs_pixels:
             return out_boxes, masked, self._pixels(pixels, (w1, h1), xyxy[masked]).to(self.device)
         feats = _field(entry, "features")
         if feats is None or feats.shape != (k, FEATURE_DIM) or not np.isfinite(feats).all():
             raise InputError(where, f"expected finite features of shape ({k}, {FEATURE_DIM}), got "
                                     f"{None if feats is None else feats.shape}")
-        kept = feats[~masked[1:]].astype(np.float32)
+        feats = feats[order].astype(np.float32)
+        feats[zeroed[first:]] = 0
+        if not whole:
+            return out_boxes, masked, feats
+        kept = feats[~masked[1:]]
         # the mean of the regions; with some masked, that of the others as VL-BERT's pre-training data loader
         # computed it (its 1e-5 keeps an image whose regions are all masked at zeros)
-        whole = kept.sum(axis=0) / (len(kept) + 1e-5) if masked.any() else kept.mean(axis=0)
-        return out_boxes, masked, np.concatenate([whole[None], feats.astype(np.float32)])
+        mean = kept.sum(axis=0) / (len(kept) + 1e-5) if masked.any() else kept.mean(axis=0)
+        return out_boxes, masked, np.concatenate([mean[None], feats])
 
     @staticmethod
     def _pixels(rgb, size, blank):
@@ -454,6 +505,11 @@ class VLBertEncoder(VLEncoder):
                     raise InputError(f"caption '{captions[j]}'", f"with {len(image[0])} boxes, is too long for "
                                                                  f"seq_len {self.seq_len} ({lengths[j]} tokens)")
                 image = (image[0][:keep], image[1][:keep], image[2] if self.needs_pixels else image[2][:keep])
+                if self.feed["vlbert_box_padding"] == "attended":  # zero boxes (of the image's size), taken as real
+                    pad = max(0, self.seq_len - lengths[j] - keep)
+                    image = (np.concatenate([image[0], np.zeros((pad, 6), np.float32) + [0, 0, 0, 0, *image[0][0, 4:]]]),
+                             np.concatenate([image[1], np.zeros(pad, bool)]),
+                             np.concatenate([image[2], np.zeros((pad, FEATURE_DIM), np.float32)]))
             images.append(image)
         k = max((len(im[0]) for im in images if im is not None), default=0)
         boxes = np.zeros((len(images), k, 6), dtype=np.float32)
@@ -474,7 +530,8 @@ class VLBertEncoder(VLEncoder):
 
     def _language_states(self, text, boxes, box_mask, masked, visual):
         pixels = not self.model.config.image_feat_precomputed
-        states, _ = self.model.encode(text.input_ids, text.attention_mask.bool(), boxes, box_mask, masked,
+        text_mask = text.attention_mask.bool() & (text.input_ids > 0)  # VL-BERT's text mask: ids > 0
+        states, _ = self.model.encode(text.input_ids, text_mask, boxes, box_mask, masked,
                                       features=None if pixels else visual, images=visual if pixels else None)
         return states
 

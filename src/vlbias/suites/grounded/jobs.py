@@ -112,7 +112,8 @@ class _Visuals:
                 self.cache.pop(next(iter(self.cache)))
             v = visual_from_store(self.store, image_id, labels, self.pixels and self.pixels[image_id],
                                   self.label_offset)
-            self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size), v.image)
+            self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size), v.image,
+                                        v.class_ids)
         return self.cache[key]
 
 
@@ -131,8 +132,8 @@ def missing_image_reasons(image_ids, store, manifest_rows=()):
 
 def cache_fingerprint(encoder):
     """The embedding cache's folder name for ``encoder``: its provenance without the options a pair's
-    key covers itself (token_mask, ws_vector), so protocols share every vector they have in common."""
-    return fingerprint({k: v for k, v in encoder.info.items() if k not in ("token_mask", "ws_vector")})
+    key covers itself (token_mask, ws_vector, feed), so protocols share every vector they have in common."""
+    return fingerprint({k: v for k, v in encoder.info.items() if k not in ("token_mask", "ws_vector", "feed")})
 
 
 def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), cache=None,
@@ -153,8 +154,10 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
 
     ``cache`` (a vlbias.io.cache.RecordCache in the folder ``cache_fingerprint(encoder)``) keeps each
     pair's vector under a digest of what was embedded (level, mask and mask terms, caption, word, the
-    image's regions and the regions masked, and the encoder option that acts there: token_mask for T,
-    ws_vector for W and S): a rerun after an edit embeds only pairs it has not seen.
+    image's regions and the regions masked, and the encoder options that act there: token_mask for T,
+    ws_vector for W and S, the family's feed options (``encoder.feed``, protocol rows 8-12) for every
+    vector): a rerun after an edit embeds only pairs it has not seen. A pair the encoder's feed cannot
+    read (``encoder.refusal``: ViLBERT's ``in_place`` on fewer than 36 regions) is left out with that reason.
 
     A model that computes region features from the image itself (``needs_pixels``: VL-BERT end to
     end) gets each image's pixels, read from the ``path`` of its row in ``manifest_rows``.
@@ -162,7 +165,8 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
     ``image_mask`` (protocol switch, docs/grounded.md row 5): the regions mask I hides, "persons" (the
     store's person flags) or "labels" (regions whose detector label is one of the test's sentence-level
     ``mask.region_labels``, or of ``mask_labels`` when given: the model's own list, ViLBERT's), each
-    region's label read with ``label_offset`` (switch label_offset, row 13: protocol.label_offset).
+    region's label read with ``label_offset`` (switch label_offset, row 13: protocol.label_offset), for
+    the I runs, or for every run with an encoder that ``masks_every_run``.
 
     Returns the rows (``test`` + MISSING_COLUMNS) of the pairs left out and why: images the region
     store lacks (failed downloads, undecodable files: ``manifest_rows``, the acquisition manifest,
@@ -203,13 +207,21 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
         for stimulus, level, mask, pairs in planned:
             terms = stimulus.levels[LEVEL_SOURCE[level]]["mask"]["tokens"] if mask == "T" else None
             labels = None
-            if mask == "I" and image_mask == "labels":
+            if (mask == "I" or encoder.masks_every_run) and image_mask == "labels":
                 labels = tuple(mask_labels or stimulus.levels["sentence"]["mask"]["region_labels"])
-            option = (encoder.token_mask if mask == "T" else None, encoder.ws_vector if level != "C" else None)
+            option = (encoder.token_mask if mask == "T" else None, encoder.ws_vector if level != "C" else None,
+                      sorted(encoder.feed.items()))
             group = f.create_group(f"{stimulus.id}/{level}/{mask or NO_MASK}")
             group.attrs.update({"level": level, "mask": mask or NO_MASK, "stimulus_level": LEVEL_SOURCE[level]})
             for role in ROLES:
-                rows = pairs[role]
+                rows = []
+                for caption, image, span in pairs[role]:
+                    why = encoder.refusal(visual(image, labels)[0])
+                    if why is None:
+                        rows.append((caption, image, span))
+                    else:
+                        dropped.append({"test": stimulus.id, "level": level, "mask": mask or NO_MASK, "role": role,
+                                        "caption": caption, "image": image, "reason": why})
                 keys = [digest(level, mask, terms, caption, span, visual(image, labels)[1], *option)
                         for caption, image, span in rows]
 

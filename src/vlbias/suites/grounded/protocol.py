@@ -11,8 +11,9 @@ flipped, so the effect of each undocumented choice can be seen on its own:
 
 Each switch acts in one place of the pipeline (``Switch.acts_in``): the VisualBERT model and its
 detector (row 1), the vision-language encoders' options (rows 3, 6), the regions masked by mask I
-(row 5), the stimulus loader (row 7), the experiment job (row 4). Row 2 (VisualBERT's region token
-type) is no switch: both presets use the value VisualBERT was pre-trained with (vlbias.models.visualbert).
+(row 5), the stimulus loader (row 7), the experiment job (row 4), what the ViLBERT and VL-BERT
+encoders are fed (rows 8-12: encoder options of those families, ``FEEDS``). Row 2 (VisualBERT's region
+token type) is no switch: both presets use the value VisualBERT was pre-trained with (vlbias.models.visualbert).
 """
 
 from dataclasses import dataclass
@@ -52,6 +53,26 @@ SWITCHES = {
     "caption_indices": Switch(
         7, ("number", "digits"), "stimulus loader (load_grounded_stimulus)",
         "caption indices upstream wrote as text (\"12\"): caption 12, or captions 1 and 2"),
+    "vilbert_padding": Switch(
+        8, ("masked", "attended"), "encoder option of ViLBERT",
+        "text and region padding masked, or the model called without attention masks on captions padded to "
+        "36 [PAD]s (the authors' loader and model call)"),
+    "vilbert_image_mask": Switch(
+        9, ("regions", "in_place"), "encoder option of ViLBERT (and the embedding job: the regions masked in "
+                                    "every run; pairs of images with fewer than 36 regions left out)",
+        "mask I zeroes the masked regions in the masked run only, or the row at each masked region's index (one "
+        "early: row 0 is the reader's global token) in every run, with the authors' second global token"),
+    "vlbert_image_box": Switch(
+        10, ("whole", "none"), "encoder option of VL-BERT",
+        "the whole-image box first (its feature on the caption tokens), or none: the boxes in the authors' sort "
+        "order, the first box's feature on the caption tokens"),
+    "vlbert_box_padding": Switch(
+        11, ("masked", "attended"), "encoder option of VL-BERT",
+        "padding boxes masked, or zero boxes taken as real (boxes[..., 0] > -1.5), up to seq_len"),
+    "vlbert_image_mask": Switch(
+        12, ("learned", "zeroed"), "encoder option of VL-BERT",
+        "mask I: the learned mask embeddings on the masked boxes, or the row at each masked region's index "
+        "zeroed, coordinates included, no mask embedding"),
     "label_offset": Switch(
         13, (0, -1), "embedding job: mask I's region labels, LXMERT on a TSV-read store (label_offset())",
         "0: each region's stored label (objects_id counts from the first object class); -1: the class before "
@@ -61,6 +82,9 @@ SWITCHES = {
         "detector: the store of the model entry's detector; released: the store read from the TSV file that "
         "the entry's released_regions names for the dataset (LXMERT on COCO: its val2014_obj36.tsv)"),
 }
+# the switches that are encoder options of one family (what the authors' loaders fed it)
+FEEDS = {"vilbert": ("vilbert_padding", "vilbert_image_mask"),
+         "vlbert": ("vlbert_image_box", "vlbert_box_padding", "vlbert_image_mask")}
 PRESETS = {name: {k: s.values[i] for k, s in SWITCHES.items()} for i, name in enumerate(("paper", "authors"))}
 
 
@@ -87,12 +111,17 @@ def resolve(protocol):
     return out
 
 
-def encoder_options(switches, family):
+def encoder_options(switches, family, config=None):
     """Options of the vision-language encoder entry of ``family`` (vlbias.models.vl): token_mask for
-    every family, ws_vector for the two-stream ones."""
+    every family, ws_vector for the two-stream ones, the feed switches of ViLBERT and VL-BERT (FEEDS).
+    ``config``, the entry's model config: an end-to-end VL-BERT (``image_feat_precomputed: false``)
+    gets no feed switch, being fed as VL-BERT under every protocol (the authors' loader read
+    precomputed features only; the embedding file's ``info`` records the feed)."""
     options = {"token_mask": switches["token_mask"]}
     if family in ("lxmert", "vilbert"):
         options["ws_vector"] = switches["ws_vector"]
+    if not (family == "vlbert" and (config or {}).get("image_feat_precomputed") is False):
+        options.update({name: switches[name] for name in FEEDS.get(family, ())})
     return options
 
 
