@@ -29,7 +29,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vlbias.io.atomic import atomic_path
+from vlbias.io.atomic import atomic_hdf5
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class RecordCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{time.strftime('%Y%m%d-%H%M%S')}-{hashlib.sha256(''.join(records).encode()).hexdigest()[:12]}.h5"
         dest = self.directory / name
-        with atomic_path(dest) as tmp, h5py.File(tmp, "w") as f:
+        with atomic_hdf5(dest) as f:
             f.create_dataset("keys", data=np.array(list(records), dtype="S64"))
             for field in fields:  # every record has these fields, of one dtype and trailing shape (_by_layout)
                 values = [r[field] for r in records.values()]

@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.io.atomic import atomic_path
+from vlbias.io.atomic import atomic_hdf5
 from vlbias.io.fetch import write_manifest
 from vlbias.regions import Regions
 
@@ -127,7 +127,7 @@ def write_region_store(path, detector, provenance=None):
     attrs = {k: settings[k] for k in ("adapter", "min_boxes", "max_boxes", "conf")} | {
         "model": detector.name, "settings": json.dumps(settings, sort_keys=True, default=str),
         "weights": detector.weights, "feature_dim": detector.feature_dim, **(provenance or {})}
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(path) as f:
         writer = RegionWriter(f, detector)
         yield writer
         f.attrs.update(attrs | {"n_images": writer.n_images, "n_regions": writer.n_regions,

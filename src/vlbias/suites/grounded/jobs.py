@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.io.atomic import atomic_path
+from vlbias.io.atomic import atomic_hdf5
 from vlbias.io.cache import cached_vectors, digest, fingerprint
 from vlbias.io.fetch import sha256_file
 from vlbias.logs import Progress
@@ -189,7 +189,7 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
             planned.append((stimulus, level, mask, pairs))
     progress = Progress(sum(len(p) for *_, pairs in planned for p in pairs.values()), "pairs", log)
     text = h5py.string_dtype("utf-8")
-    with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(out_path) as f:
         f.attrs.update({**(attrs or {}), "info": json.dumps(encoder.info, sort_keys=True, default=str)})
         for stimulus in stimuli:
             t = f.create_group(stimulus.id)
