@@ -25,7 +25,8 @@ WRITER = """
 import sys
 from pathlib import Path
 import numpy as np
-from vlbias.io.atomic import atomic_hdf5, atomic_path
+from vlbias.io.atomic import atomic_path
+from vlbias.io.hdf5 import atomic_hdf5
 with atomic_path(sys.argv[1]) as tmp, atomic_hdf5(sys.argv[2]) as f:
     tmp.write_text("half")
     f.create_dataset("x", data=np.arange(3))

@@ -19,8 +19,8 @@ import numpy as np
 
 from vlbias.errors import InputError
 from vlbias.images.decode import CROPS, RESAMPLING, ImageDecodeError, prepare
-from vlbias.io.atomic import atomic_hdf5
 from vlbias.io.fetch import sha256_file
+from vlbias.io.hdf5 import atomic_hdf5
 
 log = logging.getLogger(__name__)
 _STR = h5py.string_dtype("utf-8")

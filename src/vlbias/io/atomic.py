@@ -81,19 +81,6 @@ def atomic_path(dest):
         os.close(fd)
 
 
-@contextmanager
-def atomic_hdf5(dest):
-    """An HDF5 file open for writing at a temporary path, moved onto ``dest`` as ``atomic_path`` does.
-
-    HDF5 takes an exclusive ``flock`` of a file it creates, which the writer's own lock would refuse;
-    the file is ours alone until it is moved, so HDF5's lock is left out.
-    """
-    import h5py
-
-    with atomic_path(dest) as tmp, h5py.File(tmp, "w", locking=False) as f:
-        yield f
-
-
 def remove_if_abandoned(path):
     """Remove the temporary file ``path`` if it has our name and no writer holds it; whether it was removed."""
     path = Path(path)

@@ -35,7 +35,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vlbias.io.atomic import atomic_hdf5
+from vlbias.io.hdf5 import atomic_hdf5
 
 log = logging.getLogger(__name__)
 
