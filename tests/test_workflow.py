@@ -197,6 +197,30 @@ def test_editing_one_stimulus_reruns_only_its_jobs(project):
     assert re.search(r"texts: 16/16 done in .*; 15 from the cache", log), log
 
 
+def test_a_damaged_cache_gives_the_same_table(project):
+    """Issue 18 row 1: bytes overwritten inside the vectors of the MiniLM cache, then --forcerun seat_embed,
+    changed the SEAT table; the damaged records are now named and recomputed."""
+    import h5py
+
+    table = project / "results/seat/minilm/table.csv"
+    before = table.read_bytes()
+    shards = []
+    for shard in sorted((project / "results/cache/embeddings").rglob("*.h5")):
+        with h5py.File(shard, "r") as f:
+            if f["data/vector"].shape[1] != 384:  # not MiniLM's
+                continue
+            offset, size = f["data/vector"].id.get_offset(), f["data/vector"].id.get_storage_size()
+        with open(shard, "r+b") as f:
+            f.seek(offset + size // 3)
+            f.write(np.full(size // 3 // 4, 1e3, np.float32).tobytes())
+        shards.append(shard)
+    assert shards
+    snakemake(project, "results/seat/minilm/table.csv", "--forcerun", "seat_embed")
+    log = (project / "results/logs/seat_embed/minilm.log").read_text()
+    assert all(f"{shard}: " in log for shard in shards) and "cache record(s) damaged" in log, log
+    assert table.read_bytes() == before
+
+
 def test_invalid_config_names_the_key(tmp_path):
     config = make_project(tmp_path)
     config["stats"]["n_samples"] = 0
