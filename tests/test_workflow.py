@@ -203,7 +203,7 @@ def test_a_damaged_cache_gives_the_same_table(project):
     import h5py
 
     table = project / "results/seat/minilm/table.csv"
-    before = table.read_bytes()
+    before = pd.read_csv(table)
     shards = []
     for shard in sorted((project / "results/cache/embeddings").rglob("*.h5")):
         with h5py.File(shard, "r") as f:
@@ -217,8 +217,9 @@ def test_a_damaged_cache_gives_the_same_table(project):
     assert shards
     snakemake(project, "results/seat/minilm/table.csv", "--forcerun", "seat_embed")
     log = (project / "results/logs/seat_embed/minilm.log").read_text()
-    assert all(f"{shard}: " in log for shard in shards) and "cache record(s) damaged" in log, log
-    assert table.read_bytes() == before
+    assert all(f"{shard.relative_to(project)}: " in log for shard in shards) and "record(s) damaged" in log, log
+    # recomputed in other batches than the first time: equal to float32 rounding, not to the bit
+    pd.testing.assert_frame_equal(pd.read_csv(table), before, check_exact=False, rtol=1e-5)
 
 
 def test_invalid_config_names_the_key(tmp_path):
@@ -338,7 +339,7 @@ def test_a_hard_kill_then_the_readme_command_recovers(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # snakemake and its jobs, as a closed session or the OOM killer
     proc.wait()
     assert list((tmp_path / ".snakemake/locks").iterdir())  # what a hard kill leaves behind
-    part = tmp_path / "results/ieat/.t1.csv.x1y2z3.part"  # a file being written when the kill came
+    part = tmp_path / "results/ieat/.t1.csv.x1y2z3w4.part"  # a file being written when the kill came (atomic_path's name)
     part.write_text("half a ta")
     # the README's command as is: no --unlock, no --rerun-incomplete
     config["ieat"]["specificity"]["n_tests"] = 20
