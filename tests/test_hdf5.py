@@ -42,11 +42,11 @@ def test_an_intact_store_reads_back(tmp_path):
     assert read_provenance(path) == {"model": "minilm"}
 
 
-@pytest.mark.parametrize("where", ["vectors", "ids", "checksum"])
+@pytest.mark.parametrize("where", ["vectors", "ids", "checksum", "magic"])
 def test_a_damaged_embedding_store_is_a_named_error(tmp_path, where):
     path, vectors = embeddings(tmp_path)
     read_set(path, "t/X")  # checked once in this process; a changed file is checked again
-    content = {"vectors": vectors[2].tobytes(), "ids": b"sentence three", "checksum": MAGIC}[where]
+    content = {"vectors": vectors[2].tobytes(), "ids": b"sentence three", "checksum": MAGIC, "magic": MAGIC}[where]
     damage(path, content, at=len(MAGIC) + 5 if where == "checksum" else 1)
     with pytest.raises(InputError, match=f"^{path}: damaged: .*checksum mismatch.*delete it and rerun"):
         read_set(path, "t/X")
@@ -55,6 +55,10 @@ def test_a_damaged_embedding_store_is_a_named_error(tmp_path, where):
 
 
 def test_a_store_without_a_checksum_is_read_with_a_warning(tmp_path, caplog):
+    (tmp_path / "not.h5").write_text("not HDF5 at all")  # left to h5py's own error, without a warning
+    with pytest.raises(OSError), caplog.at_level(logging.WARNING):
+        open_hdf5(tmp_path / "not.h5")
+    assert "checksum" not in caplog.text
     path = tmp_path / "old.h5"
     with h5py.File(path, "w") as f:  # as written before stores carried a checksum
         f["t/X/vectors"] = np.ones((2, 3), np.float32)

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 USERBLOCK = 512  # HDF5's smallest user block
 MAGIC = b"vlbias-sha256:"
+SIGNATURE = b"\x89HDF\r\n\x1a\n"  # the HDF5 superblock's, at the start of a file without a user block
 _checked = {}    # path -> (inode, size, mtime) of the version checked in this process
 
 
@@ -61,11 +62,13 @@ def open_hdf5(path):
         version = (st.st_ino, st.st_size, st.st_mtime_ns)
         if _checked.get(path) != version:
             with open(path, "rb") as f:
-                head = f.read(len(MAGIC) + 64)
-            if not head.startswith(MAGIC):
+                head = f.read(USERBLOCK + len(SIGNATURE))
+            if head.startswith(SIGNATURE):  # HDF5 from byte 0: no user block, no digest
                 log.warning("%s: carries no checksum (written before vlbias checked its stores, or by another "
                             "program): read unchecked; delete it and rerun to have it rebuilt with one", path)
-            elif _content_sha256(path) != head[len(MAGIC):].decode("ascii", "replace"):
+            elif head[USERBLOCK:] == SIGNATURE and (  # our layout: the digest in the user block before it
+                    not head.startswith(MAGIC)
+                    or _content_sha256(path) != head[len(MAGIC):len(MAGIC) + 64].decode("ascii", "replace")):
                 raise InputError(path, "damaged: its content differs from what was written (checksum mismatch); "
                                        "delete it and rerun to rebuild it")
             _checked[path] = version
