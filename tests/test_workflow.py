@@ -197,6 +197,31 @@ def test_editing_one_stimulus_reruns_only_its_jobs(project):
     assert re.search(r"texts: 16/16 done in .*; 15 from the cache", log), log
 
 
+def test_a_damaged_cache_gives_the_same_table(project):
+    """Issue 18 row 1: bytes overwritten inside the vectors of the MiniLM cache, then --forcerun seat_embed,
+    changed the SEAT table; the damaged records are now named and recomputed."""
+    import h5py
+
+    table = project / "results/seat/minilm/table.csv"
+    before = pd.read_csv(table)
+    shards = []
+    for shard in sorted((project / "results/cache/embeddings").rglob("*.h5")):
+        with h5py.File(shard, "r") as f:
+            if f["data/vector"].shape[1] != 384:  # not MiniLM's
+                continue
+            offset, size = f["data/vector"].id.get_offset(), f["data/vector"].id.get_storage_size()
+        with open(shard, "r+b") as f:
+            f.seek(offset + size // 3)
+            f.write(np.full(size // 3 // 4, 1e3, np.float32).tobytes())
+        shards.append(shard)
+    assert shards
+    snakemake(project, "results/seat/minilm/table.csv", "--forcerun", "seat_embed")
+    # recomputed in other batches than the first time: equal to float32 rounding, not to the bit
+    pd.testing.assert_frame_equal(pd.read_csv(table), before, check_exact=False, rtol=1e-5)
+    log = (project / "results/logs/seat_embed/minilm.log").read_text()
+    assert all(f"{shard.relative_to(project)}: " in log for shard in shards) and "record(s) damaged" in log, log
+
+
 def test_invalid_config_names_the_key(tmp_path):
     config = make_project(tmp_path)
     config["stats"]["n_samples"] = 0
@@ -314,7 +339,7 @@ def test_a_hard_kill_then_the_readme_command_recovers(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # snakemake and its jobs, as a closed session or the OOM killer
     proc.wait()
     assert list((tmp_path / ".snakemake/locks").iterdir())  # what a hard kill leaves behind
-    part = tmp_path / "results/ieat/.t1.csv.x1y2z3.part"  # a file being written when the kill came
+    part = tmp_path / "results/ieat/.t1.csv.x1y2z3w4.part"  # a file being written when the kill came (atomic_path's name)
     part.write_text("half a ta")
     # the README's command as is: no --unlock, no --rerun-incomplete
     config["ieat"]["specificity"]["n_tests"] = 20

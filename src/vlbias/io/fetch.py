@@ -130,13 +130,21 @@ def download(url, out, *, timeout, retries, max_bytes, backoff):
 
 
 def cached_download(url, cache, *, max_bytes, sha256=None, timeout=30, retries=3, backoff=0.5):
-    """The path of ``url`` downloaded once into the folder ``cache``, named after the URL.
+    """The path of ``url`` downloaded once into the folder ``cache``, named after what it is: the
+    pinned ``sha256`` when given, else a digest of the whole URL (never the file name alone, which
+    another URL may share), followed by the URL's file name for the reader.
 
     For URLs that pin their content (a commit, a release file): a later call returns the cached
     copy without asking the network. ``sha256``, when given, must be the content's (else
-    :class:`DownloadError`, and nothing is kept). Raises :class:`DownloadError`.
+    :class:`DownloadError`, and nothing is kept); a cached copy that no longer matches it is
+    downloaded again. Raises :class:`DownloadError`.
     """
-    dest = Path(cache) / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{url.rsplit('/', 1)[-1]}"
+    sha256 = sha256.lower() if sha256 else None
+    key = sha256 or hashlib.sha256(url.encode()).hexdigest()[:16]
+    dest = Path(cache) / f"{key}-{Path(urlsplit(url).path).name or 'download'}"
+    if dest.is_file() and sha256 and sha256_file(dest) != sha256:
+        log.warning("%s: cached copy of %s differs from its pinned sha256; downloading it again", dest, url)
+        dest.unlink(missing_ok=True)
     if not dest.is_file():
         with atomic_path(dest) as tmp, open(tmp, "wb") as out:
             got = download(url, out, timeout=timeout, retries=retries, max_bytes=max_bytes, backoff=backoff)

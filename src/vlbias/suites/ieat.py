@@ -17,6 +17,7 @@ import numpy as np
 from vlbias.errors import FetchError, InputError
 from vlbias.io.cache import cached_outputs, cached_vectors, digest
 from vlbias.io.fetch import fetch, read_manifest, sha256_file
+from vlbias.io.hdf5 import open_hdf5
 from vlbias.io.published import read_ieat_csv
 from vlbias.io.store import read_provenance, write_embeddings
 from vlbias.logs import Progress
@@ -94,7 +95,7 @@ def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(
     if texts and (several or not hasattr(encoder, "encode_texts")):
         raise InputError(f"adapter {encoder.info['adapter']}", f"has no text tower for the text sets {', '.join(texts)}")
     sets = {}
-    with h5py.File(images_h5, "r") as f:
+    with open_hdf5(images_h5) as f:
         keys = []
         f.visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Group) and "pixels" in obj else None)
         progress = Progress(sum(len(f[k]["ids"]) for k in keys), "images", log)
@@ -123,7 +124,7 @@ def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(
 
 def output_store(store, output, out):
     """Write output ``output``'s groups ("<output>/<key>") of a several-output store as the store ``out``."""
-    with h5py.File(store, "r") as f:
+    with open_hdf5(store) as f:
         if output not in f:
             raise InputError(store, f"no output '{output}' (it holds: {', '.join(sorted(f))})")
         keys = []
