@@ -25,6 +25,7 @@ import jsonschema
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.io.stimuli import Validator
 from vlbias.models.plan import MODALITIES, outputs
 from vlbias.suites.grounded.protocol import resolve
 
@@ -86,7 +87,7 @@ def _fill_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": properties})
 
 
-_Validator = _fill_defaults(jsonschema.Draft202012Validator)
+_Validator = _fill_defaults(Validator)
 
 
 def key_path(parts):

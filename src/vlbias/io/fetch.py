@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 
 from vlbias.errors import FetchError, InputError
 from vlbias.io.atomic import atomic_path
+from vlbias.io.paths import confined, relative_path
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +156,11 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
     complete and verified; any failure leaves no ``dest`` (an earlier one is left untouched).
     """
     dest = Path(dest)
+    where = f"upstream {source.repo}@{source.commit}"
+    relative_path(path, where)  # neither the mirror nor the URL may lead elsewhere
     with atomic_path(dest) as tmp, open(tmp, "wb") as out:
         if mirror:
-            origin = Path(mirror) / source.mirror_name / path
+            origin = confined(Path(mirror) / source.mirror_name, path, where)
             if not origin.is_file():
                 raise FetchError(origin, f"file is missing from the mirror {mirror} (expected upstream "
                                          f"{source.repo}@{source.commit}: {path}); fix `mirror:` in "
@@ -176,10 +179,11 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
     return dest
 
 
-def read_manifest(path):
+def read_manifest(path, paths=()):
     """Rows of a TSV manifest as dicts of strings keyed by its header.
 
-    Lines starting with '#' before the header are comments; blank lines are ignored.
+    Lines starting with '#' before the header are comments; blank lines are ignored. The columns
+    ``paths`` are parts of file paths: each must obey vlbias.io.paths' rule (the error names the line).
     """
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -200,7 +204,10 @@ def read_manifest(path):
         if len(values) != len(header):
             raise InputError(path, f"line {number}: {len(values)} tab-separated fields, expected "
                                    f"{len(header)} ({', '.join(header)})")
-        rows.append(dict(zip(header, values)))
+        row = dict(zip(header, values))
+        for column in paths:
+            relative_path(row.get(column, ""), f"{path}: line {number}, column {column}")
+        rows.append(row)
     return rows
 
 
