@@ -137,6 +137,11 @@ def schema_problems(config, schema):
     return _problems(config, schema)
 
 
+def stats_problems(stats, schema_path):
+    """Pass 1 for a ``stats`` mapping alone (the command line's flags over the config's ``stats``)."""
+    return _problems(stats, _read_yaml(schema_path)["properties"]["stats"], ("stats",))
+
+
 @lru_cache(maxsize=None)
 def _read_yaml(path):
     with open(path, encoding="utf-8") as f:
