@@ -193,6 +193,7 @@ def test_mistakes_are_named_before_any_job_runs(tmp_path, change, message):
     write_yaml(tmp_path / "config/config.yaml", config)
     proc = snakemake(tmp_path, "--dry-run", check=False)
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert 'File "' not in proc.stderr and "ConfigError in" not in proc.stderr  # no traceback: the problem only
 
 
 def test_a_stimulus_missing_from_own_vectors_fails_naming_the_file_and_id(tmp_path):
