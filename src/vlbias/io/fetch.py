@@ -189,6 +189,10 @@ def read_manifest(path, paths=()):
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise InputError(path, f"cannot read manifest ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise InputError(path, f"line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); save the file as "
+                               "UTF-8") from None
     number, header = 0, None
     for number, line in enumerate(lines, 1):
         if not line.startswith("#"):

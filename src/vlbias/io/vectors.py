@@ -22,6 +22,7 @@ has no vector for.
 """
 
 import csv
+import tokenize
 from pathlib import Path
 
 import h5py
@@ -182,7 +183,7 @@ def _read_npy(path, ids_path):
                 raise ValueError(f"format version {version}: numpy.save writes 1.0 or 2.0 for numbers")
             shape, fortran, dtype = read_header(f)
             offset = f.tell()
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, tokenize.TokenError) as e:  # numpy tokenizes a 1.0 header: a cut one is a TokenError
         raise InputError(path, f"not a readable .npy array without pickled objects ({e})") from None
     if dtype.hasobject:
         raise InputError(path, "not a readable .npy array without pickled objects (it holds Python objects)")
@@ -197,7 +198,9 @@ def _read_npy(path, ids_path):
     if not ids_path.is_file():
         raise InputError(ids_path, "ids file not found")
     try:
-        ids = ids_path.read_text(encoding="utf-8-sig").splitlines()
+        # lines end at "\n" (and "\r\n") only: str.splitlines() also cuts at \x0c, \x85, \u2028, ... and
+        # would shift every later id onto another row's vector
+        ids = [i.removesuffix("\r") for i in ids_path.read_text(encoding="utf-8-sig").split("\n")]
     except UnicodeDecodeError as e:
         raise InputError(ids_path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x})") from None
     while ids and not ids[-1]:  # a trailing newline
