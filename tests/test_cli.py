@@ -142,7 +142,8 @@ def test_row_8_each_bad_input_is_one_line_without_a_traceback(project):
         np.lib.format.write_array_header_1_0(f, header)
         f.write(bytes(8))
     (project / "huge.ids").write_text("a\n")
-    (project / "quote.csv").write_text("id,a,b\nw0,1,2\nw1,2,1\n\"w2,1,1\n" + "".join(f"w{i},{i},1\n" for i in range(3, 300)))
+    (project / "quote.csv").write_text("id,a,b\nw0,1,2\nw1,2,1\n\"w2,1,1\n"
+                                       + "".join(f"w{i},{i},1\n" for i in range(3, 300)))
     test, ieat = "resources/stimuli/seat/weat-toy.yaml", "resources/stimuli/ieat/insect-flower.yaml"
     for args, message in [
         ([ieat, "--store", "junk.h5"], "junk.h5: not an HDF5 file"),

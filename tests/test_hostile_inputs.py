@@ -42,10 +42,12 @@ HOSTILE = settings.get_profile("vlbias-hostile")
 
 SNIPPETS = [b"nan", b"inf", b"-inf", b"1e309", b"1e308", b"1e-320", b'"', b"'", b",", b"\t", b"\n", b"\r", b"\x00",
             b"\xff", b"\xef\xbb\xbf", "\u2028".encode(), "\x85".encode(), "é".encode(), "\U0001f642".encode(), b"../",
-            b"/etc/passwd", b"..", b"#", b" ", b"-", b"0", b"", b"{", b"[", b": ", b"- ", b"&a", b"*a", b"!!python/object"]
+            b"/etc/passwd", b"..", b"#", b" ", b"-", b"0", b"", b"{", b"[", b": ", b"- ", b"&a", b"*a",
+            b"!!python/object"]
 TEXTS = st.sampled_from(["", " ", "..", "../x", "../../tmp/x.jpg", "/etc/passwd", "a/../../b", "x\n", "a\nb", "\x00",
                          "a\x00b", "\t", "\u2028", "\x85", "é", "\U0001f642", "a" * 300, "nan", "1e308", "-1", "null",
-                         "{agent}", "{entity}", "{", "ok", "weat1", "toy/flower", "female", "male"]) | st.text(max_size=12)
+                         "{agent}", "{entity}", "{", "ok", "weat1", "toy/flower", "female", "male"]) \
+    | st.text(max_size=12)
 VALUES = st.one_of(TEXTS, st.integers(-2**70, 2**70), st.floats(), st.booleans(), st.none(),
                    st.lists(TEXTS, max_size=3), st.dictionaries(TEXTS, TEXTS, max_size=2))
 

@@ -55,5 +55,6 @@ def read_set(path, key):
         try:
             ids = [i.decode() if isinstance(i, bytes) else i for i in g["ids"][()]]
         except UnicodeDecodeError as e:
-            raise InputError(path, f"set '{key}': ids that are not UTF-8 text (byte 0x{e.object[e.start]:02x})") from None
+            raise InputError(path, f"set '{key}': ids that are not UTF-8 text (byte 0x{e.object[e.start]:02x})") \
+                from None
         return g["vectors"][()].astype(np.float64), ids
