@@ -99,3 +99,14 @@ def test_row_9_a_model_name_ending_in_a_newline_is_refused(section):
     del models["vx\n"]
     models["vx"] = models[list(models)[-1]]
     check_config(config, SCHEMA, root=REPO)
+
+
+def test_a_manifest_lacking_a_column_its_reader_needs_is_named(tmp_path):
+    # found by tests/test_hostile_inputs.py: a misspelt header was a KeyError
+    manifest = _manifest(tmp_path, "category\tfile\trha256", "c\tx.jpg\t")
+    with pytest.raises(InputError, match=r"manifest.tsv: line 2: the header lacks column\(s\) sha256 \(it has: "
+                                         r"category, file, rha256\)"):
+        image_entries(manifest, SOURCE, None, tmp_path / "cache")
+    # lines end at "\n": an odd character in a row does not split it (nor shift the line numbers)
+    manifest = _manifest(tmp_path, "a\tb", "x\x85y\tz\u2028")
+    assert read_manifest(manifest) == [{"a": "x\x85y", "b": "z\u2028"}]

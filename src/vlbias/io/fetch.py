@@ -179,14 +179,16 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
     return dest
 
 
-def read_manifest(path, paths=()):
+def read_manifest(path, paths=(), required=()):
     """Rows of a TSV manifest as dicts of strings keyed by its header.
 
-    Lines starting with '#' before the header are comments; blank lines are ignored. The columns
-    ``paths`` are parts of file paths: each must obey vlbias.io.paths' rule (the error names the line).
+    Lines starting with '#' before the header are comments; blank lines are ignored. The header must
+    have the columns ``required`` and ``paths``; the columns ``paths`` are parts of file paths: each
+    must obey vlbias.io.paths' rule (the error names the line).
     """
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        # lines end at "\n" only (str.splitlines() also at \x0c, \x85, \u2028, ...: other line numbers)
+        lines = [line.removesuffix("\r") for line in Path(path).read_text(encoding="utf-8").split("\n")]
     except OSError as e:
         raise InputError(path, f"cannot read manifest ({e.strerror})") from None
     except UnicodeDecodeError as e:
@@ -200,6 +202,10 @@ def read_manifest(path, paths=()):
             break
     if not header or header == [""]:
         raise InputError(path, "manifest has no header line")
+    missing = [c for c in dict.fromkeys([*required, *paths]) if c not in header]
+    if missing:
+        raise InputError(path, f"line {number}: the header lacks column(s) {', '.join(missing)} (it has: "
+                               f"{', '.join(header)})")
     rows = []
     for number, line in enumerate(lines[number:], number + 1):
         if not line.strip():
@@ -210,7 +216,7 @@ def read_manifest(path, paths=()):
                                    f"{len(header)} ({', '.join(header)})")
         row = dict(zip(header, values))
         for column in paths:
-            relative_path(row.get(column, ""), f"{path}: line {number}, column {column}")
+            relative_path(row[column], f"{path}: line {number}, column {column}")
         rows.append(row)
     return rows
 

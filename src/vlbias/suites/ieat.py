@@ -36,7 +36,8 @@ def obtain(source, path, sha256, mirror, cache):
 
 def published_store(manifest, model_file, source, mirror, cache, out, provenance):
     """Store of the authors' embeddings for ``model_file`` (e.g. "igpt_l_32")."""
-    rows = [r for r in read_manifest(manifest, paths=("path",)) if r["model_file"] == model_file]
+    rows = [r for r in read_manifest(manifest, paths=("path",), required=("model_file", "category", "sha256"))
+            if r["model_file"] == model_file]
     if not rows:
         raise FetchError(manifest, f"no embeddings listed for model file '{model_file}'")
     sets = {}
@@ -62,7 +63,7 @@ def image_entries(manifest, source, mirror, cache):
                          "the mirror has no such folder; set `mirror:` in config/config.yaml to a "
                          "directory laid out like the upstream repositories, or null to download")
     entries = []
-    for r in read_manifest(manifest, paths=("category", "file")):
+    for r in read_manifest(manifest, paths=("category", "file"), required=("sha256",)):
         path = f"data/experiments/{r['category']}/{r['file']}"
         try:
             local, reason = obtain(source, path, r["sha256"], mirror, cache), ""
@@ -142,6 +143,6 @@ def output_store(store, output, out):
 def image_files(manifest):
     """{category: [file, ...]} of an image manifest, files sorted (the image store's order)."""
     files = {}
-    for r in read_manifest(manifest):
+    for r in read_manifest(manifest, required=("category", "file")):
         files.setdefault(r["category"], []).append(r["file"])
     return {category: sorted(names) for category, names in files.items()}
