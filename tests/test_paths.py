@@ -27,6 +27,7 @@ SOURCE = Source(repo="owner/repo", commit="c0ffee", mirror_name="repo", url_temp
     ("a\\..\\b", "a backslash"),
     ("", "an empty path"),
     (".", "no file name"),
+    ("a/" + "é" * 101, "a name longer than 200 bytes"),  # found by the hostile-input suite: an OSError
 ])
 def test_a_path_breaking_the_rule_is_named_with_its_source(tmp_path, path, why):
     with pytest.raises(InputError, match=f"^m.tsv: line 3: {why}"):

@@ -63,7 +63,9 @@ def check_config(config, schema_path, root="."):
     schema = _read_yaml(schema_path)
     problems = schema_problems(config, schema)
     if not problems:  # the later passes assume the shapes the schema guarantees
-        problems = adapter_problems(config, schema) + reference_problems(config, Path(root))
+        problems = adapter_problems(config, schema)
+    if not problems:  # and the references the shapes the adapters' schemas guarantee (an iGPT `layer: {}`)
+        problems = reference_problems(config, Path(root))
     if problems:
         raise ConfigError(problems)
     return config

@@ -4,15 +4,18 @@ another one.
 
     dest = confined(cache, row["path"], source=f"{manifest}: line {n}")   # cache / row["path"], checked
 
-A path from data is relative, has no ``..`` component, no control character (NUL, newline, tab, ...)
-and no backslash (a separator elsewhere, a file name character here: ambiguous either way), and,
-resolved with its symbolic links, stays inside its root. Anything else is an InputError naming the
-source and the path.
+A path from data is relative, has no ``..`` component, no control character (NUL, newline, tab, ...),
+no backslash (a separator elsewhere, a file name character here: ambiguous either way) and no name
+longer than NAME_MAX bytes, and, resolved with its symbolic links, stays inside its root. Anything
+else is an InputError naming the source and the path.
 """
 
 from pathlib import Path, PurePosixPath
 
 from vlbias.errors import InputError
+
+# bytes in one file name: file systems allow 255, and a writer's temporary name (vlbias.io.atomic) adds ~15
+NAME_MAX = 200
 
 
 def relative_path(relative, source):
@@ -31,6 +34,8 @@ def relative_path(relative, source):
         why = "a '..' component"
     elif not PurePosixPath(text).parts:
         why = "no file name"
+    elif any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in PurePosixPath(text).parts):
+        why = f"a name longer than {NAME_MAX} bytes"
     if why:
         raise InputError(source, f"{why} {text!r}: a path from data must be relative to its folder, without "
                                  "'..' or control characters")
