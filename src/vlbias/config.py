@@ -25,6 +25,7 @@ import jsonschema
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.io.stimuli import Validator
 from vlbias.models.plan import MODALITIES, outputs
 from vlbias.suites.grounded.protocol import resolve
 
@@ -62,7 +63,9 @@ def check_config(config, schema_path, root="."):
     schema = _read_yaml(schema_path)
     problems = schema_problems(config, schema)
     if not problems:  # the later passes assume the shapes the schema guarantees
-        problems = adapter_problems(config, schema) + reference_problems(config, Path(root))
+        problems = adapter_problems(config, schema)
+    if not problems:  # and the references the shapes the adapters' schemas guarantee (an iGPT `layer: {}`)
+        problems = reference_problems(config, Path(root))
     if problems:
         raise ConfigError(problems)
     return config
@@ -86,7 +89,7 @@ def _fill_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": properties})
 
 
-_Validator = _fill_defaults(jsonschema.Draft202012Validator)
+_Validator = _fill_defaults(Validator)
 
 
 def key_path(parts):
@@ -134,6 +137,11 @@ def schema_problems(config, schema):
     if not isinstance(config, dict):
         return [f"expected a mapping of keys, got {type(config).__name__}"]
     return _problems(config, schema)
+
+
+def stats_problems(stats, schema_path):
+    """Pass 1 for a ``stats`` mapping alone (the command line's flags over the config's ``stats``)."""
+    return _problems(stats, _read_yaml(schema_path)["properties"]["stats"], ("stats",))
 
 
 @lru_cache(maxsize=None)

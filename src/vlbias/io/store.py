@@ -52,4 +52,9 @@ def read_set(path, key):
             f.visit(lambda name: known.append(name[: -len("/vectors")]) if name.endswith("/vectors") else None)
             raise InputError(path, f"no stimulus set '{key}' (the store holds: {', '.join(sorted(known)) or 'none'})")
         g = f[key]
-        return g["vectors"][()].astype(np.float64), [i.decode() if isinstance(i, bytes) else i for i in g["ids"][()]]
+        try:
+            ids = [i.decode() if isinstance(i, bytes) else i for i in g["ids"][()]]
+        except UnicodeDecodeError as e:
+            raise InputError(path, f"set '{key}': ids that are not UTF-8 text (byte 0x{e.object[e.start]:02x})") \
+                from None
+        return g["vectors"][()].astype(np.float64), ids
