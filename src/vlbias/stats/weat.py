@@ -40,7 +40,7 @@ def _check(name, M, dim=None):
     bad = ~np.isfinite(M).all(axis=1)
     if bad.any():
         raise ValueError(f"set {name}: row(s) {np.flatnonzero(bad).tolist()} contain NaN or inf")
-    zero = np.linalg.norm(M, axis=1) == 0
+    zero = ~(np.abs(M).max(axis=1) > 0)
     if zero.any():
         raise ValueError(
             f"set {name}: row(s) {np.flatnonzero(zero).tolist()} are zero vectors (cosine undefined)"
@@ -49,7 +49,13 @@ def _check(name, M, dim=None):
 
 
 def _unit(M):
-    return M / np.linalg.norm(M, axis=1, keepdims=True)
+    """Rows of M scaled to unit length, without overflow or underflow: each row is divided by its
+    largest magnitude first (a row of 1e200s would square to inf, one of 1e-170s to 0), then by
+    its norm, summed in float64. M holds no zero rows (``_check`` refuses them)."""
+    M = np.asarray(M, dtype=np.float64)
+    scale = np.abs(M).max(axis=1, keepdims=True)
+    scaled = M / scale
+    return scaled / np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]
 
 
 def s_wAB(W, A, B):
