@@ -1,10 +1,12 @@
 """The bootstrap interval of d: replicates are d of resampled sets, and the interval covers a
 known population d at about its nominal rate."""
 
+import numba
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
-from vlbias.stats import effect_size
+from vlbias.stats import effect_size, permutation_pvalue
 from vlbias.stats.bootstrap import (
     bootstrap_d, cosines, effect_size_ci, effect_size_ci_cos, jackknife_d, weighted_d,
 )
@@ -53,6 +55,25 @@ def test_seeded_and_around_d():
     C, sizes = cosines(*sets), tuple(map(len, sets))
     pct = effect_size_ci_cos(C, sizes, d, n_boot=2000, seed=5, method="percentile")
     np.testing.assert_allclose([pct.low, pct.high], np.quantile(bootstrap_d(C, sizes, 2000, 5), [0.025, 0.975]))
+
+
+def test_same_numbers_on_any_number_of_threads():
+    # issue 18 row 6: --cores 1 vs --cores 2 gave the same d and p but an interval differing in the
+    # last digits: the cosine matrix was a multi-threaded OpenBLAS product, its sums split by thread
+    rng = np.random.default_rng(6)
+    sets = gaussian_sets(rng, (25, 25, 25, 25), [np.full(768, 0.05)] * 4)
+    before = numba.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            with threadpool_limits(limits=threads, user_api="blas"):
+                ci = effect_size_ci(*sets, n_boot=500, seed=3)
+                res = permutation_pvalue(*sets, n_samples=20_000, seed=3)
+                results.append((effect_size(*sets), res.p, ci.low, ci.high, ci.acceleration, cosines(*sets).tobytes()))
+    finally:
+        numba.set_num_threads(before)
+    assert results[0] == results[1]  # bit for bit
 
 
 def test_undefined_replicates_are_dropped_and_counted():

@@ -14,9 +14,11 @@ A and B stay fixed.
 """
 
 from dataclasses import asdict, dataclass
+from functools import cache
 from math import comb, erfc, sqrt
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from vlbias.stats import _kernels
 
@@ -27,6 +29,21 @@ TIE_RTOL = 1e-10
 
 # Above this many partitions an exact test is refused even when asked for.
 MAX_EXACT = 10**9
+
+
+@cache
+def _blas():
+    # finding the loaded BLAS takes milliseconds: once per process (numpy's is loaded by now)
+    return ThreadpoolController()
+
+
+def serial_blas():
+    """A context in which numpy's BLAS runs on one thread. Every matrix product of the statistics
+    runs in one: OpenBLAS splits a product over its threads in blocks whose sums round differently,
+    so a cosine changed in the last bit with the job's thread count (``--cores 1`` vs ``2``, a
+    SLURM job vs a local one) and so did the bootstrap interval (issue 18 row 6). The products are
+    small; threads gain little on them."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def _check(name, M, dim=None):
@@ -68,7 +85,8 @@ def s_wAB(W, A, B):
     A = _check("A", A, W.shape[1])
     B = _check("B", B, W.shape[1])
     Wn = _unit(W)
-    return Wn @ _unit(A).mean(axis=0) - Wn @ _unit(B).mean(axis=0)
+    with serial_blas():
+        return Wn @ _unit(A).mean(axis=0) - Wn @ _unit(B).mean(axis=0)
 
 
 def s_XYAB(s_x, s_y):
