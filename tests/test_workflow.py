@@ -175,6 +175,18 @@ def test_specificity_and_seat(project):
     assert (seat["n_t"] == 2).all() and seat["model_id"].eq("sentence-transformers/all-MiniLM-L6-v2").all()
 
 
+TABLES = ["results/ieat/t1.csv", "results/ieat/t2.csv", "results/seat/minilm/table.csv"]
+
+
+def test_the_tables_do_not_depend_on_the_cores(project, tmp_path):
+    # issue 18 rows 6 and 10: --cores 1 vs 2 changed the intervals' last digits (the statistics' BLAS
+    # threads) and a job's thread count changed torch's vectors (the model's threads from the job's cores)
+    make_project(tmp_path)
+    snakemake(tmp_path, *TABLES, "--cores", "1")
+    for path in TABLES:
+        assert (tmp_path / path).read_bytes() == (project / path).read_bytes(), path
+
+
 def test_second_run_does_nothing(project):
     assert planned_jobs(project) == {}
 

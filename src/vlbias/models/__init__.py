@@ -42,8 +42,10 @@ register, build = _ADAPTERS.register, _ADAPTERS.build
 def runtime(spec):
     """(torch.device, batch_size) from the entry's ``device``, ``batch_size`` and ``threads`` keys.
 
-    ``threads`` (Snakemake passes its job's thread count) sets torch's intra-op threads for the
-    whole process, so a job does not use more cores than the scheduler gave it.
+    ``threads`` sets torch's intra-op threads for the whole process. The workflow passes its config's
+    ``threads`` (which the job also asks the scheduler for), never the job's own thread count: torch
+    splits its sums by thread, so the vectors differed by 2e-7 between a 1-thread local job and a
+    4-thread SLURM job (issue 18 row 10).
     """
     import torch
 
