@@ -170,3 +170,28 @@ def test_run_test_adds_the_interval_and_its_settings(tmp_path):
     assert set(row) <= set(COLUMNS)
     plain = run_test(load_stimulus(path), store, "toy", n_samples=1000, seed=0)
     assert "d_low" not in plain and plain["d"] == row["d"]
+
+
+def test_bca_matches_scipy_on_the_same_replicates():
+    # pins z0, the acceleration's sign and size and the adjusted levels: scipy's BCa (its stratified
+    # jackknife for several samples) on our replicates, passed to it as a previous result
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(7)
+    sizes = (6, 7, 5, 4)
+    sets = gaussian_sets(rng, sizes, [np.full(8, 0.6), np.zeros(8), np.full(8, 0.6), np.zeros(8)])
+    C = cosines(*sets)
+    d = effect_size(*sets)
+    ours = effect_size_ci_cos(C, sizes, d, level=0.9, n_boot=2000, seed=1)
+    assert abs(ours.acceleration) > 0.01 and abs(ours.z0) > 0.01  # both corrections matter here
+
+    def d_of(*idx):  # d of the sets drawn by index, through the same cosine matrix
+        counts = [np.bincount(np.asarray(i, dtype=int), minlength=n)[None].astype(float) for i, n in zip(idx, sizes)]
+        return weighted_d(C, sizes[0], sizes[2], *counts)[0]
+
+    theta = bootstrap_d(C, sizes, 2000, seed=1)
+    previous = stats._resampling.BootstrapResult(confidence_interval=None, bootstrap_distribution=theta,
+                                                  standard_error=None)
+    ref = stats.bootstrap([np.arange(n, dtype=float) for n in sizes], d_of, n_resamples=0, vectorized=False,
+                          confidence_level=0.9, method="BCa", bootstrap_result=previous)
+    assert d_of(*(np.arange(n) for n in sizes)) == pytest.approx(d, abs=1e-12)
+    assert (ours.low, ours.high) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
