@@ -186,14 +186,14 @@ def read_manifest(path):
     except OSError as e:
         raise InputError(path, f"cannot read manifest ({e.strerror})") from None
     number, header = 0, None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, 1):  # noqa: B007  (the header's line number, used below)
         if not line.startswith("#"):
             header = line.split("\t")
             break
     if not header or header == [""]:
         raise InputError(path, "manifest has no header line")
     rows = []
-    for number, line in enumerate(lines[number:], number + 1):
+    for number, line in enumerate(lines[number:], number + 1):  # noqa: B020  (numbering goes on)
         if not line.strip():
             continue
         values = line.split("\t")

@@ -2,7 +2,7 @@
 ``workflow/schemas/stimulus.schema.yaml`` before anything uses it."""
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -31,7 +31,7 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema(name):
     """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
     with open(SCHEMAS / name) as f:
