@@ -18,8 +18,12 @@ Every encoder also has ``.info``, a JSON-able dict recording where its weights c
 Adapter modules are imported only when an entry names them (see vlbias.registry).
 """
 
+import logging
+
 from vlbias.errors import InputError
 from vlbias.registry import Registry
+
+log = logging.getLogger(__name__)
 
 # adapter name -> module whose import registers it
 _MODULES = {
@@ -54,6 +58,7 @@ def runtime(spec):
         raise InputError("batch_size", f"must be a positive integer, got {batch_size!r}")
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
+        log.info("torch: %d intra-op thread(s)", torch.get_num_threads())
     name = spec.get("device", "auto")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
