@@ -193,6 +193,7 @@ def test_experiments_on_an_embedding_file(embedded):
     assert all(r["status"] == "ok" and 0 < r["p"] <= 1 for r in rows)
     s = next(r for r in rows if r["experiment"] == "2" and r["level"] == "S")
     assert (s["n_X"], s["n_B_y"], s["exact"], s["seed"], s["model"], s["detector"]) == (2, 1, True, 3, "lxmert", "toy")
+    assert (s["dataset"], s["column"], s["protocol"]) == ("google", "lxmert", "")  # no protocol attribute written
     assert (s["test"], s["name"]) == ("toy-a", "Toy toy-a")
     sets, _, _ = read_embeddings(path)
     from vlbias.stats.grounded import experiment2, experiment3
