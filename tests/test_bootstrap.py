@@ -195,3 +195,12 @@ def test_bca_matches_scipy_on_the_same_replicates():
                           confidence_level=0.9, method="BCa", bootstrap_result=previous)
     assert d_of(*(np.arange(n) for n in sizes)) == pytest.approx(d, abs=1e-12)
     assert (ours.low, ours.high) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
+
+
+def test_acceleration_skips_only_a_set_that_cannot_lose_a_stimulus():
+    # (a mutation-testing survivor) a set of one stimulus, first or anywhere, adds nothing; the rest count
+    from vlbias.stats.bootstrap import acceleration
+
+    rng = np.random.default_rng(8)
+    jack = [rng.normal(size=5) ** 2, rng.normal(size=4) ** 2]
+    assert acceleration([np.empty(0), *jack]) == acceleration(jack) != 0.0
