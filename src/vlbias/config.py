@@ -18,7 +18,7 @@ Snakemake invocation.
 import copy
 import difflib
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -144,7 +144,7 @@ def stats_problems(stats, schema_path):
     return _problems(stats, _read_yaml(schema_path)["properties"]["stats"], ("stats",))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read_yaml(path):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
@@ -155,7 +155,7 @@ def adapters(kind):
     return sorted(p.stem for p in (SCHEMAS / kind).glob("*.yaml") if not p.stem.startswith("_"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def adapter_schema(kind, name):
     """The JSON schema of adapter ``name``'s own keys: its file with its ``include``d fragments merged."""
     doc = dict(_read_yaml(SCHEMAS / kind / f"{name}.yaml") or {})

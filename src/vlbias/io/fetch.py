@@ -204,7 +204,7 @@ def read_manifest(path, paths=(), required=()):
         raise InputError(path, f"line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); save the file as "
                                "UTF-8") from None
     number, header = 0, None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, 1):  # noqa: B007  (the header's line number, used below)
         if not line.startswith("#"):
             header = line.split("\t")
             break
@@ -215,7 +215,7 @@ def read_manifest(path, paths=(), required=()):
         raise InputError(path, f"line {number}: the header lacks column(s) {', '.join(missing)} (it has: "
                                f"{', '.join(header)})")
     rows = []
-    for number, line in enumerate(lines[number:], number + 1):
+    for number, line in enumerate(lines[number:], number + 1):  # noqa: B020  (numbering goes on)
         if not line.strip():
             continue
         values = line.split("\t")

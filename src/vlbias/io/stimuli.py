@@ -3,7 +3,7 @@
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -46,7 +46,7 @@ def _pattern(validator, pattern, instance, schema):
 Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema(name):
     """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
     with open(SCHEMAS / name) as f:
