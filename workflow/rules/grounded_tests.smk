@@ -131,6 +131,7 @@ rule grounded_embed:
     resources:
         mem_mb=8000,
     params:
+        threads=GROUNDED_EXPERIMENTS.get("threads", 2),
         spec=lambda w: {**GROUNDED_MODELS[w.model],
                         **encoder_options(PROTOCOLS[w.protocol], GROUNDED_MODELS[w.model]["adapter"],
                                           GROUNDED_MODELS[w.model].get("config"))},
