@@ -17,7 +17,7 @@ from vlbias.images import acquire as acq
 from vlbias.images.acquire import (MANIFEST_COLUMNS, acquire, get_sh_digests, mark_duplicates, parse_get_sh,
                                    parse_get_sh_tree, pin_sha256, summarize, table1_rows)
 from vlbias.io.fetch import read_manifest, write_manifest
-from vlbias.report.tables import latex_table, markdown_table
+from vlbias.report.formats import latex_table, markdown_table
 
 COMMITTED = REPO / "resources/manifests/grounded_google_images.tsv"
 

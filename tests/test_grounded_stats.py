@@ -18,8 +18,8 @@ from vlbias.stats.grounded import (
     experiment3_masked,
     experiment3_sw,
     grounded_test,
-    signflip_test,
 )
+from vlbias.stats.permutation import signflip_test
 
 # Table 2(b) of the paper: embedding index -> vector. 1 = "man"/any man, 2 = "man"/any woman,
 # 4 = "woman"/any woman, 5 = "lawyer"/man lawyer, 7 = "lawyer"/woman lawyer,

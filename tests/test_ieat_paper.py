@@ -9,7 +9,7 @@ from conftest import REPO
 from vlbias.associate import run_test
 from vlbias.io.fetch import Source, read_manifest, sha256_file
 from vlbias.io.stimuli import load_stimulus
-from vlbias.report.tables import read_published
+from vlbias.report.formats import read_published
 from vlbias.suites.ieat import published_store
 
 IEAT = Source(repo="ryansteed/ieat", commit="4d7639bfd0b6c17b127ce163af0ddf985f5a6510", mirror_name="ieat")

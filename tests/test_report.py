@@ -64,10 +64,10 @@ def test_results_table_in_the_papers_layout():
     # t1: sizes differ between the models; d bold and starred (p < 0.05) with its interval below,
     # p with the Holm-adjusted p (family m1: 0.01, 0.0004 → 2·0.0004, max(0.0008, 0.01)) below
     assert rows[2] == ["Test <One>", "Flowers & co", "Insects", "Pleasant", "Unpleasant", "8/7", "10",
-                       "0.62*[0.10, 1.05]", "0.010Holm 0.010", "0.60", "<1e-2",
-                       "-0.21[-1.20, 0.70]", "0.700Holm 0.700", "-0.20", "0.70"]
+                       "0.62*[0.10, 1.05]", "0.0100Holm 0.0100", "0.60", "<1e-2",
+                       "-0.21[-1.20, 0.70]", "0.7000Holm 0.7000", "-0.20", "0.70"]
     assert rows[3] == ["Test Two", "Flowers & co", "Insects", "Pleasant", "Unpleasant", "8", "10",
-                       "1.21*[0.50, 1.60]", "4e-04Holm 8e-04", "1.10", "<1e-3", "skipped", "", "", ""]
+                       "1.21*[0.50, 1.60]", "0.0004Holm 0.0008", "1.10", "<1e-3", "skipped", "", "", ""]
     assert "<strong>0.62</strong>*" in html and "<strong>-0.21</strong>" not in html
     assert 'title="skipped: no stimuli left in X (x)"' in html
     # every text escaped: no tag from a name or caption reaches the page
@@ -81,7 +81,7 @@ def test_results_table_without_interval_or_paper():
     html = results_table_html(df, "plain")
     rows = Cells(html).rows
     assert rows[1] == ["d", "p"] * 2
-    assert rows[2][7:] == ["0.62*", "0.010Holm 0.010", "-0.21", "0.700Holm 0.700"]
+    assert rows[2][7:] == ["0.62*", "0.0100Holm 0.0100", "-0.21", "0.7000Holm 0.7000"]
     assert "bootstrap" not in html and "paper" not in html
 
 
@@ -276,6 +276,18 @@ def test_grounded_figure_rows():
     assert list(heatmap["model"]) == ["VisualBERT (google)", "LXMERT (google)", "LXMERT (coco)"]
 
 
+def test_a_results_table_prints_each_p_alike_in_markdown_and_html():
+    rows = [result("t1", "m1", 0.5, 0.01234), result("t1", "m2", 0.5, 0.00056), result("t2", "m1", 0.5, 0.000012),
+            result("t2", "m2", 0.5, 0.5)]
+    df = assemble(rows, ["t1", "t2"], ["m1", "m2"])
+    md = [line.split(" | ") for line in to_markdown(df, "T").splitlines()[4:8]]
+    from_md = {(cells[0].removeprefix("| "), cells[1]): cells[9].rstrip("*") for cells in md}
+    html = Cells(results_table_html(df, "T")).rows[2:]
+    from_html = {(row[0], model): row[8 + 2 * i].split("Holm")[0] for row in html for i, model in enumerate(["m1", "m2"])}
+    assert from_md == from_html == {("Test <One>", "m1"): "0.0123", ("Test <One>", "m2"): "0.0006",
+                                    ("Test Two", "m1"): "1.2e-05", ("Test Two", "m2"): "0.5000"}
+
+
 def test_a_sampled_p_prints_its_error_as_precisely_as_itself():
     from vlbias.report.tables import _fmt_p
 
@@ -283,3 +295,13 @@ def test_a_sampled_p_prints_its_error_as_precisely_as_itself():
     assert _fmt_p(0.0123, 0.00035, exact=False) == "0.0123 ± 0.0003*"
     # the smallest p of 100,000 samples, 1/(n+1): its error is not "0.0000"
     assert _fmt_p(1 / 100_001, 1e-5, exact=False) == "1.0e-05 ± 1.0e-05*"
+
+
+def test_one_p_formatter_at_each_tables_precision():
+    from vlbias.report.formats import LAYOUT_P_DIGITS, RESULTS_P_DIGITS, format_p, missing, text
+
+    assert [format_p(p, RESULTS_P_DIGITS) for p in (0.5, 1e-4, 9.9e-5)] == ["0.5000", "0.0001", "9.9e-05"]
+    # the grounded paper-layout cells "d (p)": 3 decimals, below 1e-3 one significant digit
+    assert [format_p(p, LAYOUT_P_DIGITS) for p in (0.0123, 1e-3, 4.4e-4)] == ["0.012", "0.001", "4e-04"]
+    assert [missing(v) for v in (None, float("nan"), pd.NA, 0.0, "", "nan")] == [True] * 3 + [False] * 3
+    assert [text(v) for v in (None, pd.NA, 3, "a")] == ["", "", "3", "a"]

@@ -248,7 +248,8 @@ def show(args):
     import pandas as pd
 
     from vlbias.associate import COLUMNS
-    from vlbias.report.tables import TABLE_COLUMNS, markdown_table, to_markdown
+    from vlbias.report.formats import markdown_table
+    from vlbias.report.tables import TABLE_COLUMNS, to_markdown
 
     path, caption = table_path(args.table, load_config(args.config) if Path(args.table).suffix != ".csv" else {})
     if not path.is_file():

@@ -2,7 +2,8 @@ from vlbias.associate import run_tests
 from vlbias.io.fetch import read_manifest, write_manifest
 from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
-from vlbias.report.tables import assemble, missing_inputs, published_as, read_published, write_table
+from vlbias.report.formats import read_published
+from vlbias.report.tables import assemble, missing_inputs, published_as, write_table
 
 setup_logging(snakemake.log[0])
 p = snakemake.params

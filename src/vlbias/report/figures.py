@@ -9,8 +9,6 @@ Figures are drawn on a bare matplotlib Figure (no pyplot state, no display: the 
 written atomically as PNG.
 """
 
-import math
-
 import numpy as np
 import pandas as pd
 from matplotlib.colors import Normalize
@@ -18,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from vlbias.io.atomic import atomic_path
+from vlbias.report.formats import missing
 
 STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))  # p below: mark
 MODEL_COLOURS = ["#3b75af", "#d9822b", "#519e3e", "#c53a32", "#8d69b8", "#84584e", "#d57fbe", "#7f7f7f"]
@@ -31,7 +30,7 @@ def save_png(fig, path, dpi=150):
 
 def stars(p):
     """"***", "**", "*" for p below 0.001, 0.01, 0.05; "" otherwise (and for a missing p)."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
+    if missing(p):
         return ""
     return next((mark for bound, mark in STARS if p < bound), "")
 

@@ -32,9 +32,8 @@ import numpy as np
 import pandas as pd
 
 from vlbias.io.atomic import atomic_path
-from vlbias.report.tables import latex_escape, markdown_table, read_published
+from vlbias.report.formats import LAYOUT_P_DIGITS, NA, format_p, latex_escape, markdown_table, read_published
 
-NA = "–"
 DASHES = ("–", "-")  # what the paper prints where it has no number
 EXPERIMENT_NAMES = {"1": "Experiment 1", "2": "Experiment 2", "3": "Experiment 3 (congruent vs. incongruent)",
                     "3-masked": "Experiment 3 (masking)"}
@@ -230,10 +229,6 @@ def to_frame(layout):
     return pd.DataFrame(records)
 
 
-def _p(p):
-    return f"{p:.3f}" if p >= 1e-3 else f"{p:.0e}"
-
-
 def _display(layout, bold):
     """Rows of display strings: d (p) per result cell, bold when p < alpha; counts as "k" or "k of n";
     the paper's printed value after it in brackets, starred where the paper highlights it."""
@@ -246,7 +241,11 @@ def _display(layout, bold):
                         str(cell[0]) if int(index[1]) == cell[1] else f"{cell[0]} of {cell[1]}")
             else:
                 v = _value(cell, layout.alpha)
-                text = _text(cell) if v is None else f"{bold(f'{v[0]:.2f}') if v[2] else f'{v[0]:.2f}'} ({_p(v[1])})"
+                if v is None:
+                    text = _text(cell)
+                else:
+                    d = f"{v[0]:.2f}"
+                    text = f"{bold(d) if v[2] else d} ({format_p(v[1], LAYOUT_P_DIGITS)})"
             printed = layout.printed[i][j] if layout.printed is not None else None
             if printed:
                 text = f"{text} [{printed[0]}{'*' if printed[1] == 'yes' else ''}]".strip()

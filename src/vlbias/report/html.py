@@ -15,7 +15,8 @@ import math
 import pandas as pd
 
 from vlbias.io.atomic import atomic_path
-from vlbias.report.grounded import _display, _note, _p
+from vlbias.report.formats import NA, NOT_COMPUTED, RESULTS_P_DIGITS, format_p, text
+from vlbias.report.grounded import _display, _note
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -35,7 +36,7 @@ figcaption { font-size: 90%; color: #333; max-width: 70em; }
 
 
 def _e(value):
-    return html.escape("" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value))
+    return html.escape(text(value))
 
 
 def _float(value):
@@ -87,9 +88,9 @@ def results_table_html(rows, caption, alpha=0.05, note=None):
                 d_text = f"<strong>{d:.2f}</strong>*" if p < alpha else f"{d:.2f}"
                 if has_ci and not math.isnan(_float(r.get("d_low"))):
                     d_text += f'<span class="sub">[{_float(r["d_low"]):.2f}, {_float(r["d_high"]):.2f}]</span>'
-                p_text = _p(p)
+                p_text = format_p(p, RESULTS_P_DIGITS)
                 if has_holm and not math.isnan(_float(r.get("p_holm"))):
-                    p_text += f'<span class="sub">Holm {_p(_float(r["p_holm"]))}</span>'
+                    p_text += f'<span class="sub">Holm {format_p(_float(r["p_holm"]), RESULTS_P_DIGITS)}</span>'
                 out.append(f'<td class="num">{d_text}</td><td class="num">{p_text}</td>')
             if has_paper:
                 out.append(f'<td class="num paper">{_e(r.get("d_paper"))}</td>'
@@ -137,9 +138,9 @@ def _numbers(column):
     empty cells aside)."""
     if pd.api.types.is_numeric_dtype(column):
         return True
-    text = column.astype(str).str.strip()
-    text = text[~text.isin(["", "n/a", "–", "nan", "<NA>"])]
-    return len(text) > 0 and pd.to_numeric(text, errors="coerce").notna().all()
+    shown = column.astype(str).str.strip()
+    shown = shown[~shown.isin(["", NOT_COMPUTED, NA, "nan", "<NA>"])]
+    return len(shown) > 0 and pd.to_numeric(shown, errors="coerce").notna().all()
 
 
 def table_html(df, caption, note=""):

@@ -19,6 +19,7 @@ from matplotlib.patches import Patch
 
 from vlbias.mlm.scores import LogProbs, association_scores, bias_scores, contradictions, entity_bias
 from vlbias.report.figures import save_png
+from vlbias.report.formats import NOT_COMPUTED
 from vlbias.report.tables import write_tables
 
 GENDER_COLOURS = {"male": "#3b75af", "female": "#d9822b"}  # the same colour per gender in every figure
@@ -35,7 +36,7 @@ def _rounded(df, digits):
     out = df.copy()
     for column in out.columns:
         if pd.api.types.is_float_dtype(out[column]):
-            out[column] = [("n/a" if math.isnan(v) else f"{v:.{digits}g}") for v in out[column]]
+            out[column] = [(NOT_COMPUTED if math.isnan(v) else f"{v:.{digits}g}") for v in out[column]]
     return out
 
 

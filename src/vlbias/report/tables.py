@@ -1,21 +1,16 @@
 """Results tables: rows of :mod:`vlbias.associate` in a paper's layout, as CSV and Markdown;
-any table as CSV, Markdown and LaTeX."""
-
-import math
+any table as CSV, Markdown and LaTeX (vlbias.report.formats) and an HTML page."""
 
 import pandas as pd
 
 from vlbias.associate import COLUMNS
 from vlbias.io.atomic import atomic_path
+from vlbias.report.formats import RESULTS_P_DIGITS, format_p, latex_table, markdown_table, missing
+from vlbias.report.html import results_table_html, table_html, write_page
 from vlbias.stats.adjust import add_adjusted
 
 # A results table: the rows' columns with the adjusted p-values after p.
 TABLE_COLUMNS = [*COLUMNS[: COLUMNS.index("p") + 1], "p_holm", "p_bh", *COLUMNS[COLUMNS.index("p") + 1 :]]
-
-
-def read_published(path):
-    """A paper's published numbers (TSV: table, test, model, d, p as printed, ...)."""
-    return pd.read_csv(path, sep="\t", comment="#", dtype=str, keep_default_na=False)
 
 
 def published_as(published, paper):
@@ -41,16 +36,12 @@ def assemble(rows, tests, models, published=None, table=None):
     return df
 
 
-def _missing(x):
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
 def _fmt_p(p, se=None, exact=True):
-    if _missing(p):
+    if missing(p):
         return ""
-    small = lambda x: f"{x:.4f}" if x >= 1e-4 or x == 0 else f"{x:.1e}"  # noqa: E731 - p and its error alike
     star = "*" if p < 0.05 else ""
-    return f"{small(p)}{star}" if exact else f"{small(p)} ± {small(se)}{star}"
+    shown = format_p(p, RESULTS_P_DIGITS)
+    return f"{shown}{star}" if exact else f"{shown} ± {format_p(se, RESULTS_P_DIGITS)}{star}"
 
 
 _METHOD = {"bca": "BCa", "percentile": "percentile"}
@@ -79,7 +70,7 @@ def to_markdown(df, caption):
     for r in df.itertuples(index=False):
         ok = r.status == "ok"
         d = f"{r.d:.2f}" if ok else "–"
-        if ok and ci is not None and not _missing(r.d_low):
+        if ok and ci is not None and not missing(r.d_low):
             d += f" [{r.d_low:.2f}, {r.d_high:.2f}]"
         cells = [r.name, r.model, r.X, r.Y, r.A, r.B, _int(r.n_t), _int(r.n_a), d,
                  _fmt_p(r.p, r.p_se, r.exact) if ok else r.status, _fmt_p(r.p_holm), _fmt_p(r.p_bh)]
@@ -112,7 +103,7 @@ def effects_grid(df):
 
 
 def _int(x):
-    return "" if _missing(x) else int(x)
+    return "" if missing(x) else int(x)
 
 
 def write_table(df, csv_path, md_path, caption, html_path=None):
@@ -123,15 +114,7 @@ def write_table(df, csv_path, md_path, caption, html_path=None):
     with atomic_path(md_path) as tmp:
         tmp.write_text(to_markdown(df, caption), encoding="utf-8")
     if html_path:
-        html = _html()
-        html.write_page(html_path, caption, [html.results_table_html(df, caption)], heading=False)
-
-
-def _html():
-    # imported when writing: vlbias.report.html imports report.grounded, which imports this module
-    from vlbias.report import html
-
-    return html
+        write_page(html_path, caption, [results_table_html(df, caption)], heading=False)
 
 
 def missing_inputs(stimuli, image_status, models):
@@ -149,44 +132,6 @@ def missing_inputs(stimuli, image_status, models):
     ]
 
 
-# -- any table: Markdown and LaTeX beside the CSV ------------------------------------------------
-
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def _text(value):
-    # missing values (None, NaN, pandas' NA of nullable integer columns) print empty
-    return "" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
-
-
-def markdown_table(df, caption, note=""):
-    """``df`` as a Markdown table under a bold caption, with an optional note below."""
-    lines = [f"**{caption}**", "", "| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(_text(v).replace("|", r"\|") for v in row) + " |"
-              for row in df.itertuples(index=False)]
-    return "\n".join(lines + (["", note] if note else [])) + "\n"
-
-
-def latex_escape(text):
-    return "".join(_LATEX_SPECIAL.get(c, c) for c in _text(text))
-
-
-def latex_table(df, caption, label=None, note=""):
-    """``df`` as a LaTeX ``table`` (booktabs rules); numbers right-aligned, text left-aligned."""
-    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns)
-    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(caption)}}}"]
-    if label:
-        lines.append(rf"\label{{{label}}}")
-    lines += [rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(map(latex_escape, df.columns)) + r" \\",
-              r"\midrule"]
-    lines += [" & ".join(map(latex_escape, row)) + r" \\" for row in df.itertuples(index=False)]
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    if note:
-        lines.append(rf"\par\smallskip{{\footnotesize {latex_escape(note)}}}")
-    return "\n".join(lines + [r"\end{table}"]) + "\n"
-
-
 def write_tables(df, caption, *, csv=None, md=None, tex=None, html=None, label=None, note=""):
     """Write ``df`` atomically as CSV, Markdown, LaTeX and/or a page of its HTML table (whichever
     paths are given)."""
@@ -200,5 +145,4 @@ def write_tables(df, caption, *, csv=None, md=None, tex=None, html=None, label=N
         with atomic_path(tex) as tmp:
             tmp.write_text(latex_table(df, caption, label, note), encoding="utf-8")
     if html:
-        pages = _html()
-        pages.write_page(html, caption, [pages.table_html(df, caption, note)], heading=False)
+        write_page(html, caption, [table_html(df, caption, note)], heading=False)

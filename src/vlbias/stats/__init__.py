@@ -2,19 +2,13 @@
 
 from vlbias.stats.adjust import benjamini_hochberg, holm
 from vlbias.stats.bootstrap import EffectSizeCI, effect_size_ci
-from vlbias.stats.weat import (
-    PermutationResult,
-    effect_size,
-    effect_size_sw,
-    permutation_pvalue,
-    permutation_test_sw,
-    s_wAB,
-    s_XYAB,
-)
+from vlbias.stats.permutation import PermutationResult, SignFlipResult, permutation_test_sw, signflip_test
+from vlbias.stats.weat import effect_size, effect_size_sw, permutation_pvalue, s_wAB, s_XYAB
 
 __all__ = [
     "EffectSizeCI",
     "PermutationResult",
+    "SignFlipResult",
     "benjamini_hochberg",
     "effect_size",
     "effect_size_ci",
@@ -24,4 +18,5 @@ __all__ = [
     "permutation_test_sw",
     "s_wAB",
     "s_XYAB",
+    "signflip_test",
 ]

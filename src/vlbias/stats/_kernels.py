@@ -1,7 +1,7 @@
 """Compiled permutation kernels (numba).
 
 The permutation null only needs Σ_{x∈X'} s(x,A,B) for each partition (X', Y') of
-X∪Y (see :func:`vlbias.stats.weat.permutation_test_sw`), so a kernel works on the
+X∪Y (see :func:`vlbias.stats.permutation.permutation_test_sw`), so a kernel works on the
 vector ``s`` of s(w,A,B) values alone: O(|X|) additions per partition.
 
 Reproducibility across thread counts: sampled partitions are drawn in fixed-size

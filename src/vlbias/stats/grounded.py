@@ -22,19 +22,18 @@ deviation (ddof=1) of all s-values that enter the numerator. The paper prints no
 experiment 3 variant 1; ours is ½(|d_x| + |d_y|) with d_x, d_y eq. (3) applied to each half of its
 statistic (the authors' code computes the same d_x and −d_y).
 
-p-values of experiments 1 and 2 come from the shared permutation engine
-(vlbias.stats.permutation_test_sw): exact over all partitions when there are at most ``n_samples``
-of them, else ``n_samples`` random ones. Experiment 3 variant 1 pairs its values and uses the
+p-values come from the shared permutation engine (vlbias.stats.permutation): experiments 1 and 2
+from ``permutation_test_sw``, exact over all partitions when there are at most ``n_samples`` of
+them, else ``n_samples`` random ones; experiment 3 variant 1 pairs its values and uses the
 sign-flip null of ``signflip_test``. Each function's docstring says which null it samples.
 """
 
 from dataclasses import asdict, dataclass
-from math import sqrt
 
 import numpy as np
 
-from vlbias.stats import _kernels
-from vlbias.stats.weat import MAX_EXACT, TIE_RTOL, PermutationResult, _check, effect_size_sw, permutation_test_sw, s_wAB
+from vlbias.stats.permutation import PermutationResult, permutation_test_sw, signflip_test
+from vlbias.stats.weat import _check, effect_size_sw, s_wAB
 
 ROLES = ("X", "Y", "A_x", "A_y", "B_x", "B_y")
 
@@ -125,83 +124,6 @@ def experiment3_masked(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exac
         raise ValueError(f"masked statistic must be '1' or '2', got {statistic!r}")
     r = EXPERIMENTS[statistic](X, Y, A_x, A_y, B_x, B_y, n_samples=n_samples, seed=seed, exact=exact)
     return GroundedResult("3-masked", r.statistic, r.effect_size, r.p, r.permutation)
-
-
-@dataclass(frozen=True)
-class SignFlipResult:
-    """A sign-flip (paired) permutation p-value with what a reader needs to trust it."""
-
-    p: float  # fraction of sign vectors scoring at least the observed statistic
-    p_se: float  # Monte-Carlo standard error of p (0 when exact)
-    exact: bool  # all 2^n sign vectors enumerated, or sampled
-    n_samples: int  # sign vectors evaluated (the observed one included)
-    n_extreme: int  # of those, scoring at least the observed statistic
-    n_configurations: int  # 2^n
-    seed: int | None  # seed of the sampled sign vectors (None when exact)
-    statistic: float  # Σ_g |Σ_{i∈g} d_i|
-
-    def asdict(self):
-        return asdict(self)
-
-
-def signflip_test(d, groups=None, n_samples=100_000, seed=0, exact="auto", threads=None):
-    r"""Paired permutation test of T = Σ_g |Σ_{i∈g} d_i| under the sign-flip null.
-
-    ``d`` (n,): one difference per pair, d_i = a_i − b_i of two values measured on the same unit
-    i; ``groups`` (n,) int labels 0..G−1 (default: one group), so T = |Σ d| for one group.
-
-    The null and why: if, for every unit, which of its two values is labelled "a" carries no
-    information (the labels are exchangeable within the pair), then swapping the two values of any
-    set of pairs leaves the joint distribution unchanged. A swap of pair i turns d_i into −d_i, so
-    conditional on the observed pairs the 2^n sign vectors ε ∈ {±1}^n are equally likely and
-    T(ε) = Σ_g |Σ_{i∈g} ε_i d_i| has the permutation distribution
-        p = #{ε : T(ε) ≥ T(1)} / 2^n.
-    Units stay whole: unlike an unpaired null, a unit's own level (what both its values share)
-    never moves between the two sides. T(ε) = T(−ε), so the test is two-sided for one group, and
-    for several groups tests "no difference in any group" with the |·| of each, as the statistic
-    does. Ties (within a relative 1e-10, as the engine) count as at least as extreme.
-
-    Modes (``exact="auto"``): all 2^n sign vectors when 2^n ≤ ``n_samples``; otherwise
-    ``n_samples`` vectors where the observed one counts once and ``n_samples − 1`` are uniform
-    random draws, from counter-based streams per block of draws (vlbias.stats._kernels), so the
-    same ``seed`` gives the same p on any number of threads.
-    """
-    d = np.ascontiguousarray(d, dtype=np.float64)
-    n = d.shape[0]
-    if d.ndim != 1 or n < 1:
-        raise ValueError(f"need a 1-D array of at least one difference, got shape {d.shape}")
-    if not np.isfinite(d).all():
-        raise ValueError("differences contain NaN or inf")
-    groups = np.zeros(n, dtype=np.int64) if groups is None else np.ascontiguousarray(groups, dtype=np.int64)
-    if groups.shape != (n,) or groups.min() < 0:
-        raise ValueError(f"groups must be {n} labels 0..G-1, got shape {groups.shape}")
-    if exact not in ("auto", True, False):
-        raise ValueError(f"exact must be 'auto', True or False, got {exact!r}")
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be ≥ 1, got {n_samples}")
-    n_groups = int(groups.max()) + 1
-    observed = float(sum(abs(d[groups == g].sum()) for g in range(n_groups)))
-    threshold = observed - TIE_RTOL * max(float(np.abs(d).sum()), np.finfo(float).tiny)
-    n_configurations = 2**n
-    use_exact = n_configurations <= n_samples if exact == "auto" else bool(exact)
-    if use_exact and n_configurations > MAX_EXACT:
-        raise ValueError(f"exact test over {n_configurations} sign vectors refused (limit {MAX_EXACT})")
-    if threads is not None:
-        import numba
-
-        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
-    if use_exact:
-        n_extreme, total = _kernels.count_signflip_exact(d, groups, n_groups, threshold)
-        p_se, used_seed = 0.0, None
-    else:
-        total = int(n_samples)
-        n_extreme = 1 + int(_kernels.count_signflip_sampled(d, groups, n_groups, total - 1, int(seed), threshold))
-        used_seed = int(seed)
-    p = n_extreme / total
-    if not use_exact:
-        p_se = sqrt(p * (1.0 - p) / total)
-    return SignFlipResult(p=p, p_se=p_se, exact=use_exact, n_samples=int(total), n_extreme=int(n_extreme),
-                          n_configurations=n_configurations, seed=used_seed, statistic=observed)
 
 
 def experiment3(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):

@@ -7,7 +7,8 @@ false-positive rate at α; a calibrated test keeps it near α.
 
 import numpy as np
 
-from vlbias.stats.weat import _check, _unit, permutation_test_sw, serial_blas
+from vlbias.stats.permutation import permutation_test_sw
+from vlbias.stats.weat import _check, _unit, serial_blas
 
 
 def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0, threads=None, progress=None):
