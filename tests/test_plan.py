@@ -1,0 +1,97 @@
+"""What the workflow plans, tested in Python: the targets of the shipped config and of a small one,
+and each job's input functions per wildcard (vlbias.suites.<suite>.plan; the .smk files only call them)."""
+
+import copy
+
+import pytest
+import yaml
+from conftest import REPO
+
+from vlbias.config import check_config
+from vlbias.errors import InputError
+from vlbias.suites.grounded.plan import GroundedPlan, embedding_path, experiment_path, table_path
+
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped config, checked (defaults filled in) as the Snakefile checks it."""
+    with open(REPO / "config/config.yaml") as f:
+        config = yaml.safe_load(f)
+    return check_config(config, SCHEMA, root=REPO)
+
+
+@pytest.fixture
+def small(tmp_path, monkeypatch):
+    """The tiny grounded project of the workflow test (two tests, five models, two protocols), checked."""
+    from test_grounded_pipeline import tiny_project
+
+    tiny_project(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the plan reads stimulus files relative to the project, as Snakemake does
+    with open("config/config.yaml") as f:
+        return check_config(yaml.safe_load(f), SCHEMA, root=tmp_path)
+
+
+# --- grounded ---------------------------------------------------------------------------------------
+
+
+def test_the_shipped_config_builds_no_grounded_tables_until_asked(shipped, monkeypatch):
+    assert GroundedPlan(shipped).targets() == []
+    config = copy.deepcopy(shipped)
+    config["grounded"]["experiments"]["build"] = True
+    monkeypatch.chdir(REPO)
+    plan = GroundedPlan(config)
+    main = config["grounded"]["protocol"]
+    others = [p for p in config["grounded"]["protocols"] if p != main]
+    tables = list(config["grounded"]["tables"])
+    assert plan.targets() == ([table_path(t, e) for t in tables for e in EXTS]
+                              + [table_path(f"{p}/{t}", e) for p in others for t in tables for e in EXTS]
+                              + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+    # every table's jobs resolve (each test it names has a stimulus file), on the schema's defaults
+    spec = plan.table_spec("table3")
+    assert [c["label"] for c in spec["columns"]] == ["VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"]
+    assert spec["alpha"] == 0.05 and spec["levels"] == ["W", "S", "C"]
+
+
+def test_the_small_config_plans_every_grounded_job(small):
+    plan = GroundedPlan(small)
+    assert plan.targets() == ([table_path(f"table{n}", e) for n in range(3, 8) for e in EXTS]
+                              + [table_path(f"paper/table{n}", e) for n in range(3, 8) for e in EXTS]
+                              + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+    # the protocol's visualbert switch picks the column's model
+    assert plan.models_on("authors")["VisualBERT"] == "visualbert-authors"
+    assert plan.models_on("paper")["VisualBERT"] == "visualbert"
+    spec = plan.table_spec("paper/table6")
+    assert spec["protocol"] == "paper" and spec["table"] == "table6" and spec["masks"] == ["T", "I"]
+    assert spec["columns"][1] == {"label": "ViLBERT", "model": None, "dataset": "concap"}  # no such dataset
+    assert spec["results"] == [experiment_path("paper", "google", m) for m in ("lxmert", "visualbert", "vlbert")]
+    assert spec["missing"] == [embedding_path("paper", "google", m, "missing.tsv")
+                               for m in ("lxmert", "visualbert", "vlbert")]
+    assert plan.table_spec("table3")["switches"]["token_mask"] == "word"  # the main protocol: authors
+    assert set(plan.main_results()) == {experiment_path("authors", "google", m)
+                                        for m in ("lxmert", "vilbert", "visualbert-authors", "vlbert")}
+    assert set(plan.experiment_results()) == set(plan.main_results()) | {
+        experiment_path("paper", "google", m) for m in ("lxmert", "vilbert", "visualbert", "vlbert")}
+
+
+def test_the_grounded_embedding_inputs_per_wildcard(small):
+    plan = GroundedPlan(small)
+    assert plan.embed_stimuli("paper", "google", "lxmert") == [
+        "resources/stimuli/grounded/google/toy-a.yaml", "resources/stimuli/grounded/google/toy-b.yaml"]
+    assert plan.embed_stimuli("paper", "concap", "lxmert") == []
+    assert plan.embed_regions("authors", "google", "visualbert-authors") == "results/regions/google/frcnn-tiny-b.h5"
+    assert plan.embed_regions("paper", "google", "vilbert") == "results/regions/google/frcnn-tiny-36.h5"
+    authors, paper = plan.embed_spec("authors", "google", "vilbert"), plan.embed_spec("paper", "google", "vilbert")
+    assert (authors["ws_vector"], authors["vilbert_padding"], paper["ws_vector"]) == ("language+visual", "attended",
+                                                                                     "language")
+    assert authors["detector"] == "frcnn-tiny-36"  # the entry's own keys stay
+    assert "ws_vector" not in plan.embed_spec("authors", "google", "visualbert")  # one stream
+
+
+def test_a_table_naming_a_test_without_a_stimulus_file_is_an_input_error(small):
+    small["grounded"]["tables"]["table4"]["groups"]["Race"] = ["toy-z"]
+    with pytest.raises(InputError, match=r"config/config.yaml: key 'grounded/tables/table4/groups/Race' names "
+                                         r"'toy-z', which has no stimulus file"):
+        GroundedPlan(small).table_spec("table4")
