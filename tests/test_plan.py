@@ -95,3 +95,65 @@ def test_a_table_naming_a_test_without_a_stimulus_file_is_an_input_error(small):
     with pytest.raises(InputError, match=r"config/config.yaml: key 'grounded/tables/table4/groups/Race' names "
                                          r"'toy-z', which has no stimulus file"):
         GroundedPlan(small).table_spec("table4")
+
+
+# --- iEAT -------------------------------------------------------------------------------------------
+
+
+def test_the_shipped_config_plans_the_ieat_tables(shipped, monkeypatch):
+    from vlbias.suites.ieat.plan import IeatPlan
+
+    monkeypatch.chdir(REPO)
+    plan = IeatPlan(shipped)
+    assert plan.targets() == ([f"results/ieat/{t}.{e}" for t in ("table1", "table2", "table3")
+                               for e in ("csv", "md", "html", "missing.tsv")]
+                              + ["results/ieat/specificity.csv",
+                                 "results/images/ieat/224px-center-bicubic-pil/manifest.tsv"])
+    # igpt-l: one entry, two outputs, one store; tables name the outputs
+    assert plan.several_outputs == {"igpt-l": ["layer20", "logits"]}
+    assert plan.table_models["igpt-l/logits"] == ("igpt-l", "logits") and "igpt-l" not in plan.table_models
+    assert plan.paper_name("igpt-l/logits") == "igpt-logit" and plan.paper_name("igpt") == "igpt"
+    assert plan.model_tests("igpt") == sorted(set(shipped["ieat"]["tables"]["table1"]["tests"])
+                                              | set(shipped["ieat"]["tables"]["table2"]["tests"]))
+    assert plan.model_tests("simclr-r152") == []  # no table names it
+    assert plan.image_stores(["igpt", "igpt-l/layer20"]) == {
+        "igpt-l/layer20": "results/images/ieat/32px-top-left-area-opencv/manifest.tsv"}  # its own images
+
+
+def test_the_small_config_plans_the_ieat_inputs_per_wildcard(tmp_path, monkeypatch):
+    from test_workflow import make_project
+
+    from vlbias.suites.ieat.plan import IeatPlan
+
+    config = make_project(tmp_path)
+    config["ieat"]["models"]["tiny-clip"]["images"] = {"size": 48, "decoder": "opencv"}
+    config["ieat"]["sweep"] = {"models": [{"arch": "RN50", "weights": "random", "name": "rn"}], "tests": "all"}
+    monkeypatch.chdir(tmp_path)
+    plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
+    assert plan.targets()[-4:] == [f"results/ieat/sweep.{e}" for e in ("csv", "md", "png", "missing.tsv")]
+    assert plan.targets()[-5] == "results/images/ieat/32px-center-bicubic-pil/manifest.tsv"  # the default store
+    # a model's own images settings over ieat/images: its own store, built beside the default one
+    assert plan.image_store("tiny-clip") == "results/images/ieat/48px-center-bicubic-opencv"
+    assert sorted(plan.image_stores_settings) == ["32px-center-bicubic-pil", "48px-center-bicubic-opencv"]
+    assert plan.model_tests("tiny-clip") == ["flower-insect"]
+    assert plan.model_tests("rn") == ["flower-insect", "insect-flower"]  # the sweep's: every test
+    assert plan.model_tests("pub") == ["flower-insect", "insect-flower"]  # t1, t2 and the specificity test
+    assert plan.table_stimuli(["insect-flower"], ["pub"]) == ["resources/stimuli/ieat/insect-flower.yaml"]
+    assert plan.text_stimuli("tiny-clip") == []
+
+
+def test_a_cross_modal_test_on_a_model_without_texts_fails_before_any_job(tmp_path, monkeypatch):
+    from test_workflow import make_project, write_yaml
+
+    from vlbias.suites.ieat.plan import IeatPlan
+
+    config = make_project(tmp_path)
+    write_yaml(tmp_path / "resources/stimuli/ieat/words.yaml", {
+        "id": "words", "name": "Words", "suite": "ieat", "level": "cross-modal",
+        "X": {"label": "flower", "category": "toy/flower"}, "Y": {"label": "insect", "category": "toy/insect"},
+        "A": {"label": "Pleasant", "items": ["joy", "love"]}, "B": {"label": "Unpleasant", "items": ["pain", "hate"]}})
+    monkeypatch.chdir(tmp_path)
+    plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
+    assert plan.table_stimuli(["words"], ["tiny-clip"]) == ["resources/stimuli/ieat/words.yaml"]
+    with pytest.raises(InputError, match="words.yaml: sets A, B are texts, and model 'pub' \\(published vectors\\)"):
+        plan.table_stimuli(["words"], ["pub"])
