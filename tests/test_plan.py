@@ -157,3 +157,15 @@ def test_a_cross_modal_test_on_a_model_without_texts_fails_before_any_job(tmp_pa
     assert plan.table_stimuli(["words"], ["tiny-clip"]) == ["resources/stimuli/ieat/words.yaml"]
     with pytest.raises(InputError, match="words.yaml: sets A, B are texts, and model 'pub' \\(published vectors\\)"):
         plan.table_stimuli(["words"], ["pub"])
+
+
+def test_seat_targets_and_tests(shipped, monkeypatch):
+    from vlbias.suites.seat.plan import seat_tests, targets
+
+    monkeypatch.chdir(REPO)
+    models = list(shipped["seat"]["models"])
+    assert targets(shipped) == [f"results/seat/{m}/table.{e}" for m in models for e in ("csv", "md", "html")]
+    config = copy.deepcopy(shipped)
+    assert "weat1" in seat_tests(config) and seat_tests(config) == sorted(seat_tests(config))
+    config["seat"]["tests"] = ["weat2", "weat1"]
+    assert seat_tests(config) == ["weat2", "weat1"]  # as listed

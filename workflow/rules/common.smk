@@ -7,6 +7,7 @@ from pathlib import Path
 from vlbias.io.fetch import read_manifest
 from vlbias.suites import plan
 from vlbias.suites.ieat.plan import IeatPlan
+from vlbias.suites.seat import plan as seat_plan
 from vlbias.suites.plan import alternatives, provenance, vector_files
 
 IEAT = config["ieat"]
@@ -25,7 +26,7 @@ SEAT_VECTOR_MODELS = [m for m, spec in SEAT["models"].items() if spec["source"] 
 DEFAULT_STORE = IEAT_PLAN.default_store
 IMAGE_STORES = IEAT_PLAN.image_stores_settings  # every image store a model reads, and the default one
 
-seat_tests = partial(plan.seat_tests, config)
+seat_tests = partial(seat_plan.seat_tests, config)
 source = partial(plan.source, config)
 mirror = partial(plan.mirror, config)
 stats_params = partial(plan.stats_params, config)

@@ -16,11 +16,6 @@ def stimulus_ids(directory):
     return sorted(p.stem for p in Path(directory).glob("*.yaml"))
 
 
-def seat_tests(config):
-    seat = config["seat"]
-    return stimulus_ids(seat["stimuli"]) if seat["tests"] == "all" else list(seat["tests"])
-
-
 def source(config, name):
     return Source(**config["sources"][name])
 
@@ -32,6 +27,11 @@ def mirror(config):
 def stats_params(config):
     stats = config["stats"]
     return {"n_samples": stats["n_samples"], "seed": stats["seed"], "exact": stats["exact"]}
+
+
+def embedding_path(suite, model):
+    """The embedding store of ``model`` in ``suite`` (ieat, seat): every stimulus's vector."""
+    return f"results/embeddings/{suite}/{model}.h5"
 
 
 def provenance(spec):
