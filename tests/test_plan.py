@@ -169,3 +169,33 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
     assert "weat1" in seat_tests(config) and seat_tests(config) == sorted(seat_tests(config))
     config["seat"]["tests"] = ["weat2", "weat1"]
     assert seat_tests(config) == ["weat2", "weat1"]  # as listed
+
+
+# --- grounded images and region stores ----------------------------------------------------------------
+
+
+def test_the_grounded_images_and_region_stores_of_the_shipped_config(shipped, monkeypatch):
+    from vlbias.regions.plan import GroundedImagesPlan, RegionsPlan
+
+    monkeypatch.chdir(REPO)
+    images = GroundedImagesPlan(shipped)
+    assert images.targets()[:3] == [f"results/images/grounded/google/{n}.tsv" for n in ("manifest", "failures",
+                                                                                         "summary")]
+    assert images.targets()[-1] == "results/grounded/table1.html"
+    assert images.folder("/m", "google") == "/m/grounded/data/google-images"  # in the upstream repository's
+    assert images.folder("/m", "coco") == "/m/coco/val2014"  # source: null
+    assert "weat6" in images.tests("google")
+    config = copy.deepcopy(shipped)
+    config["grounded"]["images"]["datasets"]["google"]["tests"] = ["weat6", "weat99"]
+    with pytest.raises(InputError, match=r"config/config.yaml: key 'grounded/images/datasets/google/tests' names "
+                                         r"tests that .* does not list: \['weat99'\]"):
+        GroundedImagesPlan(config).tests("google")
+    regions = RegionsPlan(shipped)
+    assert regions.manifest("mlm") == "resources/manifests/mlm_case_study.tsv"  # regions/manifests
+    assert regions.manifest("google") == "results/images/grounded/google/manifest.tsv"  # the grounded rules'
+    assert regions.targets() == []
+    source = next(iter(regions.tsv))
+    dataset = next(iter(regions.tsv[source]["files"]))
+    assert regions.tsv_file(source, dataset) == regions.tsv[source]["files"][dataset]
+    with pytest.raises(InputError, match=rf"key 'regions/tsv/{source}/files' names no TSV file for dataset 'nope'"):
+        regions.tsv_file(source, "nope")
