@@ -199,3 +199,26 @@ def test_the_grounded_images_and_region_stores_of_the_shipped_config(shipped, mo
     assert regions.tsv_file(source, dataset) == regions.tsv[source]["files"][dataset]
     with pytest.raises(InputError, match=rf"key 'regions/tsv/{source}/files' names no TSV file for dataset 'nope'"):
         regions.tsv_file(source, "nope")
+
+
+# --- masked-entity association ------------------------------------------------------------------------
+
+
+def test_the_mlm_jobs_of_the_shipped_config(shipped, monkeypatch, tmp_path):
+    from vlbias.suites.mlm.plan import MlmPlan
+
+    monkeypatch.chdir(REPO)
+    plan = MlmPlan(shipped)
+    assert plan.targets() == []  # mlm/build lists none
+    assert plan.outputs("lxmert")[0] == "results/mlm/lxmert/scores.csv"
+    assert plan.outputs("lxmert")[-1] == "results/mlm/logprobs/lxmert.images.tsv"
+    stimuli = [shipped["mlm"]["case_study"], shipped["mlm"]["entities"]]
+    assert plan.logprobs_inputs("bert") == {"stimuli": stimuli}  # the text-only reference reads no images
+    manifest = "resources/manifests/mlm_case_study.tsv"
+    assert plan.logprobs_inputs("lxmert") == {"stimuli": stimuli, "manifest": manifest}  # placeholders only
+    # a manifest with a usable image: the model's detector's region store too
+    config = copy.deepcopy(shipped)
+    (tmp_path / "m.tsv").write_text("test\trole\tfile\tstatus\nnurse\tfemale\ta.jpg\tok\n")
+    config["regions"]["manifests"]["mlm"] = str(tmp_path / "m.tsv")
+    detector = config["mlm"]["models"]["lxmert"]["detector"]
+    assert MlmPlan(config).logprobs_inputs("lxmert")["store"] == f"results/regions/mlm/{detector}.h5"

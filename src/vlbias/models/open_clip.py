@@ -51,7 +51,7 @@ _DEFINED = set()
 
 
 @register("open_clip")
-class OpenClipImageEncoder:
+class OpenClipEncoder:
     def __init__(self, spec):
         arch, model_cfg = spec.get("arch"), spec.get("model_cfg") or {}
         if not isinstance(arch, str) or not arch:

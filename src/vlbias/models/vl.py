@@ -489,7 +489,7 @@ class VLEncoder:
         e.g. ["he", "she"]) keeps only their columns: (m, len(tokens)). ``regions`` None, or a None
         entry, is "no visual input" (see the family's ``no_image``). ``fill`` (per caption a list of
         token ids) writes its ids into the caption's first [MASK] positions before the model runs;
-        only the [MASK]s left are returned (vlbias.mlm reveals a multi-piece word piece by piece).
+        only the [MASK]s left are returned (vlbias.suites.mlm reveals a multi-piece word piece by piece).
         """
         captions, regions = self._check(captions, regions, mask, mask_terms)
         if fill is not None and len(fill) != len(captions):
