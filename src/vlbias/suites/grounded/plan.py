@@ -95,13 +95,13 @@ class GroundedPlan:
         protocol, table = self.table_targets[target]
         spec = self.tables[table]
         jobs, columns = self.jobs(protocol, table)
-        level = spec.get("level", "S")
+        level = spec["level"]
         return {
             "table": table, "protocol": protocol, "switches": self.protocols[protocol],
             "caption": spec.get("caption", ""), "columns": columns, "groups": spec["groups"],
             "levels": self.grounded["levels"],
             "masks": [m for m, at in self.grounded["masks"].items() if level in at], "level": level,
-            "experiments": spec.get("experiments", ["1", "2", "3-masked"]),
+            "experiments": spec["experiments"],
             "alpha": self.experiments["alpha"],
             "results": [experiment_path(protocol, d, m) for d, m in jobs],
             "missing": [embedding_path(protocol, d, m, "missing.tsv") for d, m in jobs],
