@@ -11,14 +11,14 @@ read from what each family declares once, in its schema file (``vlbias/schemas/m
 The vision-language adapters embed (caption, regions) pairs (vlbias.models.vl): no ``embeds``.
 """
 
-from functools import lru_cache
+from functools import cache
 
 import yaml
 
 from vlbias.registry import SCHEMAS
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema_file(adapter):
     """The schema file of model ``adapter`` as written ({} for none: an unknown adapter)."""
     path = SCHEMAS / "models" / f"{adapter}.yaml"
