@@ -19,8 +19,9 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	$(BIN)/snakemake --cores $(CORES) --keep-going
 
+# a test module per worker (pytest-xdist): its module fixtures (tiny workflows) are built once
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 benchmark: setup
 	$(BIN)/python benchmarks/permutation_engine.py

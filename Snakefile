@@ -9,6 +9,7 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from vlbias.config import check_config
+from vlbias.errors import InputError
 from vlbias.workdir import claim
 
 min_version("8.20")
@@ -17,8 +18,12 @@ min_version("8.20")
 configfile: "config/config.yaml"
 
 
-# every key, model and detector entry checked (defaults filled in) before anything runs
-check_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+# every key, model and detector entry checked (defaults filled in) before anything runs; a mistake
+# is said as such, without the traceback Snakemake adds to an exception (vlbias.logs)
+try:
+    check_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+except InputError as e:
+    sys.exit(f"error: {e}")
 
 # after a run killed hard: its stale locks and temporary files go, so this run just starts
 # (not in the jobs a cluster executor starts: they run inside the main process's run)

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from test_workflow import SNAKEMAKE, make_project
+from test_workflow import SNAKEMAKE, make_project  # noqa: E402  (the tests' tiny project, from sys.path above)
 
 TABLES = ["ieat/t1.csv", "ieat/t2.csv", "ieat/specificity.csv", "seat/minilm/table.csv"]
 

@@ -101,7 +101,8 @@ def offline(monkeypatch):
 
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - the http.server API
-        name = urlsplit(self.path).path.rsplit("/", 1)[-1]
+        path = urlsplit(self.path).path.lstrip("/")
+        name = path if path in self.server.routes else path.rsplit("/", 1)[-1]
         self.server.requests[name] += 1
         route = self.server.routes.get(name)
         if route is None:
@@ -126,10 +127,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class LoopbackServer(ThreadingHTTPServer):
-    """HTTP on 127.0.0.1. ``routes`` maps the last path component of a request to its answer:
-    bytes (200 with that body), a tuple (code, body[, headers]) or a callable taking the request
-    handler (which has ``reply(code, body, headers=())``); anything else is a 404. ``requests``
-    counts the requests per name."""
+    """HTTP on 127.0.0.1. ``routes`` maps a request's path (without the leading "/"), else its last
+    path component, to its answer: bytes (200 with that body), a tuple (code, body[, headers]) or a
+    callable taking the request handler (which has ``reply(code, body, headers=())``); anything else
+    is a 404. ``requests`` counts the requests per route key (the last component when none matched)."""
 
     block_on_close = False  # do not wait for a deliberately slow handler on shutdown
 

@@ -114,6 +114,19 @@ def test_add_adjusted_per_model_leaves_skipped_out():
     assert list(out.columns[:4]) == list(df.columns) and "p_holm" not in df
 
 
+def test_add_adjusted_reads_status_not_just_p_and_keeps_unnamed_families():
+    # (survivors of mutation testing) a row that is not "ok" stays out of its family even with a p in
+    # its cell; a p that is no number is missing; rows without a family value are a family of their own
+    df = pd.DataFrame({
+        "model": ["m1", "m1", "m1", None, None],
+        "p": [0.01, 0.02, 0.001, "n/a", 0.03],
+        "status": ["ok", "ok", "failed: stale p", "ok", "ok"],
+    })
+    out = add_adjusted(df)
+    np.testing.assert_allclose(out["p_holm"], [0.02, 0.02, NAN, NAN, 0.03], rtol=1e-12)
+    np.testing.assert_allclose(out["p_bh"], [0.02, 0.02, NAN, NAN, 0.03], rtol=1e-12)
+
+
 def test_results_table_carries_adjusted_p_after_p():
     from vlbias.report.tables import TABLE_COLUMNS, assemble
 

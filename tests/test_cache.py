@@ -1,5 +1,6 @@
 """Content-keyed record caches (vlbias.io.cache): keys, shards, merging, and a job killed half-way."""
 
+import h5py
 import numpy as np
 import pytest
 
@@ -115,3 +116,95 @@ def test_get_many_reads_what_get_reads(tmp_path):
         assert set(many) == {"k0", "k4", "pending", "k2"}
         for key, record in many.items():
             np.testing.assert_array_equal(record["v"], c.get(key)["v"])
+
+
+# -- damaged shards (issue 18 row 1): every record checked against its digest when read ------------
+
+DIM = 384  # a MiniLM vector
+
+
+def vectors_of(todo):
+    """A stand-in encoder: the vector of item i, the same in every call."""
+    return np.stack([np.random.default_rng(i).normal(size=DIM).astype(np.float32) for i in todo])
+
+
+def build_shard(path, n):
+    keys = [f"item{i}" for i in range(n)]
+    with RecordCache(path) as c:
+        clean = cached_vectors(c, keys, vectors_of)
+    [shard] = path.glob("*.h5")
+    return keys, clean, shard
+
+
+def overwrite(shard, dataset, start, garbage):
+    """Overwrite bytes of ``dataset`` in the file from byte ``start`` of its data, as a disk fault would."""
+    with h5py.File(shard, "r") as f:
+        offset = f[dataset].id.get_offset()
+    with open(shard, "r+b") as f:
+        f.seek(offset + start)
+        f.write(garbage)
+
+
+def read_back(path, keys):
+    calls = []
+
+    def compute(todo):
+        calls.extend(todo)
+        return vectors_of(todo)
+
+    with RecordCache(path) as c:
+        return cached_vectors(c, keys, compute), calls
+
+
+def test_damaged_vectors_are_named_and_recomputed(tmp_path, caplog):
+    keys, clean, shard = build_shard(tmp_path, 200)
+    overwrite(shard, "data/vector", 50 * DIM * 4 + 7, np.random.default_rng(0).bytes(30 * DIM * 4))
+    vectors, calls = read_back(tmp_path, keys)
+    np.testing.assert_array_equal(vectors, clean)
+    assert calls == list(range(50, 81))  # the records the bytes touched, and no other
+    assert f"{shard}: 31 cache record(s) damaged" in caplog.text and "item50, item51, item52 ..." in caplog.text
+    caplog.clear()
+    vectors, calls = read_back(tmp_path, keys)  # now from the recomputed records, without a warning
+    np.testing.assert_array_equal(vectors, clean)
+    assert calls == [] and "damaged" not in caplog.text
+
+
+@pytest.mark.parametrize("garbage", [np.full(3, 10**9, np.int64), np.array([-5, 3, 2], np.int64),
+                                     np.array([9, 9, 9], np.int64), np.array([6, 7, 8], np.int64)],
+                         ids=["past-the-end", "reversed", "empty", "shifted-onto-other-records"])
+def test_damaged_offsets_are_named_and_recomputed(tmp_path, caplog, garbage):
+    keys, clean, shard = build_shard(tmp_path, 20)
+    overwrite(shard, "offsets/vector", 5 * 8, garbage.tobytes())  # offsets[5:8]: records 4 to 7
+    vectors, calls = read_back(tmp_path, keys)  # no IndexError, no other record's rows
+    np.testing.assert_array_equal(vectors, clean)
+    assert calls == [4, 5, 6, 7] and f"{shard}: 4 cache record(s) damaged" in caplog.text
+
+
+def test_get_checks_a_record_too(tmp_path, caplog):
+    keys, clean, shard = build_shard(tmp_path, 3)
+    overwrite(shard, "data/vector", DIM * 4, b"\0" * 4)  # one component of item1
+    with RecordCache(tmp_path) as c:
+        np.testing.assert_array_equal(c.get("item0")["vector"][0], clean[0])
+        assert c.get("item1") is None and (c.hits, c.misses) == (1, 1)
+    assert f"{shard}: 1 cache record(s) damaged (not the bytes written), recomputed: item1\n" in caplog.text
+
+
+def test_a_record_stored_under_another_key_is_not_returned(tmp_path):
+    keys, clean, shard = build_shard(tmp_path, 3)
+    overwrite(shard, "keys", 0, b"item2".ljust(64, b"\0") + b"item0".ljust(64, b"\0"))  # keys swapped
+    vectors, calls = read_back(tmp_path, keys)
+    np.testing.assert_array_equal(vectors, clean)
+    assert sorted(calls) == [0, 1]
+
+
+def test_a_shard_without_digests_is_recomputed(tmp_path, caplog):
+    keys, clean, shard = build_shard(tmp_path, 5)
+    with h5py.File(shard, "a") as f:  # as written before records carried digests
+        del f["digests"]
+        f["data/vector"][0] = 0.0
+    vectors, calls = read_back(tmp_path, keys)
+    np.testing.assert_array_equal(vectors, clean)
+    assert calls == list(range(5)) and "unverifiable: removed" in caplog.text
+    [rewritten] = tmp_path.glob("*.h5")
+    with h5py.File(rewritten, "r") as f:
+        assert "digests" in f

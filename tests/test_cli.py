@@ -125,6 +125,45 @@ def test_a_bad_input_is_named(project, args, message):
     assert "Traceback" not in out.stderr
 
 
+def test_row_8_each_bad_input_is_one_line_without_a_traceback(project):
+    # row 8: OSError / ValueError / UnicodeDecodeError / MemoryError tracebacks; a CSV error of 7 KB naming line 45
+    import h5py
+    import numpy as np
+
+    from vlbias.io.hdf5 import atomic_hdf5
+
+    (project / "junk.h5").write_text("not hdf5\n")
+    # a store whose writer (atomic_hdf5: its checksum intact) put ids that are not UTF-8 in a set
+    with h5py.File(project / "results/embeddings/ieat/pub.h5", "r") as src, atomic_hdf5(project / "latin1.h5") as f:
+        for name, value in src.attrs.items():
+            f.attrs[name] = value
+        src.copy(src["toy"], f, "toy")
+        n = len(f["toy/insect/ids"])
+        del f["toy/insect/ids"]
+        f["toy/insect"].create_dataset("ids", data=[b"caf\xe9"] * n, dtype=h5py.string_dtype())
+    header = {"descr": "<f8", "fortran_order": False, "shape": (1_000_000, 10_000)}
+    with open(project / "huge.npy", "wb") as f:  # a header claiming 80 GB, then 8 bytes
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(bytes(8))
+    (project / "huge.ids").write_text("a\n")
+    (project / "quote.csv").write_text("id,a,b\nw0,1,2\nw1,2,1\n\"w2,1,1\n"
+                                       + "".join(f"w{i},{i},1\n" for i in range(3, 300)))
+    test, ieat = "resources/stimuli/seat/weat-toy.yaml", "resources/stimuli/ieat/insect-flower.yaml"
+    for args, message in [
+        ([ieat, "--store", "junk.h5"], "junk.h5: not an HDF5 file"),
+        ([ieat, "--store", "latin1.h5"], "latin1.h5: set 'toy/insect': ids that are not UTF-8 text (byte 0xe9)"),
+        ([test, "--store", "results/embeddings/ieat/pub.h5", "--ci-level", "1.5"],
+         "key 'stats/ci/level': 1.5 is greater than or equal to the maximum of 1"),
+        ([test, "--store", "results/embeddings/ieat/pub.h5", "--ci-n-boot", "1"],
+         "key 'stats/ci/n_boot': 1 is less than the minimum of 100"),
+        ([test, "--vectors", "huge.npy", "--ids", "huge.ids"], "huge.npy: the header says float64 (1000000, 10000)"),
+        ([test, "--vectors", "quote.csv"], "quote.csv: line 4: a quoted field runs on to line 301"),
+    ]:
+        out = vlbias(project, "run", *args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
+        assert out.stderr.count("\n") == 1 and len(out.stderr) < 300, out.stderr
+
+
 def test_a_mistyped_config_is_named_by_its_key(project, tmp_path):
     config = (project / "config/config.yaml").read_text().replace("n_samples: 1000", "n_samples: many")
     (tmp_path / "bad.yaml").write_text(config)

@@ -173,6 +173,12 @@ def test_sweep_entries_become_named_open_clip_models():
     assert CONFIG["ieat"]["sweep"]["models"] == [] and check_config(copy.deepcopy(CONFIG), SCHEMA, root=REPO)
 
 
+def test_an_entry_of_the_wrong_shape_is_named_before_its_references_are_followed():
+    # found by tests/test_hostile_inputs.py: an iGPT `layer: {}` was a TypeError in the reference pass
+    found = problems(lambda c: c["ieat"]["models"]["igpt-l"].update(layer={}))
+    assert found and all(p.startswith("key 'ieat/models/igpt-l/layer'") for p in found), found
+
+
 def test_every_problem_is_listed_not_only_the_first():
     found = problems(lambda c: (c["seat"]["models"]["minilm"].update(poolng="cls"),
                                 c["regions"]["detectors"]["bua-36"].update(min_box=3)))

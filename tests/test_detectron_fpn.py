@@ -34,6 +34,7 @@ from vlbias.regions.detectron_fpn import (
     COCO_CLASSES,
     DetectronFPNDetector,
     _c2_name,
+    _cached_download,
     cell_anchors,
     decode,
     image_scale,
@@ -160,6 +161,17 @@ def test_detectron_pickle_loads_strictly(detector, blobs, tmp_path):
     renamed = {**{k: v for k, v in blobs.items() if k != "fc7_w"}, "extra_w": 0 * blobs["fc6_b"]}
     with pytest.raises(InputError, match="missing fc7_w, .*unexpected extra_w"):
         build({**spec, "checkpoint": write_pkl(tmp_path / "names.pkl", renamed)})
+
+
+def test_another_url_of_the_same_file_name_is_downloaded(tmp_path, http_server):
+    """Issue 18 row 5: a second `url:` ending in model_final.pkl got the first one's cached file."""
+    http_server.routes |= {"one/model_final.pkl": b"first", "two/model_final.pkl": b"second"}
+    first = _cached_download(http_server.url("one/model_final.pkl"), None, tmp_path)
+    second = _cached_download(http_server.url("two/model_final.pkl"), None, tmp_path)
+    assert (first.read_bytes(), second.read_bytes()) == (b"first", b"second")
+    assert http_server.requests["two/model_final.pkl"] == 1 and first.parent == tmp_path / "detectron"
+    with pytest.raises(InputError, match="not the pinned 0+; set `checkpoint:`"):
+        _cached_download(http_server.url("two/model_final.pkl"), "0" * 64, tmp_path)
 
 
 class Payload:

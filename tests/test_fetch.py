@@ -8,7 +8,7 @@ import pytest
 
 from vlbias.errors import FetchError, InputError
 from vlbias.io import fetch as fetch_module
-from vlbias.io.fetch import Source, fetch, read_manifest, sha256_file, write_manifest
+from vlbias.io.fetch import DownloadError, Source, cached_download, fetch, read_manifest, sha256_file, write_manifest
 
 GOOD = b"upstream file\n" * 100
 GOOD_SHA = hashlib.sha256(GOOD).hexdigest()
@@ -108,6 +108,9 @@ ROUTES = {
     "to-ftp.csv": (302, b"", [("Location", "ftp://127.0.0.1/x")]),
     "error.csv": (500, b"oops"),
     "flaky.csv": _flaky,
+    # two URLs with one file name, different content (issue 18 row 5)
+    "a/model_final.pkl": b"weights of a",
+    "b/model_final.pkl": b"weights of b",
 }
 
 
@@ -189,6 +192,33 @@ def test_client_errors_are_not_retried(tmp_path, source, server):
     with pytest.raises(FetchError, match="HTTP 404"):
         get(source, "missing.csv", tmp_path / "m.csv", retries=3, backoff=0.01)
     assert server.requests["missing.csv"] == 1
+
+
+def test_downloads_cached_by_url_not_file_name(tmp_path, server):
+    server.requests.clear()
+    a, b = server.url("a/model_final.pkl"), server.url("b/model_final.pkl")
+    assert cached_download(a, tmp_path, max_bytes=100).read_bytes() == b"weights of a"
+    assert cached_download(b, tmp_path, max_bytes=100).read_bytes() == b"weights of b"
+    assert server.requests["b/model_final.pkl"] == 1  # asked for, not served from a's copy
+    assert cached_download(a, tmp_path, max_bytes=100).read_bytes() == b"weights of a"
+    assert server.requests["a/model_final.pkl"] == 1  # the second time from the cache
+
+
+def test_downloads_cached_by_pinned_sha256(tmp_path, server):
+    server.requests.clear()
+    a, b = server.url("a/model_final.pkl"), server.url("b/model_final.pkl")
+    sha_a, sha_b = (hashlib.sha256(x).hexdigest() for x in (b"weights of a", b"weights of b"))
+    path = cached_download(a, tmp_path, max_bytes=100, sha256=sha_a.upper())
+    assert path.name.startswith(sha_a) and path.read_bytes() == b"weights of a"
+    # pinned content is the same file whichever URL names it; another pin is another file
+    assert cached_download(b, tmp_path, max_bytes=100, sha256=sha_a) == path
+    assert server.requests["b/model_final.pkl"] == 0
+    with pytest.raises(DownloadError, match=f"sha256 is {sha_b}, not the pinned {'0' * 64}"):
+        cached_download(b, tmp_path, max_bytes=100, sha256="0" * 64)
+    assert server.requests["b/model_final.pkl"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    path.write_bytes(b"weights of ?")  # a damaged copy is downloaded again
+    assert cached_download(a, tmp_path, max_bytes=100, sha256=sha_a).read_bytes() == b"weights of a"
+    assert server.requests["a/model_final.pkl"] == 2
 
 
 # -- manifests -----------------------------------------------------------------------------------

@@ -193,13 +193,18 @@ def test_experiments_on_an_embedding_file(embedded):
     assert all(r["status"] == "ok" and 0 < r["p"] <= 1 for r in rows)
     s = next(r for r in rows if r["experiment"] == "2" and r["level"] == "S")
     assert (s["n_X"], s["n_B_y"], s["exact"], s["seed"], s["model"], s["detector"]) == (2, 1, True, 3, "lxmert", "toy")
+    assert (s["dataset"], s["column"], s["protocol"]) == ("google", "lxmert", "")  # no protocol attribute written
     assert (s["test"], s["name"]) == ("toy-a", "Toy toy-a")
     sets, _, _ = read_embeddings(path)
-    from vlbias.stats.grounded import experiment2
+    from vlbias.stats.grounded import experiment2, experiment3
     ref = experiment2(*(sets["toy-a"][("S", "none")][r] for r in ROLES), n_samples=50, seed=3)
     assert (s["d"], s["p"]) == (ref.effect_size, ref.p)
     e3 = next(r for r in rows if r["experiment"] == "3" and r["level"] == "S")
-    assert {"d_x", "d_y", "p_x", "p_y"} <= set(e3)
+    ref3 = experiment3(*(sets["toy-a"][("S", "none")][r] for r in ROLES), n_samples=50, seed=3)
+    halves = ref3.parts["X"], ref3.parts["Y"]
+    assert halves[0]["effect_size"] != halves[1]["effect_size"]  # so a swap of the halves shows
+    assert (e3["d"], e3["p"], e3["d_x"], e3["d_y"], e3["p_x"], e3["p_y"]) == (
+        ref3.effect_size, ref3.p, *(h["effect_size"] for h in halves), *(h["p"] for h in halves))
 
 
 def test_masked_statistic_switch_changes_only_the_masked_rows(embedded):

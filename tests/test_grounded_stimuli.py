@@ -1,7 +1,7 @@
 """Grounded stimulus files: the committed conversion of the authors' test definitions."""
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ STIMULI = REPO / "resources" / "stimuli" / "grounded"
 COMMITTED = sorted(STIMULI.glob("*/*.yaml"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def committed(dataset, test_id):
     """A committed stimulus file, loaded once per session (they are large)."""
     return load_grounded_stimulus(STIMULI / dataset / f"{test_id}.yaml")

@@ -199,6 +199,7 @@ def test_mistakes_are_named_before_any_job_runs(tmp_path, change, message):
     write_yaml(tmp_path / "config/config.yaml", config)
     proc = snakemake(tmp_path, "--dry-run", check=False)
     assert proc.returncode != 0 and message in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert 'File "' not in proc.stderr and "ConfigError in" not in proc.stderr  # no traceback: the problem only
 
 
 def test_a_stimulus_missing_from_own_vectors_fails_naming_the_file_and_id(tmp_path):
@@ -209,3 +210,20 @@ def test_a_stimulus_missing_from_own_vectors_fails_naming_the_file_and_id(tmp_pa
     assert proc.returncode != 0
     assert "mine.csv: no vector for 1 stimulus id(s) of set 'toy/insect': 'toy/insect/img3.png'" in proc.stderr
     assert not (tmp_path / "results/embeddings/ieat/mine.h5").exists()
+
+
+def test_row_7_a_job_failing_on_a_users_file_says_so_in_one_line(tmp_path, monkeypatch):
+    # row 7: the one-line error, then two chained Python tracebacks; the traceback is in the job's log
+    make(tmp_path)
+    with open(tmp_path / "mine.csv", "a") as f:
+        f.write("joy,1,2,3,4,5\n")
+    proc = snakemake(tmp_path, "results/embeddings/ieat/mine.h5", check=False)
+    assert proc.returncode != 0
+    said = [line for line in proc.stderr.splitlines() if "given twice" in line]
+    assert len(said) == 1 and said[0].endswith("vlbias ERROR mine.csv: id 'joy' is given twice (line 22 and line 28)")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    log = (tmp_path / "results/logs/ieat_vectors/mine.log").read_text()
+    assert "Traceback" in log and "raise InputError" in log  # kept for whoever debugs
+    monkeypatch.setenv("VLBIAS_DEBUG", "1")
+    debug = snakemake(tmp_path, "results/embeddings/ieat/mine.h5", check=False)
+    assert "Traceback" in debug.stderr and "raise InputError" in debug.stderr

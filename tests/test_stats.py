@@ -9,6 +9,7 @@ import pytest
 
 from vlbias.stats import effect_size, effect_size_sw, permutation_pvalue, permutation_test_sw, s_wAB
 from vlbias.stats import reference
+from vlbias.stats.bootstrap import effect_size_ci
 from vlbias.stats.specificity import false_positive_rates, random_partition_pvalues
 
 
@@ -50,6 +51,23 @@ def test_effect_size_sign_follows_X_and_Y():
     X, Y, A, B = random_sets(rng, 8, 8, 8, 8)
     assert effect_size(X, Y, A, B) == pytest.approx(-effect_size(Y, X, A, B), rel=1e-12)
     assert effect_size(X, Y, A, B) == pytest.approx(-effect_size(X, Y, B, A), rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e-160, 1e-300])
+def test_extreme_magnitudes_give_the_same_d_and_interval(scale):
+    # issue 18 row 3: one row of 1e200s overflowed the norm to inf and became a zero vector (d -0.80
+    # instead of -0.22); rows of 1e-160 underflowed their squares into subnormals (d off in the 6th
+    # digit), 1e-300 to zero. A cosine does not depend on a vector's length.
+    X, Y, A, B = random_sets(np.random.default_rng(5), 8, 8, 8, 8, dim=384)
+    unit = [M / np.abs(M).max(axis=1, keepdims=True) for M in (X, Y, A, B)]  # largest component 1
+    scaled = [M.copy() for M in unit]
+    scaled[0][3] *= scale  # one target
+    scaled[2][1] *= scale  # one attribute
+    assert effect_size(*scaled) == pytest.approx(effect_size(*unit), rel=1e-12, abs=1e-12)
+    ci, ci_unit = effect_size_ci(*scaled, n_boot=200), effect_size_ci(*unit, n_boot=200)
+    assert (ci.low, ci.high) == pytest.approx((ci_unit.low, ci_unit.high), rel=1e-12, abs=1e-12)
+    every = [M * scale for M in unit]  # all rows scaled alike: s(w) itself unchanged
+    np.testing.assert_allclose(s_wAB(every[0], *every[2:]), s_wAB(unit[0], *unit[2:]), rtol=1e-12, atol=1e-12)
 
 
 def test_exact_p_by_hand():

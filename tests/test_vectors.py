@@ -174,3 +174,28 @@ def test_a_store_of_image_and_text_sets_that_tests_run_on(tmp_path):
     assert not (tmp_path / "other.h5").exists()
     with pytest.raises(InputError, match="image category 'toy/insect' is listed in no image manifest"):
         stimulus_sets([stimulus], {"toy/flower": ["a.jpg"]})
+
+
+def test_row_8_a_quote_left_open_a_huge_npy_claim_and_ids_not_utf8_are_named(tmp_path):
+    # row 8: a 7 KB error naming line 45 instead of 4, a MemoryError, a UnicodeDecodeError
+    path = tmp_path / "q.csv"
+    path.write_text("id,a,b\nw0,1,2\nw1,2,1\n\"w2,1,1\n" + "".join(f"w{i},{i},1\n" for i in range(3, 60)))
+    with pytest.raises(InputError, match=r"^\S+q\.csv: line 4: a quoted field runs on to line 61 \(a quote left open"
+                                         r"\?\)$"):
+        read_vectors(path)
+    path.write_text("id,a,b\nw0,1,2\n\"w1,2,1\n" + "x" * 200_000 + "\n")  # past the csv module's field limit
+    with pytest.raises(InputError, match=r"q\.csv: line 3: not readable as CSV \(field larger than field limit"):
+        read_vectors(path)
+    npy, ids = tmp_path / "v.npy", tmp_path / "v.ids"
+    with open(npy, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**4)})
+        f.write(bytes(16))
+    ids.write_text("a\nb\n")
+    with pytest.raises(InputError, match=r"v\.npy: the header says float64 \(1000000, 10000\) \(80000000000 bytes of "
+                                         r"data\), the file holds 16"):
+        read_vectors(npy, ids=ids)
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_dataset("ids", data=[b"ok", b"caf\xe9"], dtype=h5py.string_dtype())
+        f["vectors"] = np.ones((2, 3))
+    with pytest.raises(InputError, match=r"v\.h5: dataset `ids`: not UTF-8 text \(byte 0xe9 in row 2\)"):
+        read_vectors(tmp_path / "v.h5")

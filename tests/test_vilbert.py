@@ -227,7 +227,7 @@ def test_checkpoints_load_strictly_from_a_file_or_a_url(encoder, tmp_path, http_
     from_url = build({**spec, "checkpoint": url, "cache": str(cache), "sha256": digest})
     np.testing.assert_array_equal(from_url.embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
     assert from_url.info["checkpoint"] == url and from_url.info["weights_sha256"] == digest
-    build({**spec, "checkpoint": url, "cache": str(cache)})
+    build({**spec, "checkpoint": url, "cache": str(cache), "sha256": digest})  # kept under its sha256
     assert http_server.requests["multi_task_model.bin"] == 1 and len(list((cache / "models").iterdir())) == 1
     with pytest.raises(InputError, match="not the pinned 0000"):
         build({**spec, "checkpoint": url, "cache": str(tmp_path / "other"), "sha256": "0000"})

@@ -54,12 +54,16 @@ def load_config(path):
         raise UsageError(f"{path}: no such config (run in the repository, or give --config)") from None
     except yaml.YAMLError as e:
         raise InputError(path, f"not valid YAML: {e}") from None
-    # the workflow's schema: in the working directory's workflow/, else the repository's beside src/
+    return check_config(config, schema_path())
+
+
+def schema_path():
+    """The workflow's schema: in the working directory's workflow/, else the repository's beside src/."""
     schemas = [Path(SCHEMA), Path(__file__).resolve().parents[2] / SCHEMA]
     schema = next((s for s in schemas if s.is_file()), None)
     if schema is None:
         raise UsageError(f"no {SCHEMA} here or beside the vlbias package: run in the repository")
-    return check_config(config, schema)
+    return schema
 
 
 def models(config):
@@ -128,6 +132,8 @@ def vectors_store(args, stimulus, workdir):
 
 
 def run(args):
+    import h5py
+
     from vlbias.associate import run_test
     from vlbias.io.stimuli import load_stimulus
     from vlbias.report.tables import assemble
@@ -145,11 +151,19 @@ def run(args):
         ci = {"level": 0.95, "n_boot": 10_000, "seed": 0, "method": "bca", **(ci or {})}
         ci |= {k: getattr(args, f"ci_{k}") for k in ("level", "n_boot", "seed", "method")
                if getattr(args, f"ci_{k}") is not None}
+    from vlbias.config import stats_problems
+
+    problems = stats_problems({**stats, "ci": ci}, schema_path())
+    if problems:  # the flags' values, with the config's limits (a config's own were checked when loaded)
+        raise UsageError("; ".join(problems) + " (--n-samples, --seed, --ci-* set these keys)")
     with tempfile.TemporaryDirectory() as tmp:
         if args.store:
             store, model = Path(args.store), args.name or Path(args.store).stem
             if not store.is_file():
                 raise UsageError(f"{store}: no such embedding store")
+            if not h5py.is_hdf5(store):
+                raise InputError(store, "not an HDF5 file: an embedding store is one (vlbias.io.store); "
+                                        "for your own vectors use --vectors")
         elif args.vectors:
             store, model = vectors_store(args, stimulus, tmp), args.name or Path(args.vectors).stem
         else:

@@ -18,13 +18,14 @@ Snakemake invocation.
 import copy
 import difflib
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.io.stimuli import Validator
 from vlbias.models.plan import embeds, family, outputs
 from vlbias.registry import SCHEMAS, adapters
 from vlbias.suites.grounded.protocol import resolve
@@ -62,7 +63,9 @@ def check_config(config, schema_path, root="."):
     schema = _read_yaml(schema_path)
     problems = schema_problems(config, schema)
     if not problems:  # the later passes assume the shapes the schema guarantees
-        problems = adapter_problems(config, schema) + reference_problems(config, Path(root))
+        problems = adapter_problems(config, schema)
+    if not problems:  # and the references the shapes the adapters' schemas guarantee (an iGPT `layer: {}`)
+        problems = reference_problems(config, Path(root))
     if problems:
         raise ConfigError(problems)
     return config
@@ -86,7 +89,7 @@ def _fill_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": properties})
 
 
-_Validator = _fill_defaults(jsonschema.Draft202012Validator)
+_Validator = _fill_defaults(Validator)
 
 
 def key_path(parts):
@@ -136,13 +139,18 @@ def schema_problems(config, schema):
     return _problems(config, schema)
 
 
-@lru_cache(maxsize=None)
+def stats_problems(stats, schema_path):
+    """Pass 1 for a ``stats`` mapping alone (the command line's flags over the config's ``stats``)."""
+    return _problems(stats, _read_yaml(schema_path)["properties"]["stats"], ("stats",))
+
+
+@cache
 def _read_yaml(path):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
 
 
-@lru_cache(maxsize=None)
+@cache
 def adapter_schema(kind, name):
     """The JSON schema of adapter ``name``'s own keys: its file with its ``include``d fragments merged
     (its ``family`` declaration is vlbias.models.plan's to read)."""

@@ -1,22 +1,43 @@
-"""Logging for rule scripts: to the rule's log file and to stderr, errors included; progress of long loops."""
+"""Logging for rule scripts: to the rule's log file and to stderr, errors included; progress of long loops.
+
+An error the user caused (an InputError: a file, a key, a URL to fix) is one line on the terminal;
+its traceback goes to the job's log file only, or to the terminal too with VLBIAS_DEBUG=1. Any
+other uncaught exception is a bug: its traceback goes to both.
+"""
 
 import atexit
 import gc
 import logging
+import os
 import sys
 import time
 
+from vlbias.errors import InputError
+
+
+class _Terminal(logging.Formatter):
+    """The terminal's format: a user's error (``record.user_error``) without its traceback."""
+
+    def format(self, record):
+        if getattr(record, "user_error", False):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return super().format(record)
+
 
 def setup_logging(path=None, level=logging.INFO):
-    handlers = [logging.StreamHandler(sys.stderr)]
+    form = "%(asctime)s %(name)s %(levelname)s %(message)s"
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.setFormatter(_Terminal(form))
+    handlers = [terminal]
     if path:
         handlers.append(logging.FileHandler(path, mode="w", encoding="utf-8"))
-    logging.basicConfig(level=level, handlers=handlers, force=True,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=level, handlers=handlers, force=True, format=form)
 
     def log_uncaught(kind, value, tb):
         # the log file then says why the job failed, not only Snakemake's console
-        logging.getLogger("vlbias").error("%s: %s", kind.__name__, value, exc_info=(kind, value, tb))
+        user = issubclass(kind, InputError) and not os.environ.get("VLBIAS_DEBUG")
+        logging.getLogger("vlbias").error("%s", value if user else f"{kind.__name__}: {value}",
+                                          exc_info=(kind, value, tb), extra={"user_error": user})
 
     sys.excepthook = log_uncaught
     # A job that imported torch and transformers spends 1.5 s of its exit in garbage collections

@@ -8,15 +8,17 @@ leaves both behind, and the next run refuses to start until the user types ``--u
 ``claim()``, called by the Snakefile in the main Snakemake process, holds a shared ``flock`` on
 ``.snakemake/vlbias.lock`` for the life of the process; the kernel drops it when the process
 dies, however it dies. Before taking it, ``claim`` tries the lock exclusively: if that succeeds,
-no run is alive in this directory, so any Snakemake lock and any ``.part`` file found is stale
-and is removed. If another run holds the lock, nothing is touched (Snakemake then refuses the
-second run only if it would write the same files, as always). Incomplete outputs are rerun by
-``rerun-incomplete: true`` in ``profiles/default``, which Snakemake reads by itself.
+no run is alive in this directory, so any Snakemake lock found is stale and is removed. If another
+run holds the lock, its Snakemake locks are left alone (Snakemake then refuses the second run only
+if it would write the same files, as always). A ``.part`` file is removed only when it is provably
+abandoned, whoever wrote it (a run of this directory, ``vlbias run``, another checkout sharing the
+cache): its writer's lock on it is gone (vlbias.io.atomic.remove_if_abandoned). Incomplete outputs
+are rerun by ``rerun-incomplete: true`` in ``profiles/default``, which Snakemake reads by itself.
 """
 
 from pathlib import Path
 
-from vlbias.io.atomic import PART
+from vlbias.io.atomic import PART, remove_if_abandoned
 
 try:
     import fcntl
@@ -27,8 +29,8 @@ _held = []  # the open lock file of this process (kept open: closing it would re
 
 
 def claim(workdir=".", folders=("results",)):
-    """Take this directory's run lock; if no other run holds it, remove stale Snakemake locks and
-    ``.part`` files below ``folders``. Returns the paths removed."""
+    """Take this directory's run lock; if no other run holds it, remove stale Snakemake locks; remove
+    abandoned ``.part`` files below ``folders`` in any case. Returns the paths removed."""
     if fcntl is None or _held:
         return []
     state = Path(workdir, ".snakemake")
@@ -38,13 +40,13 @@ def claim(workdir=".", folders=("results",)):
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        pass  # another run is alive here: its locks and temporary files are not stale
+        pass  # another run is alive here: its locks are not stale
     else:
         removed = [p for p in sorted(state.glob("locks/*")) if p.is_file()]
-        for folder in folders:
-            removed += sorted(Path(workdir, folder).rglob(f".*{PART}"))
         for p in removed:
             p.unlink(missing_ok=True)
+    for folder in folders:
+        removed += [p for p in sorted(Path(workdir, folder).rglob(f".*{PART}")) if remove_if_abandoned(p)]
     fcntl.flock(f, fcntl.LOCK_SH)  # held while this run lives; others may share it, not clean up
     _held.append(f)
     return removed

@@ -33,6 +33,7 @@ rule grounded_embed:
     resources:
         mem_mb=8000,
     params:
+        threads=GROUNDED_PLAN.experiments.get("threads", 2),
         spec=lambda w: GROUNDED_PLAN.embed_spec(w.protocol, w.dataset, w.model),
         switches=lambda w: PROTOCOLS[w.protocol],
         region_store=lambda w: GROUNDED_PLAN.embed_region_store(w.protocol, w.dataset, w.model),

@@ -60,11 +60,12 @@ rule ieat_embed_images:
         "results/logs/ieat_embed_images/{model}.log",
     wildcard_constraints:
         model=alternatives(IMAGE_MODELS),
-    threads: 2
+    threads: IEAT["threads"]
     resources:
         mem_mb=8000,
     params:
         spec=lambda w: IEAT_MODELS[w.model],
+        threads=IEAT["threads"],
         provenance=lambda w: provenance(IEAT_MODELS[w.model]),
         cache=config["cache"],
     script:

@@ -38,6 +38,7 @@ rule mlm_logprobs:
     resources:
         mem_mb=8000,
     params:
+        threads=MLM.get("threads", 2),
         spec=lambda w: MLM_MODELS[w.model],
         text_only=lambda w: w.model == MLM_REFERENCE,
         cache=config["cache"],

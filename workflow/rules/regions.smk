@@ -34,6 +34,7 @@ rule regions:
     resources:
         mem_mb=8000,
     params:
+        threads=REGIONS.get("threads", 2),
         spec=lambda w: REGION_DETECTORS[w.detector],
         cache=config["cache"],
     script:

@@ -15,13 +15,14 @@ rule seat_embed:
         "results/logs/seat_embed/{model}.log",
     wildcard_constraints:
         model=alternatives([m for m in SEAT["models"] if m not in SEAT_VECTOR_MODELS]),
-    # short texts: one thread each for this and another job uses two cores better than two threads here
-    # (more for a larger model: snakemake --set-threads seat_embed=N)
-    threads: 1
+    # seat/threads (default 1: short texts, one thread each for this and another job uses two cores
+    # better than two threads here); torch's threads come from params.threads, never the job's cores
+    threads: SEAT["threads"]
     resources:
         mem_mb=4000,
     params:
         spec=lambda w: SEAT["models"][w.model],
+        threads=SEAT["threads"],
         provenance=lambda w: provenance(SEAT["models"][w.model]),
         cache=config["cache"],
     script:

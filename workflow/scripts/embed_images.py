@@ -7,7 +7,7 @@ from vlbias.models import build
 from vlbias.suites.ieat import embed_image_store
 
 setup_logging(snakemake.log[0])
-encoder = build({**snakemake.params.spec, "threads": snakemake.threads})
+encoder = build({**snakemake.params.spec, "threads": snakemake.params.threads})
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]  # the cross-modal tests: their text sets
 with RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(encoder.info))) as cache:
     embed_image_store(snakemake.input.images, encoder, snakemake.output[0], snakemake.params.provenance, cache,

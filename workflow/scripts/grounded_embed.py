@@ -14,7 +14,7 @@ from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 setup_logging(snakemake.log[0])
 w, spec, switches = snakemake.wildcards, snakemake.params.spec, snakemake.params.switches
 stimuli = [load_grounded_stimulus(p, caption_indices=switches["caption_indices"]) for p in snakemake.input.stimuli]
-encoder = build({**spec, "threads": snakemake.threads})
+encoder = build({**spec, "threads": snakemake.params.threads})
 info = encoder.info
 with RegionStore(snakemake.input.regions) as store, \
         RecordCache(Path(snakemake.params.cache, "embeddings", cache_fingerprint(encoder))) as cache:

@@ -16,7 +16,7 @@ log = logging.getLogger("mlm_logprobs")
 case_study, entities = (load_mlm_stimulus(p) for p in snakemake.input.stimuli)
 stimuli = list({s.id: s for s in (case_study, entities)}.values())  # the same file twice is one stimulus
 
-model = build({**snakemake.params.spec, "threads": snakemake.threads})
+model = build({**snakemake.params.spec, "threads": snakemake.params.threads})
 
 # the case study's images: every manifest row gets a status; only images with regions are queried
 status, visuals, images = [], {}, None

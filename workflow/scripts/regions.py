@@ -11,7 +11,7 @@ from vlbias.regions.store import write_person_list
 setup_logging(snakemake.log[0])
 spec, manifest = snakemake.params.spec, snakemake.input.manifest
 # adapters that download small files (bua's vocabularies) keep them in the workflow's cache
-detector = build({"cache": snakemake.params.cache, **spec, "threads": snakemake.threads})
+detector = build({"cache": snakemake.params.cache, **spec, "threads": snakemake.params.threads})
 with RecordCache(Path(snakemake.params.cache, "regions", detector_fingerprint(detector))) as cache:
     summary = extract_regions(
         manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec.get("batch_size", 2),

@@ -7,7 +7,7 @@ from vlbias.models import build
 from vlbias.suites.seat import embed_stimuli
 
 setup_logging(snakemake.log[0])
-encoder = build({**snakemake.params.spec, "threads": snakemake.threads})
+encoder = build({**snakemake.params.spec, "threads": snakemake.params.threads})
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
 with RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(encoder.info))) as cache:
     embed_stimuli(stimuli, encoder, snakemake.output[0], snakemake.params.provenance, cache)

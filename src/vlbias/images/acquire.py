@@ -36,6 +36,7 @@ from vlbias.errors import InputError
 from vlbias.images.decode import ImageDecodeError, load_rgb
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import DownloadError, FetchError, download, read_manifest, sha256_file, write_manifest
+from vlbias.io.paths import confined, relative_path
 from vlbias.logs import Progress
 
 log = logging.getLogger(__name__)
@@ -174,10 +175,14 @@ def pin_sha256(manifest, status_rows):
 
 
 def _unsafe(name):
-    """Why ``name`` may not be used as one component of a local path (None if it may)."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        return f"unsafe file name {name!r} (must be a plain file name)"
-    return None
+    """Why ``name`` may not be used as one component of a local path (None if it may): the rule of
+    vlbias.io.paths for one folder level (test, role and file are one each)."""
+    try:
+        if "/" not in name and relative_path(name, "file name"):
+            return None
+    except InputError:
+        pass
+    return f"unsafe file name {name!r} (must be a plain file name)"
 
 
 class _Rejected(Exception):
@@ -202,7 +207,10 @@ def _obtain(row, cache, mirror, flat, net):
     if why:
         return _status(row, "failed", why)
     rel = Path(row["test"], row["role"], row["file"])
-    dest, pinned = Path(cache) / rel, row.get("sha256", "").lower()
+    try:
+        dest, pinned = confined(cache, rel, "image"), row.get("sha256", "").lower()
+    except InputError as e:  # a symbolic link in the cache leading elsewhere
+        return _status(row, "failed", str(e))
     if dest.is_file():
         try:
             image = load_rgb(dest)

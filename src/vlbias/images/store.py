@@ -19,8 +19,8 @@ import numpy as np
 
 from vlbias.errors import InputError
 from vlbias.images.decode import CROPS, DECODERS, RESAMPLING, ImageDecodeError, prepare
-from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import sha256_file
+from vlbias.io.hdf5 import atomic_hdf5
 
 log = logging.getLogger(__name__)
 _STR = h5py.string_dtype("utf-8")
@@ -69,7 +69,7 @@ def build_image_store(entries, out_path, size, crop="center", workers=2, resampl
     for i, e in enumerate(entries):
         by_category[e["category"]].append(i)
     status = [None] * len(entries)
-    with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as f, ThreadPoolExecutor(max(1, workers)) as pool:
+    with atomic_hdf5(out_path) as f, ThreadPoolExecutor(max(1, workers)) as pool:
         for category in sorted(by_category):
             order = sorted(by_category[category], key=lambda i: entries[i]["file"])
             files = [entries[i]["file"] for i in order]

@@ -17,9 +17,15 @@ shards, HDF5 files written atomically each by one process: jobs running at once 
 file, so no locking is needed, and a job killed half-way keeps what it flushed.
 
 Shard layout: ``/keys`` (n,) ASCII hex digests; per field ``/data/<name>`` (rows of all records
-concatenated) and ``/offsets/<name>`` (n + 1,) int64, record i's rows ``offsets[i]:offsets[i+1]``.
+concatenated) and ``/offsets/<name>`` (n + 1,) int64, record i's rows ``offsets[i]:offsets[i+1]``;
+``/digests`` (n,) the ``record_digest`` of each record (its key, fields, dtypes, shapes and bytes).
+
+Every record is checked against its digest when read: one whose bytes (or offsets) are not what was
+written is logged with the shard's path and its key, and recomputed like a miss. A shard from before
+the digests (no ``/digests``) cannot be checked: it is removed, and its records are recomputed.
 """
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -29,7 +35,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vlbias.io.atomic import atomic_path
+from vlbias.io.hdf5 import atomic_hdf5
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,16 @@ def digest(*parts):
     return h.hexdigest()
 
 
+def record_digest(key, record):
+    """Digest of a cache record and the key it is stored under (kept beside it, checked when read)."""
+    h = hashlib.sha256()
+    _feed(h, key)
+    for name in sorted(record):  # as ``digest`` would, without its detours (this runs per record read)
+        _feed(h, name)
+        _feed(h, record[name])
+    return h.hexdigest()
+
+
 def fingerprint(info):
     """Digest of a producer's provenance (an adapter's ``info``), leaving out where its files lie."""
     return digest({k: v for k, v in info.items() if k not in PATH_KEYS})
@@ -87,12 +103,19 @@ class RecordCache:
         self.pending = {}    # key -> record, not yet written
         self.pending_bytes, self.last_flush = 0, time.monotonic()
         self._open = {}
+        self.damaged = set()  # shards found damaged: rewritten without their damaged records by the next flush
         for shard in sorted(self.directory.glob("*.h5")):
             try:
                 with h5py.File(shard, "r") as f:
-                    keys = f["keys"][()]
+                    keys, checked = f["keys"][()], "digests" in f
             except (OSError, KeyError) as e:  # a shard another job is merging away, or not ours
                 log.warning("%s: cache shard not read (%s)", shard, e)
+                continue
+            if not checked:
+                log.warning("%s: cache shard written before records carried digests, so unverifiable: removed, "
+                            "its %d records are recomputed", shard, len(keys))
+                with contextlib.suppress(OSError):  # another job's, or not ours to remove: skipped all the same
+                    shard.unlink()
                 continue
             self.index.update((k.decode(), (shard, i)) for i, k in enumerate(keys))
         self.hits = self.misses = 0
@@ -106,19 +129,14 @@ class RecordCache:
             self.hits += 1
             return self.pending[key]
         where = self.index.get(key)
-        record = None
-        if where is not None:
-            try:
-                record = self._read(*where)
-            except (OSError, KeyError):  # merged away by another job meanwhile: recompute
-                record = None
+        record = self._records(where[0], [(key, where[1])]).get(key) if where else None
         self.hits += record is not None
         self.misses += record is None
         return record
 
     def get_many(self, keys):
-        """{key: record} of those of ``keys`` the cache holds: each shard read once, whole fields at a time
-        (a record at a time costs a file access each)."""
+        """{key: record} of those of ``keys`` the cache holds intact: each shard read once, whole fields at a
+        time (a record at a time costs a file access each)."""
         found, rows = {}, {}
         for key in keys:
             if key in self.pending:
@@ -127,22 +145,44 @@ class RecordCache:
                 shard, row = self.index[key]
                 rows.setdefault(shard, []).append((key, row))
         for shard, wanted in rows.items():
-            try:
-                f = self._open.get(shard) or self._open.setdefault(shard, h5py.File(shard, "r"))
-                fields = {name: (f["offsets"][name][()], f["data"][name][()]) for name in f["data"]}
-            except (OSError, KeyError):  # merged away by another job meanwhile: recompute
-                continue
-            for key, row in wanted:
-                found[key] = {name: data[offsets[row]:offsets[row + 1]] for name, (offsets, data) in fields.items()}
+            found |= self._records(shard, wanted)
         self.hits += len(found)
         self.misses += len(set(keys)) - len(found)
         return found
 
-    def _read(self, shard, row):
-        f = self._open.get(shard)
-        if f is None:
-            f = self._open[shard] = h5py.File(shard, "r")
-        return {name: f["data"][name][f["offsets"][name][row]:f["offsets"][name][row + 1]] for name in f["data"]}
+    def _records(self, shard, wanted):
+        """{key: record} of ``wanted`` ((key, row) pairs) in ``shard`` whose digests match; the others are
+        logged with the shard's path and left out, so that they are recomputed."""
+        found, damaged = {}, []
+        try:
+            f = self._open.get(shard) or self._open.setdefault(shard, h5py.File(shard, "r"))
+            fields = {name: (f["offsets"][name], f["data"][name]) for name in f["data"]}
+            digests = f["digests"]
+            if len(wanted) > 1:  # whole fields at once: far fewer file accesses than a record at a time
+                fields = {name: (offsets[()], data[()]) for name, (offsets, data) in fields.items()}
+                digests = digests[()]
+            for key, row in wanted:
+                # damaged offsets slice out nothing, or other records' rows: the digest (of the key too) tells
+                record = {name: data[offsets[row]:offsets[row + 1]] for name, (offsets, data) in fields.items()}
+                if record_digest(key, record) == digests[row].decode("ascii", "replace"):
+                    found[key] = record
+                else:
+                    damaged.append(key)
+        except FileNotFoundError:  # merged away by another job meanwhile: recompute
+            return {}
+        except (OSError, KeyError, ValueError, TypeError, IndexError) as e:  # HDF5's own structures damaged
+            damaged = [key for key, _ in wanted if key not in found]
+            log.warning("%s: cache shard damaged (%s); its %d records asked for are recomputed", shard, e,
+                        len(damaged))
+        else:
+            if damaged:
+                log.warning("%s: %d cache record(s) damaged (not the bytes written), recomputed: %s%s", shard,
+                            len(damaged), ", ".join(damaged[:3]), " ..." if len(damaged) > 3 else "")
+        for key in damaged:  # never read again: the recomputed record replaces it
+            self.index.pop(key, None)
+        if damaged:
+            self.damaged.add(shard)
+        return found
 
     def put(self, key, record):
         """Keep ``record`` ({name: array with ndim >= 1}) under ``key``; written by the next flush."""
@@ -155,9 +195,10 @@ class RecordCache:
             self.flush()
 
     def flush(self):
-        """Write the pending records as one new shard (and merge small shards when there are many)."""
+        """Write the pending records as one new shard (and merge small shards when there are many, and
+        shards found damaged)."""
         self.last_flush = time.monotonic()
-        if not self.pending:
+        if not self.pending and not self.damaged:
             return
         written = []
         for records in _by_layout(self.pending).values():
@@ -165,6 +206,9 @@ class RecordCache:
             self.index.update((k, (shard, i)) for i, k in enumerate(records))
             written.append(shard)
         self.pending, self.pending_bytes = {}, 0
+        if self.damaged:  # their intact records rewritten, so that no damaged one is ever met again
+            damaged, self.damaged = sorted(self.damaged), set()
+            self._merge(damaged)
         small = [p for p in {s for s, _ in self.index.values()} if p not in written and p.stat().st_size < SMALL_SHARD]
         if len(small) > MERGE_SHARDS:
             self._merge(small)
@@ -174,8 +218,9 @@ class RecordCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{time.strftime('%Y%m%d-%H%M%S')}-{hashlib.sha256(''.join(records).encode()).hexdigest()[:12]}.h5"
         dest = self.directory / name
-        with atomic_path(dest) as tmp, h5py.File(tmp, "w") as f:
+        with atomic_hdf5(dest) as f:
             f.create_dataset("keys", data=np.array(list(records), dtype="S64"))
+            f.create_dataset("digests", data=np.array([record_digest(k, r) for k, r in records.items()], dtype="S64"))
             for field in fields:  # every record has these fields, of one dtype and trailing shape (_by_layout)
                 values = [r[field] for r in records.values()]
                 counts = [len(v) for v in values]
@@ -187,11 +232,7 @@ class RecordCache:
         """Rewrite ``shards`` as one; a shard another job merged first is skipped."""
         records = {}
         for shard in shards:
-            rows = [(k, i) for k, (s, i) in self.index.items() if s == shard]
-            try:
-                records.update((k, self._read(shard, i)) for k, i in rows)
-            except (OSError, KeyError):
-                continue
+            records |= self._records(shard, [(k, i) for k, (s, i) in self.index.items() if s == shard])
         for group in _by_layout(records).values():
             merged = self._write(group)
             self.index.update((k, (merged, i)) for i, k in enumerate(group))

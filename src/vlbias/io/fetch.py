@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 
 from vlbias.errors import FetchError, InputError
 from vlbias.io.atomic import atomic_path
+from vlbias.io.paths import confined, relative_path
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +131,21 @@ def download(url, out, *, timeout, retries, max_bytes, backoff):
 
 
 def cached_download(url, cache, *, max_bytes, sha256=None, timeout=30, retries=3, backoff=0.5):
-    """The path of ``url`` downloaded once into the folder ``cache``, named after the URL.
+    """The path of ``url`` downloaded once into the folder ``cache``, named after what it is: the
+    pinned ``sha256`` when given, else a digest of the whole URL (never the file name alone, which
+    another URL may share), followed by the URL's file name for the reader.
 
     For URLs that pin their content (a commit, a release file): a later call returns the cached
     copy without asking the network. ``sha256``, when given, must be the content's (else
-    :class:`DownloadError`, and nothing is kept). Raises :class:`DownloadError`.
+    :class:`DownloadError`, and nothing is kept); a cached copy that no longer matches it is
+    downloaded again. Raises :class:`DownloadError`.
     """
-    dest = Path(cache) / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{url.rsplit('/', 1)[-1]}"
+    sha256 = sha256.lower() if sha256 else None
+    key = sha256 or hashlib.sha256(url.encode()).hexdigest()[:16]
+    dest = Path(cache) / f"{key}-{Path(urlsplit(url).path).name or 'download'}"
+    if dest.is_file() and sha256 and sha256_file(dest) != sha256:
+        log.warning("%s: cached copy of %s differs from its pinned sha256; downloading it again", dest, url)
+        dest.unlink(missing_ok=True)
     if not dest.is_file():
         with atomic_path(dest) as tmp, open(tmp, "wb") as out:
             got = download(url, out, timeout=timeout, retries=retries, max_bytes=max_bytes, backoff=backoff)
@@ -155,9 +164,11 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
     complete and verified; any failure leaves no ``dest`` (an earlier one is left untouched).
     """
     dest = Path(dest)
+    where = f"upstream {source.repo}@{source.commit}"
+    relative_path(path, where)  # neither the mirror nor the URL may lead elsewhere
     with atomic_path(dest) as tmp, open(tmp, "wb") as out:
         if mirror:
-            origin = Path(mirror) / source.mirror_name / path
+            origin = confined(Path(mirror) / source.mirror_name, path, where)
             if not origin.is_file():
                 raise FetchError(origin, f"file is missing from the mirror {mirror} (expected upstream "
                                          f"{source.repo}@{source.commit}: {path}); fix `mirror:` in "
@@ -176,31 +187,45 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
     return dest
 
 
-def read_manifest(path):
+def read_manifest(path, paths=(), required=()):
     """Rows of a TSV manifest as dicts of strings keyed by its header.
 
-    Lines starting with '#' before the header are comments; blank lines are ignored.
+    Lines starting with '#' before the header are comments; blank lines are ignored. The header must
+    have the columns ``required`` and ``paths``; the columns ``paths`` are parts of file paths: each
+    must obey vlbias.io.paths' rule (the error names the line).
     """
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        # lines end at "\n" only (str.splitlines() also at \x0c, \x85, \u2028, ...: other line numbers)
+        lines = [line.removesuffix("\r") for line in Path(path).read_text(encoding="utf-8").split("\n")]
     except OSError as e:
         raise InputError(path, f"cannot read manifest ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise InputError(path, f"line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); save the file as "
+                               "UTF-8") from None
     number, header = 0, None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, 1):  # noqa: B007  (the header's line number, used below)
         if not line.startswith("#"):
             header = line.split("\t")
             break
     if not header or header == [""]:
         raise InputError(path, "manifest has no header line")
+    missing = [c for c in dict.fromkeys([*required, *paths]) if c not in header]
+    if missing:
+        raise InputError(path, f"line {number}: the header lacks column(s) {', '.join(missing)} (it has: "
+                               f"{', '.join(header)})")
     rows = []
-    for number, line in enumerate(lines[number:], number + 1):
+    for number, line in enumerate(lines[number:], number + 1):  # noqa: B020  (numbering goes on)
         if not line.strip():
             continue
         values = line.split("\t")
         if len(values) != len(header):
             raise InputError(path, f"line {number}: {len(values)} tab-separated fields, expected "
                                    f"{len(header)} ({', '.join(header)})")
-        rows.append(dict(zip(header, values)))
+        row = dict(zip(header, values))
+        for column in paths:
+            relative_path(row[column], f"{path}: line {number}, column {column}")
+        rows.append(row)
     return rows
 
 

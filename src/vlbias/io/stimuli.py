@@ -1,8 +1,9 @@
 """Stimulus files: one YAML file per association test, validated against
 ``workflow/schemas/stimulus.schema.yaml`` before anything uses it."""
 
+import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -31,7 +32,21 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
-@lru_cache(maxsize=None)
+_END = re.compile(r"(?<!\\)\$")
+
+
+def _pattern(validator, pattern, instance, schema):
+    # JSON Schema's `$` (ECMA-262) matches only at the end of the string; Python's `re` also before a
+    # final newline, which let a model name "vx\n" through (and into a file name): `$` read as `\Z`
+    if validator.is_type(instance, "string") and not re.search(_END.sub(r"\\Z", pattern), instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# the validator of every schema here and of the workflow's config (vlbias.config)
+Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+
+
+@cache
 def schema(name):
     """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
     with open(SCHEMAS / name) as f:
@@ -44,7 +59,7 @@ def _key(error):
 
 def validate(doc, source, schema):
     """Raise InputError naming ``source`` and the offending key for the first schema violation."""
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = sorted(Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
         raise InputError(source, f"key '{_key(e)}': {e.message}")

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.io.atomic import atomic_path
+from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
 
 _STR = h5py.string_dtype("utf-8")
 
@@ -27,7 +27,7 @@ def write_embeddings(path, sets, provenance):
     Vectors keep float64 when given so (published vectors stay exactly as published); anything else
     is stored as float32, the precision models compute in.
     """
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(path) as f:
         f.attrs["provenance"] = json.dumps(provenance, sort_keys=True, default=str)
         for key, (vectors, ids) in sets.items():
             vectors = np.asarray(vectors)
@@ -40,16 +40,21 @@ def write_embeddings(path, sets, provenance):
 
 
 def read_provenance(path):
-    with h5py.File(path, "r") as f:
+    with open_hdf5(path) as f:
         return json.loads(f.attrs.get("provenance", "{}"))
 
 
 def read_set(path, key):
     """(vectors float64 (n, dim), ids list[str]) of set ``key``; errors name file and key."""
-    with h5py.File(path, "r") as f:
+    with open_hdf5(path) as f:
         if key not in f or "vectors" not in f[key]:
             known = []
             f.visit(lambda name: known.append(name[: -len("/vectors")]) if name.endswith("/vectors") else None)
             raise InputError(path, f"no stimulus set '{key}' (the store holds: {', '.join(sorted(known)) or 'none'})")
         g = f[key]
-        return g["vectors"][()].astype(np.float64), [i.decode() if isinstance(i, bytes) else i for i in g["ids"][()]]
+        try:
+            ids = [i.decode() if isinstance(i, bytes) else i for i in g["ids"][()]]
+        except UnicodeDecodeError as e:
+            raise InputError(path, f"set '{key}': ids that are not UTF-8 text (byte 0x{e.object[e.start]:02x})") \
+                from None
+        return g["vectors"][()].astype(np.float64), ids

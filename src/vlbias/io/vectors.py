@@ -22,6 +22,7 @@ has no vector for.
 """
 
 import csv
+import tokenize
 from pathlib import Path
 
 import h5py
@@ -111,7 +112,7 @@ def read_vectors(path, ids=None, format=None, dim=None):
 
 def _read_csv(path):
     """(ids, float64 (n, dim), line of row i) from a CSV file of ``id,<dim numbers>`` lines."""
-    ids, rows, lines = [], [], []
+    ids, rows, lines, line = [], [], [], 0
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.reader(f)
@@ -120,10 +121,14 @@ def _read_csv(path):
                 raise InputError(path, "line 1: expected a header `id,<component>,...` (the first column `id`, "
                                        "then one column per dimension)")
             dim = len(header) - 1
+            line = reader.line_num  # the last line read; a row starts on the next one
             for row in reader:
-                line = reader.line_num
+                first, line = line + 1, reader.line_num
                 if not row or row == [""]:
                     continue
+                if line != first:  # a newline inside quotes: nobody's id or number has one
+                    raise InputError(path, f"line {first}: a quoted field runs on to line {line} (a quote left "
+                                           "open?)")
                 stimulus = row[0]
                 if len(row) != dim + 1:
                     raise InputError(path, f"line {line} (id '{stimulus}'): {len(row) - 1} values, expected {dim} "
@@ -137,8 +142,8 @@ def _read_csv(path):
                 lines.append(line)
     except UnicodeDecodeError as e:
         raise InputError(path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x}); save the file as UTF-8") from None
-    except csv.Error as e:
-        raise InputError(path, f"not a readable CSV file ({e})") from None
+    except csv.Error as e:  # e.g. a quote left open until the field limit: the line where it opened
+        raise InputError(path, f"line {line + 1}: not readable as CSV ({e}; a quote left open?)") from None
     vectors = np.stack(rows) if rows else np.zeros((0, dim))
     return ids, vectors, lambda i: f"line {lines[i]}"
 
@@ -151,23 +156,51 @@ def _is_number(text):
     return True
 
 
+def _utf8(raw):
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _numeric_2d(path, array, what):
     if array.ndim != 2 or not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         raise InputError(path, f"{what}: expected a numeric array (n, dim), got {array.dtype} {array.shape}")
     return array.astype(np.float64)
 
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
 def _read_npy(path, ids_path):
     """(ids, float64 (n, dim), row of row i) from an .npy array and its ids file."""
     try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = _NPY_HEADERS.get(version)
+            if read_header is None:
+                raise ValueError(f"format version {version}: numpy.save writes 1.0 or 2.0 for numbers")
+            shape, fortran, dtype = read_header(f)
+            offset = f.tell()
+    except (ValueError, OSError, tokenize.TokenError) as e:  # numpy tokenizes a 1.0 header: a cut one is a TokenError
         raise InputError(path, f"not a readable .npy array without pickled objects ({e})") from None
+    if dtype.hasobject:
+        raise InputError(path, "not a readable .npy array without pickled objects (it holds Python objects)")
+    # the header's claim checked against the file before anything is allocated
+    size = dtype.itemsize * int(np.prod(shape, dtype=object))
+    if offset + size != path.stat().st_size:
+        raise InputError(path, f"the header says {dtype} {shape} ({size} bytes of data), the file holds "
+                               f"{path.stat().st_size - offset}: truncated or not an .npy file")
+    array = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C") \
+        if size else np.zeros(shape, dtype)
     vectors = _numeric_2d(path, array, "the array")
     if not ids_path.is_file():
         raise InputError(ids_path, "ids file not found")
     try:
-        ids = ids_path.read_text(encoding="utf-8-sig").splitlines()
+        # lines end at "\n" (and "\r\n") only: str.splitlines() also cuts at \x0c, \x85, \u2028, ... and
+        # would shift every later id onto another row's vector
+        ids = [i.removesuffix("\r") for i in ids_path.read_text(encoding="utf-8-sig").split("\n")]
     except UnicodeDecodeError as e:
         raise InputError(ids_path, f"not UTF-8 text (byte 0x{e.object[e.start]:02x})") from None
     while ids and not ids[-1]:  # a trailing newline
@@ -192,7 +225,11 @@ def _read_hdf5(path):
     raw_ids = np.asarray(raw_ids)
     if raw_ids.ndim != 1 or raw_ids.dtype.kind not in "OSU":
         raise InputError(path, f"dataset `ids`: expected (n,) strings, got {raw_ids.dtype} {raw_ids.shape}")
-    ids = [i.decode("utf-8") if isinstance(i, bytes) else str(i) for i in raw_ids]
+    try:
+        ids = [i.decode("utf-8") if isinstance(i, bytes) else str(i) for i in raw_ids]
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"dataset `ids`: not UTF-8 text (byte 0x{e.object[e.start]:02x} in row "
+                               f"{next(n for n, i in enumerate(raw_ids, 1) if not _utf8(i))})") from None
     if len(ids) != len(vectors):
         raise InputError(path, f"{len(ids)} ids for {len(vectors)} vectors")
     return ids, vectors, lambda i: f"row {i + 1}"

@@ -20,8 +20,12 @@ means its module vlbias.models.<adapter>, its schema vlbias/schemas/models/<adap
 and what it embeds and gives: vlbias.models.plan) and a config entry.
 """
 
+import logging
+
 from vlbias.errors import InputError
 from vlbias.registry import Registry
+
+log = logging.getLogger(__name__)
 
 _ADAPTERS = Registry("model", "vlbias.models")  # adapter <name>: module vlbias.models.<name>
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the
@@ -32,8 +36,10 @@ register, build = _ADAPTERS.register, _ADAPTERS.build
 def runtime(spec):
     """(torch.device, batch_size) from the entry's ``device``, ``batch_size`` and ``threads`` keys.
 
-    ``threads`` (Snakemake passes its job's thread count) sets torch's intra-op threads for the
-    whole process, so a job does not use more cores than the scheduler gave it.
+    ``threads`` sets torch's intra-op threads for the whole process. The workflow passes its config's
+    ``threads`` (which the job also asks the scheduler for), never the job's own thread count: torch
+    splits its sums by thread, so the vectors differed by 2e-7 between a 1-thread local job and a
+    4-thread SLURM job (issue 18 row 10).
     """
     import torch
 
@@ -42,6 +48,7 @@ def runtime(spec):
         raise InputError("batch_size", f"must be a positive integer, got {batch_size!r}")
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
+        log.info("torch: %d intra-op thread(s)", torch.get_num_threads())
     name = spec.get("device", "auto")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"

@@ -319,10 +319,10 @@ def convert_tf_checkpoint(tf_checkpoint, out, depth, width, sk, prefix="base_mod
                                         f"'{prefix}', r{depth}_{width}x_sk{sk} {len(conv_modules)} and "
                                         f"{len(bn_modules)}: another architecture?")
     state = {}
-    for tf_name, (name, module) in zip(convs, conv_modules):
+    for tf_name, (name, _) in zip(convs, conv_modules):
         w = torch.from_numpy(reader.get_tensor(tf_name)).permute(3, 2, 0, 1)  # (kh, kw, in, out) -> (out, in, kh, kw)
         state[f"{name}.weight"] = w
-    for tf_name, (name, module) in zip(bns, bn_modules):
+    for tf_name, (name, _) in zip(bns, bn_modules):
         for ours, theirs in (("weight", "gamma"), ("bias", "beta"), ("running_mean", "moving_mean"),
                              ("running_var", "moving_variance")):
             state[f"{name}.{ours}"] = torch.from_numpy(reader.get_tensor(f"{tf_name}/{theirs}"))

@@ -14,7 +14,8 @@ of a RoI, its proposal rule (per level, then all levels), and the extraction's b
 Config entry keys:
     weights, exactly one of:
       url (+ sha256)   Detectron's model_final.pkl (DETECTRON_URL is 35861858's), downloaded once into
-                       ``<cache>/detectron/``; ``sha256`` pins it (recommended: the file is not
+                       ``<cache>/detectron/`` (named by the pinned sha256, else by the URL's
+                       digest: another URL's model_final.pkl is never reused); ``sha256`` pins it (recommended: the file is not
                        pinned upstream), else its sha256 is only recorded
       checkpoint       a local model_final.pkl (Detectron's Caffe2 blobs, read by a restricted
                        unpickler that builds numpy arrays only: vlbias.io.weights.read_numpy_pickle),
@@ -74,8 +75,7 @@ from torchvision.ops import FeaturePyramidNetwork, FrozenBatchNorm2d, batched_nm
 from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
 
 from vlbias.errors import InputError
-from vlbias.io.atomic import atomic_path
-from vlbias.io.fetch import DownloadError, download, sha256_file
+from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_numpy_pickle, read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
@@ -463,17 +463,10 @@ class DetectronFPNDetector:
 
 
 def _cached_download(url, sha256, cache):
-    """``url`` downloaded once into ``<cache>/detectron/`` and checked against ``sha256`` when given."""
-    dest = Path(cache or "results/cache") / "detectron" / Path(url.split("?")[0]).name
-    if not dest.is_file():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with atomic_path(dest) as tmp, open(tmp, "wb") as out:
-                got = download(url, out, timeout=60, retries=3, max_bytes=2**30, backoff=1.0)
-                if sha256 and got != sha256:
-                    raise InputError(url, f"sha256 {got} differs from the pinned {sha256}")
-        except DownloadError as e:
-            raise InputError(url, f"{e.reason}; set `checkpoint:` to a local copy") from None
-    elif sha256 and sha256_file(dest) != sha256:
-        raise InputError(dest, f"sha256 differs from the pinned {sha256}; delete it to download again")
-    return dest
+    """``url`` downloaded once into ``<cache>/detectron/`` (keyed by ``sha256`` when pinned, else by the
+    URL) and checked against ``sha256`` when given."""
+    try:
+        return cached_download(url, Path(cache or "results/cache") / "detectron", max_bytes=2**30, sha256=sha256,
+                               timeout=60, backoff=1.0)
+    except DownloadError as e:
+        raise InputError(url, f"{e.reason}; set `checkpoint:` to a local copy") from None

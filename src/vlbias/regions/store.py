@@ -31,8 +31,8 @@ import h5py
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import write_manifest
+from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
 from vlbias.regions import Regions
 
 _STR = h5py.string_dtype("utf-8")
@@ -127,7 +127,7 @@ def write_region_store(path, detector, provenance=None):
     attrs = {k: settings[k] for k in ("adapter", "min_boxes", "max_boxes", "conf")} | {
         "model": detector.name, "settings": json.dumps(settings, sort_keys=True, default=str),
         "weights": detector.weights, "feature_dim": detector.feature_dim, **(provenance or {})}
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(path) as f:
         writer = RegionWriter(f, detector)
         yield writer
         f.attrs.update(attrs | {"n_images": writer.n_images, "n_regions": writer.n_regions,
@@ -147,7 +147,7 @@ class RegionStore:
     def __init__(self, path):
         self.path = path
         try:
-            self.f = h5py.File(path, "r")
+            self.f = open_hdf5(path)
         except OSError as e:
             raise InputError(path, f"cannot open region store ({e})") from None
         self.ids = _strings(self.f["images/id"])
@@ -195,7 +195,7 @@ class RegionStore:
 def write_person_list(store_path, out_path):
     """The masking list: per image its number of regions and the indices (within the image) of
     the regions that show people, comma-separated; written atomically as TSV."""
-    with h5py.File(store_path, "r") as f:
+    with open_hdf5(store_path) as f:
         ids, starts, counts = _strings(f["images/id"]), f["images/start"][()], f["images/count"][()]
         is_person = f["regions/is_person"][()]
     rows = []

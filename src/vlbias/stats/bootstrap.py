@@ -29,13 +29,11 @@ the same vector) are dropped and counted in ``n_undefined``.
 """
 
 from dataclasses import asdict, dataclass
-from functools import cache
 from statistics import NormalDist
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
-from vlbias.stats.weat import _sets, _unit, effect_size_sw
+from vlbias.stats.weat import _sets, _unit, effect_size_sw, serial_blas
 
 METHODS = ("bca", "percentile")
 BLOCK = 1024  # replicates per matrix product: bounds memory at BLOCK × (|X|+|Y|) floats
@@ -62,7 +60,8 @@ class EffectSizeCI:
 def cosines(X, Y, A, B):
     """The (|X|+|Y|, |A|+|B|) matrix of cos(w, a): rows X then Y, columns A then B."""
     X, Y, A, B = _sets(X, Y, A, B)
-    return _unit(np.concatenate([X, Y])) @ _unit(np.concatenate([A, B])).T
+    with serial_blas():
+        return _unit(np.concatenate([X, Y])) @ _unit(np.concatenate([A, B])).T
 
 
 def weighted_d(C, n_x, n_a, cX, cY, cA, cB):
@@ -148,12 +147,6 @@ def acceleration(jack):
     return float(num / (6.0 * den**1.5)) if den > 0 else 0.0
 
 
-@cache
-def _blas():
-    # finding the loaded BLAS takes milliseconds: once per process (numpy's is loaded by now)
-    return ThreadpoolController()
-
-
 def effect_size_ci_cos(C, sizes, d, level=0.95, n_boot=10_000, seed=0, method="bca"):
     """Bootstrap interval of the effect size ``d`` from the cosine matrix C (see ``cosines``).
 
@@ -171,8 +164,9 @@ def effect_size_ci_cos(C, sizes, d, level=0.95, n_boot=10_000, seed=0, method="b
     if C.shape != (sizes[0] + sizes[1], sizes[2] + sizes[3]):
         raise ValueError(f"cosine matrix of shape {C.shape} does not match set sizes {tuple(sizes)}")
     # the products here are small ((BLOCK, |A|) by (|A|, |X|+|Y|)): threads gain nothing, and on a
-    # busy machine OpenBLAS's waiting threads made the bootstrap 4x slower (measured)
-    with _blas().limit(limits=1, user_api="blas"):
+    # busy machine OpenBLAS's waiting threads made the bootstrap 4x slower (measured); one thread
+    # also keeps the interval the same for any thread count (serial_blas)
+    with serial_blas():
         theta = bootstrap_d(C, sizes, n_boot, seed)
         jack = jackknife_d(C, sizes) if method == "bca" else None
     defined = theta[np.isfinite(theta)]

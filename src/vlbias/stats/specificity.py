@@ -7,7 +7,7 @@ false-positive rate at α; a calibrated test keeps it near α.
 
 import numpy as np
 
-from vlbias.stats.weat import _check, _unit, permutation_test_sw
+from vlbias.stats.weat import _check, _unit, permutation_test_sw, serial_blas
 
 
 def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0, threads=None, progress=None):
@@ -18,7 +18,8 @@ def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0,
         raise ValueError("sets X, Y, A, B differ in dimension")
     sizes = np.cumsum([len(M) for M in sets])[:-1]
     pooled = _unit(np.concatenate(sets))
-    cos = pooled @ pooled.T  # once for all splits: each split only re-indexes it
+    with serial_blas():  # the same cosines for any thread count
+        cos = pooled @ pooled.T  # once for all splits: each split only re-indexes it
     rng = np.random.default_rng(seed)
     p = np.empty(n_tests)
     for t in range(n_tests):

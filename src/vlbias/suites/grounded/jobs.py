@@ -8,9 +8,9 @@ import re
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.io.atomic import atomic_path
 from vlbias.io.cache import cached_vectors, digest, fingerprint
 from vlbias.io.fetch import sha256_file
+from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
 from vlbias.logs import Progress
 from vlbias.suites.grounded.stimulus import ROLES
 
@@ -196,7 +196,7 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
             planned.append((stimulus, level, mask, pairs))
     progress = Progress(sum(len(p) for *_, pairs in planned for p in pairs.values()), "pairs", log)
     text = h5py.string_dtype("utf-8")
-    with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_hdf5(out_path) as f:
         f.attrs.update({**(attrs or {}), "info": json.dumps(encoder.info, sort_keys=True, default=str)})
         for stimulus in stimuli:
             t = f.create_group(stimulus.id)
@@ -247,9 +247,7 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
 def read_embeddings(path):
     """({test: {(level, mask): {role: float32 (n, dim)}}}, root attributes, {test: test attributes})
     of an ``embed_tests`` file."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
+    with open_hdf5(path) as f:
         sets = {test: {(level, mask): {r: f[test][level][mask][r]["embeddings"][()] for r in ROLES}
                        for level in f[test] for mask in f[test][level]} for test in f}
         return sets, dict(f.attrs), {test: dict(f[test].attrs) for test in f}

@@ -17,6 +17,8 @@ import numpy as np
 from vlbias.errors import FetchError, InputError
 from vlbias.io.cache import cached_outputs, cached_vectors, digest
 from vlbias.io.fetch import fetch, read_manifest, sha256_file
+from vlbias.io.hdf5 import open_hdf5
+from vlbias.io.paths import confined
 from vlbias.io.published import read_ieat_csv
 from vlbias.io.store import read_provenance, write_embeddings
 from vlbias.logs import Progress
@@ -25,8 +27,9 @@ log = logging.getLogger(__name__)
 
 
 def obtain(source, path, sha256, mirror, cache):
-    """Local copy of upstream ``path`` under ``cache``; reuses a cached copy whose checksum matches."""
-    dest = Path(cache) / source.mirror_name / path
+    """Local copy of upstream ``path`` under ``cache``; reuses a cached copy whose checksum matches.
+    ``path`` comes from data (a manifest): confined to the cache (vlbias.io.paths)."""
+    dest = confined(Path(cache) / source.mirror_name, path, f"upstream {source.repo}@{source.commit}")
     if dest.exists() and (not sha256 or sha256_file(dest) == sha256):
         return dest
     return fetch(source, path, dest, sha256=sha256 or None, mirror=mirror)
@@ -34,7 +37,8 @@ def obtain(source, path, sha256, mirror, cache):
 
 def published_store(manifest, model_file, source, mirror, cache, out, provenance):
     """Store of the authors' embeddings for ``model_file`` (e.g. "igpt_l_32")."""
-    rows = [r for r in read_manifest(manifest) if r["model_file"] == model_file]
+    rows = [r for r in read_manifest(manifest, paths=("path",), required=("model_file", "category", "sha256"))
+            if r["model_file"] == model_file]
     if not rows:
         raise FetchError(manifest, f"no embeddings listed for model file '{model_file}'")
     sets = {}
@@ -60,7 +64,7 @@ def image_entries(manifest, source, mirror, cache):
                          "the mirror has no such folder; set `mirror:` in config/config.yaml to a "
                          "directory laid out like the upstream repositories, or null to download")
     entries = []
-    for r in read_manifest(manifest):
+    for r in read_manifest(manifest, paths=("category", "file"), required=("sha256",)):
         path = f"data/experiments/{r['category']}/{r['file']}"
         try:
             local, reason = obtain(source, path, r["sha256"], mirror, cache), ""
@@ -94,7 +98,7 @@ def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(
     if texts and (several or not hasattr(encoder, "encode_texts")):
         raise InputError(f"adapter {encoder.info['adapter']}", f"has no text tower for the text sets {', '.join(texts)}")
     sets = {}
-    with h5py.File(images_h5, "r") as f:
+    with open_hdf5(images_h5) as f:
         keys = []
         f.visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Group) and "pixels" in obj else None)
         progress = Progress(sum(len(f[k]["ids"]) for k in keys), "images", log)
@@ -123,7 +127,7 @@ def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(
 
 def output_store(store, output, out):
     """Write output ``output``'s groups ("<output>/<key>") of a several-output store as the store ``out``."""
-    with h5py.File(store, "r") as f:
+    with open_hdf5(store) as f:
         if output not in f:
             raise InputError(store, f"no output '{output}' (it holds: {', '.join(sorted(f))})")
         keys = []
@@ -140,6 +144,6 @@ def output_store(store, output, out):
 def image_files(manifest):
     """{category: [file, ...]} of an image manifest, files sorted (the image store's order)."""
     files = {}
-    for r in read_manifest(manifest):
+    for r in read_manifest(manifest, required=("category", "file")):
         files.setdefault(r["category"], []).append(r["file"])
     return {category: sorted(names) for category, names in files.items()}
