@@ -37,10 +37,10 @@ if workflow.is_main_process:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/ieat.smk"
 include: "workflow/rules/seat.smk"
-include: "workflow/rules/grounded.smk"
+include: "workflow/rules/grounded_images.smk"
 include: "workflow/rules/regions.smk"
 include: "workflow/rules/mlm.smk"
-include: "workflow/rules/grounded_tests.smk"
+include: "workflow/rules/grounded_tables.smk"
 include: "workflow/rules/report.smk"
 
 

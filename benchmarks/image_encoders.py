@@ -43,7 +43,7 @@ ENCODERS = {
     # the smallest SimCLRv2 (r50_1x_sk1): the paper's r152_3x_sk1 is ~13x its work per image
     "simclr-r50-1x-sk1": ({"adapter": "simclr", "depth": 50, "width": 1, "sk": 1, "weights": "random"}, 224, "area"),
     # an open_clip ViT-B/32 (both towers built; the image tower runs); store at 224, bicubic
-    "clip-vit-b-32": ({"adapter": "open_clip", "arch": "ViT-B-32", "random_init": True}, 224, "bicubic"),
+    "clip-vit-b-32": ({"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random"}, 224, "bicubic"),
 }
 
 

@@ -31,7 +31,7 @@ def test_entries_of_the_tests_validate(adapter, entry):
     ("igpt", {**IGPT, "norm": "layer"}, "is not one of"),
     ("simclr", {**SIMCLR, "depth": 34}, "is not one of"),
     ("simclr", {**SIMCLR, "sk_ratio": 0.0625}, "Additional properties are not allowed"),
-    ("open_clip", {"adapter": "open_clip", "random_init": True}, "'arch' is a required property"),
+    ("open_clip", {"adapter": "open_clip", "weights": "random"}, "'arch' is a required property"),
 ])
 def test_misspelt_or_mistyped_keys_are_refused(adapter, entry, error):
     with pytest.raises(jsonschema.ValidationError, match=error):

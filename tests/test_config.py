@@ -9,7 +9,6 @@ import pytest
 import yaml
 from conftest import REPO
 
-from vlbias import models, regions
 from vlbias.config import ConfigError, adapter_schema, adapters, check_config, ieat_models, table_models
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -162,11 +161,11 @@ def test_sweep_entries_become_named_open_clip_models():
     config = copy.deepcopy(CONFIG)
     config["ieat"]["sweep"]["models"] = [{"arch": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
                                          {"arch": "ViT-B-32", "checkpoint": "/w/My Weights.safetensors"},
-                                         {"arch": "RN50", "random_init": True, "name": "rn"}]
+                                         {"arch": "RN50", "weights": "random", "name": "rn"}]
     check_config(config, SCHEMA, root=REPO)
     models = ieat_models(config["ieat"])
     assert list(models)[-3:] == ["vit-b-32-laion2b_s34b_b79k", "vit-b-32-my-weights", "rn"]
-    assert models["rn"] == {"source": "images", "adapter": "open_clip", "arch": "RN50", "random_init": True,
+    assert models["rn"] == {"source": "images", "adapter": "open_clip", "arch": "RN50", "weights": "random",
                             "name": "rn"}
     names = table_models(models)
     assert names["igpt-l/logits"] == ("igpt-l", "logits") and names["rn"] == ("rn", None) and "igpt-l" not in names
@@ -205,10 +204,13 @@ def keys_read(module):
     return set(re.findall(r"""spec(?:\.get\(|\[)\s*["'](\w+)["']""", text))
 
 
-@pytest.mark.parametrize("kind,registry", [("models", models._MODULES), ("detectors", regions._MODULES)])
-def test_every_registered_adapter_has_a_schema_with_the_keys_it_reads(kind, registry):
-    assert sorted(registry) == adapters(kind)
-    for name, module in registry.items():
+@pytest.mark.parametrize("kind,package", [("models", "vlbias.models"), ("detectors", "vlbias.regions")])
+def test_every_adapter_module_has_a_schema_with_the_keys_it_reads(kind, package):
+    """The registry finds adapter <name> in module <package>.<name> (vlbias.registry): each schema
+    file names a module that registers it under that name, and declares the keys it reads."""
+    for name in adapters(kind):
+        module = f"{package}.{name}"
+        assert f'@register("{name}")' in (SRC / (module.replace(".", "/") + ".py")).read_text(), module
         declared = set(adapter_schema(kind, name)["properties"])
         undeclared = keys_read(module) - declared - WORKFLOW_KEYS
         assert not undeclared, f"{kind}/{name}.yaml lacks {sorted(undeclared)}"
@@ -217,6 +219,14 @@ def test_every_registered_adapter_has_a_schema_with_the_keys_it_reads(kind, regi
 def test_schema_files_are_well_formed():
     for path in sorted(Path(SRC, "vlbias/schemas").glob("*/*.yaml")):
         doc = yaml.safe_load(path.read_text()) or {}
-        assert set(doc) <= {"description", "include", "properties", "required"}, path
+        assert set(doc) <= {"description", "include", "properties", "required", "family"}, path
         if not path.stem.startswith("_"):
             assert doc.get("description"), f"{path}: one line saying what the adapter is"
+
+
+def test_a_renamed_adapter_key_is_named_with_what_to_write():
+    config = copy.deepcopy(CONFIG)
+    config["ieat"]["sweep"]["models"] = [{"arch": "RN50", "random_init": True, "name": "rn"}]
+    with pytest.raises(ConfigError) as e:
+        check_config(config, SCHEMA, root=REPO)
+    assert e.value.problems == ["key 'ieat/sweep/models/0/random_init': no longer read; write `weights: random` instead"]

@@ -58,3 +58,18 @@ def test_encoder_options_build_the_encoders():
     assert encoder.info["token_mask"] == "word" and encoder.output_dim("S") == 32
     paper = build({**spec, **encoder_options(resolve("paper"), "lxmert")})
     assert paper.info["ws_vector"] == "language" and paper.output_dim("S") == 16
+
+
+def test_each_feed_a_family_declares_is_a_protocol_switch_with_its_values():
+    """A family's declared feeds (its schema file) are switches of the protocol, the family's own value
+    the paper's; the W/S switch's values are those the two-stream families declare."""
+    from vlbias.config import adapters
+    from vlbias.models.plan import feeds, ws_vectors
+
+    declared = {a: feeds(a) for a in adapters("models") if feeds(a)}
+    assert sorted(declared) == ["vilbert", "vlbert"]
+    for family, options in declared.items():
+        for name, values in options.items():
+            assert SWITCHES[name].values == values, (family, name)
+    assert [a for a in adapters("models") if len(ws_vectors(a)) > 1] == ["lxmert", "vilbert"]
+    assert all(ws_vectors(a) == SWITCHES["ws_vector"].values for a in ("lxmert", "vilbert"))

@@ -16,7 +16,7 @@ from vlbias.io.store import read_provenance, read_set
 from vlbias.models import build
 from vlbias.suites.ieat import embed_image_store, image_files, output_store, text_sets
 
-CLIP = {"adapter": "open_clip", "arch": "ViT-B-32", "random_init": True, "seed": 0, "device": "cpu",
+CLIP = {"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random", "seed": 0, "device": "cpu",
         "model_cfg": {"embed_dim": 16,
                       "vision_cfg": {"image_size": 32, "patch_size": 8, "width": 32, "layers": 2, "head_width": 16},
                       "text_cfg": {"width": 32, "heads": 2, "layers": 1}}}

@@ -17,7 +17,7 @@ from vlbias.stats import effect_size
 pytestmark = pytest.mark.workflow
 
 TEXT_CFG = {"context_length": 16, "width": 16, "heads": 2, "layers": 1}  # OpenAI's tokenizer: 49408 ids
-CLIP = {"source": "images", "adapter": "open_clip", "arch": "tiny-vit", "random_init": True, "seed": 0,
+CLIP = {"source": "images", "adapter": "open_clip", "arch": "tiny-vit", "weights": "random", "seed": 0,
         "batch_size": 4, "model_cfg": {"embed_dim": 16, "text_cfg": TEXT_CFG,
                                        "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8,
                                                       "head_width": 16}}}

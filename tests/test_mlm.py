@@ -14,10 +14,10 @@ from PIL import Image
 
 from test_vl_models import visual
 from vlbias.errors import InputError
-from vlbias.mlm.probability import Query, entity_logprobs, entity_pieces, load_visuals
-from vlbias.mlm.scores import (LogProbs, association_scores, bias, bias_scores, contradictions, entity_bias,
+from vlbias.suites.mlm.probability import Query, entity_logprobs, entity_pieces, load_visuals
+from vlbias.suites.mlm.scores import (LogProbs, association_scores, bias, bias_scores, contradictions, entity_bias,
                                logprob_table, read_logprob_table, s_l, s_pt, s_v, write_logprob_table)
-from vlbias.mlm.stimuli import ImageRow, load_mlm_stimulus, read_image_manifest
+from vlbias.suites.mlm.stimuli import ImageRow, load_mlm_stimulus, read_image_manifest
 from vlbias.models import build
 from vlbias.models.vl import Visual, load_tokenizer
 from vlbias.regions import build as build_detector

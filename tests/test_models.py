@@ -18,7 +18,7 @@ from vlbias.models import build, runtime
 TINY = {
     "adapter": "open_clip",
     "arch": "ViT-B-32",
-    "random_init": True,
+    "weights": "random",
     "seed": 0,
     "device": "cpu",  # the tolerances below are for CPU kernels
     "model_cfg": {
@@ -67,19 +67,21 @@ def test_import_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_modalities_say_what_each_adapter_embeds():
-    """vlbias.models.plan.MODALITIES (read by the config check and the workflow, which import no
-    adapter) names exactly the encode_images / encode_texts each adapter class has."""
+def test_each_family_declares_what_it_embeds():
+    """What a family's schema file declares it embeds (vlbias.models.plan.embeds, read by the config
+    check and the workflow, which import no adapter) is exactly the encode_images / encode_texts its
+    class has; the registry finds each class by the convention vlbias.models.<adapter>."""
     import importlib
 
     from vlbias import models
-    from vlbias.models.plan import MODALITIES
+    from vlbias.config import adapters
+    from vlbias.models.plan import embeds
 
-    for adapter, module in models._MODULES.items():
-        importlib.import_module(module)
+    for adapter in adapters("models"):
+        importlib.import_module(f"vlbias.models.{adapter}")
         cls = models._ADAPTERS.classes[adapter]
         has = tuple(m for m in ("images", "texts") if callable(getattr(cls, f"encode_{m}", None)))
-        assert has == MODALITIES.get(adapter, ()), adapter
+        assert has == embeds(adapter), adapter
 
 
 def test_runtime_defaults():
@@ -152,7 +154,7 @@ def test_checkpoint_round_trip(tmp_path):
     torch.save(state, tmp_path / "tiny.pt")
     x = pixels(4)
     expected = source.encode_images(x)
-    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+    spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
     for name in ("tiny.safetensors", "tiny.pt"):
         enc = build({**spec, "checkpoint": str(tmp_path / name)})
         np.testing.assert_array_equal(enc.encode_images(x), expected)
@@ -184,7 +186,7 @@ def test_pretrained_tag(tmp_path, monkeypatch):
     safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()}, path)
     monkeypatch.setattr(open_clip, "download_pretrained", lambda cfg, **kw: str(path))
     monkeypatch.setattr(open_clip.factory, "download_pretrained", lambda cfg, **kw: str(path))
-    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+    spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
 
     tagged = build({**spec, "pretrained": "openai"})
     info = tagged.info
@@ -204,7 +206,7 @@ def test_checkpoint_with_pickled_objects_is_refused(tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({"visual.proj": torch.zeros(1), "payload": Payload()}, path)
-    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+    spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
     with pytest.raises(InputError, match="evil.pt: refused"):
         build({**spec, "checkpoint": str(path)})
     assert not _unpickled
@@ -216,7 +218,7 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
 
     path = tmp_path / "other.safetensors"
     safetensors.torch.save_file({"fc.weight": torch.zeros(2, 2)}, path)
-    spec = {k: v for k, v in TINY.items() if k not in ("random_init", "seed")}
+    spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
     with pytest.raises(InputError, match="other.safetensors: does not fit"):
         build({**spec, "checkpoint": str(path)})
 
@@ -230,9 +232,11 @@ def test_bad_pixel_arrays_are_refused():
 
 def test_bad_open_clip_entries_are_refused():
     with pytest.raises(InputError, match="arch 'ViT-X': not an open_clip architecture"):
-        build({"adapter": "open_clip", "arch": "ViT-X", "random_init": True})
-    with pytest.raises(InputError, match="exactly one of"):
+        build({"adapter": "open_clip", "arch": "ViT-X", "weights": "random"})
+    with pytest.raises(InputError, match="arch 'ViT-B-32': set exactly one of `pretrained`"):
         build({**TINY, "pretrained": "openai"})
+    with pytest.raises(InputError, match="random_init: no longer read; write `weights: random` instead"):
+        build({k: v for k, v in TINY.items() if k != "weights"} | {"random_init": True})
     with pytest.raises(InputError, match="ViT-B-32 pretrained 'nope'.*openai"):
         build({"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "nope"})
     with pytest.raises(InputError, match="missing.pt: checkpoint file not found"):

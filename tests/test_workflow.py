@@ -26,7 +26,7 @@ COMMIT = "0" * 40
 CATEGORIES = {"toy/flower": 5, "toy/insect": 5, "toy/pleasant": 4, "toy/unpleasant": 4}
 TINY_CLIP = {
     "source": "images", "adapter": "open_clip", "arch": "tiny-vit", "pretrained": None,
-    "random_init": True, "seed": 0, "batch_size": 4,
+    "weights": "random", "seed": 0, "batch_size": 4,
     "model_cfg": {"embed_dim": 16,
                   "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "patch_size": 8, "head_width": 16},
                   "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 16, "heads": 2, "layers": 1}},

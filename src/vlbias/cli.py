@@ -25,6 +25,10 @@ from pathlib import Path
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.suites import plan
+from vlbias.suites.grounded import plan as grounded_plan
+from vlbias.suites.ieat import plan as ieat_plan
+from vlbias.suites.seat import plan as seat_plan
 
 CONFIG = "config/config.yaml"
 SCHEMA = "workflow/schemas/config.schema.yaml"
@@ -96,11 +100,10 @@ def model_store(config, section, name, spec, stimulus, workdir):
 
         encoder = build(spec)
         store = Path(workdir) / f"{name}.h5"
-        provenance = {k: spec[k] for k in ("model_id", "revision") if spec.get(k)}
         with RecordCache(Path(config["cache"], "embeddings", fingerprint(encoder.info))) as cache:
-            embed_stimuli([stimulus], encoder, store, provenance, cache)
+            embed_stimuli([stimulus], encoder, store, plan.provenance(spec), cache)
         return store
-    store = Path("results/embeddings", section, f"{name}.h5")
+    store = Path(plan.embedding_path(section, name))
     if not store.is_file():
         raise UsageError(f"{stimulus.path} has image sets: their vectors on '{name}' come from the workflow's "
                          f"store {store}, not built yet (snakemake --cores all {store})")
@@ -205,19 +208,19 @@ def list_(args):
             folder = Path(config[section]["stimuli"])
             lines += [f"{section}\t{p.stem}\t{p}" for p in sorted(folder.glob("*.yaml"))]
         grounded = config.get("grounded") or {}
-        folder = Path(grounded.get("stimuli", "resources/stimuli/grounded"))
         if grounded:
+            folder = Path(grounded["stimuli"])
             lines += [f"grounded/{p.parent.name}\t{p.stem}\t{p}" for p in sorted(folder.glob("*/*.yaml"))]
     else:
         for name, spec in config["ieat"]["tables"].items():
-            lines.append(f"ieat\t{name}\tresults/ieat/{name}.csv\t{spec['caption']}")
+            lines.append(f"ieat\t{name}\t{ieat_plan.table_path(name)}\t{spec['caption']}")
         for name in config["seat"]["models"]:
-            lines.append(f"seat\t{name}\tresults/seat/{name}/table.csv\tWEAT/SEAT on {name}")
+            lines.append(f"seat\t{name}\t{seat_plan.table_path(name)}\tWEAT/SEAT on {name}")
         from vlbias.report.grounded import CAPTIONS
 
         for name, spec in ((config.get("grounded") or {}).get("tables") or {}).items():
             caption = spec.get("caption") or CAPTIONS.get(name, "")
-            lines.append(f"grounded\t{name}\tresults/grounded/{name}.csv\t{caption}")
+            lines.append(f"grounded\t{name}\t{grounded_plan.table_path(name)}\t{caption}")
     write("".join(line + "\n" for line in lines), None)
     return 0
 
@@ -230,10 +233,10 @@ def table_path(name, config):
     from vlbias.report.grounded import CAPTIONS
 
     ieat, grounded = config["ieat"]["tables"], (config.get("grounded") or {}).get("tables") or {}
-    tables = {f"ieat/{n}": (Path(f"results/ieat/{n}.csv"), spec["caption"]) for n, spec in ieat.items()}
-    tables |= {f"seat/{n}": (Path(f"results/seat/{n}/table.csv"), f"Word- and sentence-level WEAT/SEAT on {n}")
+    tables = {f"ieat/{n}": (Path(ieat_plan.table_path(n)), spec["caption"]) for n, spec in ieat.items()}
+    tables |= {f"seat/{n}": (Path(seat_plan.table_path(n)), f"Word- and sentence-level WEAT/SEAT on {n}")
                for n in config["seat"]["models"]}
-    tables |= {f"grounded/{n}": (Path(f"results/grounded/{n}.csv"), spec.get("caption") or CAPTIONS.get(n, n))
+    tables |= {f"grounded/{n}": (Path(grounded_plan.table_path(n)), spec.get("caption") or CAPTIONS.get(n, n))
                for n, spec in grounded.items()}
     found = [key for key in tables if name in (key, key.split("/", 1)[1])]
     if len(found) > 1:

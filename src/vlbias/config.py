@@ -26,10 +26,10 @@ import yaml
 
 from vlbias.errors import InputError
 from vlbias.io.stimuli import Validator
-from vlbias.models.plan import MODALITIES, outputs
+from vlbias.models.plan import embeds, family, outputs
+from vlbias.registry import SCHEMAS, adapters
 from vlbias.suites.grounded.protocol import resolve
 
-SCHEMAS = Path(__file__).resolve().parent / "schemas"
 SOURCE = "config/config.yaml"
 MAX_ERRORS = 10
 
@@ -150,15 +150,12 @@ def _read_yaml(path):
         return yaml.safe_load(f)
 
 
-def adapters(kind):
-    """The adapter names with a schema under vlbias/schemas/<kind>/ (every registered adapter has one)."""
-    return sorted(p.stem for p in (SCHEMAS / kind).glob("*.yaml") if not p.stem.startswith("_"))
-
-
 @cache
 def adapter_schema(kind, name):
-    """The JSON schema of adapter ``name``'s own keys: its file with its ``include``d fragments merged."""
+    """The JSON schema of adapter ``name``'s own keys: its file with its ``include``d fragments merged
+    (its ``family`` declaration is vlbias.models.plan's to read)."""
     doc = dict(_read_yaml(SCHEMAS / kind / f"{name}.yaml") or {})
+    doc.pop("family", None)
     properties, required = {}, []
     for fragment in doc.pop("include", []):
         part = adapter_schema(kind, fragment)
@@ -198,6 +195,11 @@ def adapter_problems(config, schema):
                 continue
             else:
                 own = adapter_schema(kind, adapter)
+                renamed = family(adapter).get("renamed", {}) if kind == "models" else {}
+                if stale := [old for old in renamed if old in entry]:  # said once, not as unknown keys too
+                    problems += [f"key '{key_path((*where, old))}': no longer read; write `{renamed[old]}` instead"
+                                 for old in stale]
+                    entry = {k: v for k, v in entry.items() if k not in stale}
             merged = {"type": "object", "additionalProperties": False,
                       "properties": {**base.get("properties", {}), **own["properties"]},
                       "required": list(dict.fromkeys([*base.get("required", []), *own.get("required", [])]))}
@@ -243,13 +245,13 @@ def table_models(models):
 
 def encodes(spec):
     """What a model entry embeds: published vectors images; a user's vectors whatever their ids name;
-    an adapter its MODALITIES."""
+    an adapter what its family declares (vlbias.models.plan.embeds)."""
     source = spec.get("source", "images" if spec.get("adapter") else None)
     if source == "published":
         return ("images",)
     if source == "vectors":
         return ("images", "texts")
-    return MODALITIES.get(spec.get("adapter"), ())
+    return embeds(spec.get("adapter"))
 
 
 # --- pass 3: references between keys -------------------------------------------------------------

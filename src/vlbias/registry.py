@@ -1,18 +1,28 @@
 """Adapters by name, built from workflow config entries (models, detectors).
 
 An adapter module imports torch and its model library (seconds), so it is imported only when an
-entry names it: importing a registry (e.g. while Snakemake parses the workflow) stays cheap.
+entry names it: importing a registry (e.g. while Snakemake parses the workflow) stays cheap. The
+module of adapter ``<name>`` is ``<package>.<name>`` by convention, and every adapter has a schema,
+``vlbias/schemas/<kind>s/<name>.yaml``: adding one means its module, its schema and a config entry.
 """
 
 import importlib
+from pathlib import Path
 
 from vlbias.errors import InputError
 
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+
+
+def adapters(kind):
+    """The adapter names with a schema under vlbias/schemas/<kind>/ (every registered adapter has one)."""
+    return sorted(p.stem for p in (SCHEMAS / kind).glob("*.yaml") if not p.stem.startswith("_"))
+
 
 class Registry:
-    def __init__(self, kind, modules):
+    def __init__(self, kind, package):
         self.kind = kind
-        self.modules = modules  # adapter name -> module whose import registers it
+        self.package = package  # adapter <name>: the import of module <package>.<name> registers it
         self.classes = {}
 
     def register(self, name):
@@ -27,9 +37,24 @@ class Registry:
     def build(self, spec):
         """The adapter object described by ``spec``; other keys of the entry are the adapter's to read."""
         name = spec.get("adapter")
-        if name not in self.classes and name in self.modules:
-            importlib.import_module(self.modules[name])
+        known = adapters(f"{self.kind}s")
+        if name not in self.classes and name in known:
+            importlib.import_module(f"{self.package}.{name}")
         if name not in self.classes:
-            known = ", ".join(sorted(set(self.modules) | set(self.classes)))
+            known = ", ".join(sorted(set(known) | set(self.classes)))
             raise InputError(f"adapter '{name}'", f"unknown {self.kind} adapter (known adapters: {known})")
         return self.classes[name](spec)
+
+
+def one_weights_source(spec, where, remote=None, hint=""):
+    """Check that an entry (a model or a detector) names exactly one weights source: ``remote`` (the
+    key of its download, e.g. `pretrained`, `url`, `model_id`; ``hint`` says what goes with it),
+    `checkpoint` or `weights: random`. The same vocabulary for every family."""
+    keys = ([f"`{remote}`" + (f" ({hint})" if hint else "")] if remote else []) + ["`checkpoint: <file>`",
+                                                                                  "`weights: random`"]
+    given = [spec.get(remote) if remote else None, spec.get("checkpoint"), spec.get("weights")]
+    if sum(x is not None for x in given) != 1:
+        raise InputError(where, f"set exactly one of {', '.join(keys[:-1])} or {keys[-1]}")
+    if given[2] is not None and given[2] != "random":
+        raise InputError(f"weights '{given[2]}'", "the only value is `random`"
+                                                  + (f"; use {remote} or checkpoint" if remote else ""))

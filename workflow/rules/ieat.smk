@@ -4,15 +4,7 @@
 # tests' statistics in one process).
 
 
-def ieat_targets():
-    targets = expand("results/ieat/{table}.{ext}", table=IEAT_TABLES, ext=["csv", "md", "html", "missing.tsv"])
-    if IEAT["specificity"]["models"]:
-        targets.append("results/ieat/specificity.csv")
-    if IEAT["build_images"]:
-        targets.append(f"results/images/ieat/{DEFAULT_STORE}/manifest.tsv")
-    if SWEEP_MODELS:
-        targets += expand("results/ieat/sweep.{ext}", ext=["csv", "md", "png", "missing.tsv"])
-    return targets
+ieat_targets = IEAT_PLAN.targets
 
 
 rule ieat_published_embeddings:

@@ -4,59 +4,28 @@
 # Without an `mlm:` section nothing here is built; `mlm: build` lists the models the default target
 # builds, and every model's targets stay buildable by name (or all at once: `snakemake mlm_all`).
 
-MLM = config.get("mlm") or {}
-MLM_MODELS = MLM.get("models", {})
-MLM_REFERENCE = MLM.get("reference")
-MLM_VL = [m for m in MLM_MODELS if m != MLM_REFERENCE]
-MLM_TABLES = ["scores", "bias", "contradictions", "entities"]
-MLM_FIGURES = ["figure2", "figure3", "figure4", "figure5a", "figure5b"]
+from vlbias.suites.mlm.plan import FIGURES as MLM_FIGURES, TABLES as MLM_TABLES, MlmPlan, logprobs_path
 
-
-def mlm_stimuli():
-    return [MLM["case_study"], MLM["entities"]]
-
-
-def mlm_manifest():
-    return regions_manifest(MLM["images"]) if MLM.get("images") else None
-
-
-def mlm_has_images():
-    """Whether the case-study manifest lists any usable image: only then is a region store needed."""
-    manifest = mlm_manifest()
-    return manifest is not None and any(r["status"] == "ok" for r in read_manifest(manifest))
-
-
-def mlm_logprobs_input(wildcards):
-    inputs = {"stimuli": mlm_stimuli()}
-    if wildcards.model != MLM_REFERENCE and mlm_manifest():
-        inputs["manifest"] = mlm_manifest()
-        if mlm_has_images():
-            inputs["store"] = f"results/regions/{MLM['images']}/{MLM_MODELS[wildcards.model]['detector']}.h5"
-    return inputs
-
-
-def mlm_outputs(model):
-    return (expand("results/mlm/{model}/{table}.{ext}", model=model, table=MLM_TABLES, ext=["csv", "md", "tex", "html"])
-            + expand("results/mlm/{model}/{figure}.png", model=model, figure=MLM_FIGURES)
-            + [f"results/mlm/logprobs/{model}.images.tsv"])
-
-
-def mlm_targets():
-    return [t for model in MLM.get("build", []) for t in mlm_outputs(model)] if MLM else []
+MLM_PLAN = MlmPlan(config)
+MLM = MLM_PLAN.mlm
+MLM_MODELS = MLM_PLAN.models
+MLM_REFERENCE = MLM_PLAN.reference
+MLM_VL = MLM_PLAN.vl
+mlm_targets = MLM_PLAN.targets
 
 
 rule mlm_all:
     input:
-        [t for model in MLM_VL for t in mlm_outputs(model)] if MLM else [],
+        [t for model in MLM_VL for t in MLM_PLAN.outputs(model)],
 
 
 rule mlm_logprobs:
     input:
-        unpack(mlm_logprobs_input),
+        unpack(lambda w: MLM_PLAN.logprobs_inputs(w.model)),
     output:
-        logprobs="results/mlm/logprobs/{model}.tsv",
+        logprobs=logprobs_path("{model}"),
         images=report(
-            "results/mlm/logprobs/{model}.images.tsv",
+            logprobs_path("{model}", "images.tsv"),
             caption="../report/mlm_images.rst",
             category="MLM association",
             subcategory="{model}",
@@ -84,9 +53,9 @@ def mlm_report_output(name, caption):
 
 rule mlm_report:
     input:
-        stimuli=mlm_stimuli() if MLM else [],
-        logprobs="results/mlm/logprobs/{model}.tsv",
-        reference=f"results/mlm/logprobs/{MLM_REFERENCE}.tsv",
+        stimuli=MLM_PLAN.stimuli(),
+        logprobs=logprobs_path("{model}"),
+        reference=logprobs_path(MLM_REFERENCE),
     output:
         **{f"{t}_{ext}": f"results/mlm/{{model}}/{t}.{ext}" for t in MLM_TABLES for ext in ["csv", "md", "tex"]},
         scores_html=mlm_report_output("scores.html", "mlm_scores.rst"),

@@ -3,21 +3,14 @@
 # Each image's regions are cached by content: new images in the manifest are the only ones detected.
 # Or read from a TSV file of released features (regions/tsv; rule regions_tsv).
 
-REGIONS = config.get("regions") or {}
-REGION_DETECTORS = REGIONS.get("detectors", {})
-REGION_TSV = REGIONS.get("tsv", {})  # region stores read from released bottom-up-attention TSV files
+from vlbias.regions.plan import RegionsPlan
 
-
-def regions_manifest(dataset):
-    """The image manifest of ``dataset``: set under regions/manifests, else the grounded rules' output."""
-    return REGIONS.get("manifests", {}).get(dataset, f"results/images/grounded/{dataset}/manifest.tsv")
-
-
-def regions_targets():
-    targets = []
-    for pair in REGIONS.get("build", []):
-        targets += expand("results/regions/{dataset}/{detector}.{ext}", **pair, ext=["h5", "persons.tsv"])
-    return targets
+REGIONS_PLAN = RegionsPlan(config)
+REGIONS = REGIONS_PLAN.regions
+REGION_DETECTORS = REGIONS_PLAN.detectors
+REGION_TSV = REGIONS_PLAN.tsv
+regions_manifest = REGIONS_PLAN.manifest
+regions_targets = REGIONS_PLAN.targets
 
 
 rule regions:
@@ -48,21 +41,12 @@ rule regions:
         "../scripts/regions.py"
 
 
-def regions_tsv_file(w):
-    """The TSV file of source ``w.source`` for ``w.dataset`` (regions/tsv/<source>/files)."""
-    files = REGION_TSV[w.source].get("files", {})
-    if w.dataset not in files:
-        raise ValueError(f"config/config.yaml: key 'regions/tsv/{w.source}/files' names no TSV file for dataset "
-                         f"'{w.dataset}' (it has {sorted(files)})")
-    return files[w.dataset]
-
-
 # The same store from a TSV file of released features: the manifest's images, those the file lacks
 # recorded as skipped. The store records the file's sha256 (read in the same pass as the features).
 rule regions_tsv:
     input:
         manifest=lambda w: regions_manifest(w.dataset),
-        tsv=regions_tsv_file,
+        tsv=lambda w: REGIONS_PLAN.tsv_file(w.source, w.dataset),
     output:
         store="results/regions/{dataset}/{source}.h5",
         persons=report(

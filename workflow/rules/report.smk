@@ -38,12 +38,6 @@ def report_targets():
     return targets
 
 
-def grounded_main_results():
-    """The experiment results of the main protocol's tables."""
-    return sorted({f for target, (protocol, _) in TABLE_TARGETS.items() if protocol == MAIN_PROTOCOL
-                   for f in grounded_table_spec(target)["results"]})
-
-
 rule ieat_figures:
     input:
         unpack(lambda w: existing({table: f"results/ieat/{table}.csv" for table in IEAT_TABLES})),
@@ -93,7 +87,7 @@ rule seat_figures:
 
 rule grounded_figures:
     input:
-        results=lambda w: existing(grounded_main_results()),
+        results=lambda w: existing(GROUNDED_PLAN.main_results()),
         published=GROUNDED.get("published", []),
     output:
         heatmap=report(
@@ -114,7 +108,7 @@ rule grounded_figures:
         "results/logs/grounded_figures.log",
     threads: 1
     params:
-        columns=GROUNDED_COLUMNS,
-        levels=GROUNDED_LEVELS,
+        columns=GROUNDED_PLAN.experiments.get("columns"),
+        levels=GROUNDED_PLAN.grounded.get("levels"),
     script:
         "../scripts/grounded_figures.py"

@@ -3,8 +3,7 @@
 # per set of a user's own vectors, and one table job per model (all its tests' statistics in one process).
 
 
-def seat_targets():
-    return expand("results/seat/{model}/table.{ext}", model=SEAT["models"], ext=["csv", "md", "html"])
+seat_targets = partial(seat_plan.targets, config)
 
 
 rule seat_embed:

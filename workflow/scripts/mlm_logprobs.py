@@ -5,9 +5,9 @@ from pathlib import Path
 from vlbias.io.cache import RecordCache, fingerprint
 from vlbias.io.fetch import write_manifest
 from vlbias.logs import setup_logging
-from vlbias.mlm.probability import load_visuals
-from vlbias.mlm.scores import logprob_table, write_logprob_table
-from vlbias.mlm.stimuli import load_mlm_stimulus, read_image_manifest
+from vlbias.suites.mlm.probability import load_visuals
+from vlbias.suites.mlm.scores import logprob_table, write_logprob_table
+from vlbias.suites.mlm.stimuli import load_mlm_stimulus, read_image_manifest
 from vlbias.models import build
 from vlbias.regions.store import RegionStore
 

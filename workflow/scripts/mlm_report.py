@@ -1,8 +1,8 @@
 import logging
 
 from vlbias.logs import setup_logging
-from vlbias.mlm.scores import read_logprob_table
-from vlbias.mlm.stimuli import load_mlm_stimulus
+from vlbias.suites.mlm.scores import read_logprob_table
+from vlbias.suites.mlm.stimuli import load_mlm_stimulus
 from vlbias.report.mlm import write_report
 
 setup_logging(snakemake.log[0])

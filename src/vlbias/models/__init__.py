@@ -15,7 +15,9 @@
 
 Every encoder also has ``.info``, a JSON-able dict recording where its weights came from.
 
-Adapter modules are imported only when an entry names them (see vlbias.registry).
+Adapter modules are imported only when an entry names them (see vlbias.registry). Adding a family
+means its module vlbias.models.<adapter>, its schema vlbias/schemas/models/<adapter>.yaml (its keys,
+and what it embeds and gives: vlbias.models.plan) and a config entry.
 """
 
 import logging
@@ -25,19 +27,7 @@ from vlbias.registry import Registry
 
 log = logging.getLogger(__name__)
 
-# adapter name -> module whose import registers it
-_MODULES = {
-    "open_clip": "vlbias.models.open_clip",
-    "sentence": "vlbias.models.sentence",
-    "visualbert": "vlbias.models.visualbert",
-    "lxmert": "vlbias.models.lxmert",
-    "vilbert": "vlbias.models.vilbert",
-    "vlbert": "vlbias.models.vlbert",
-    "bert_mlm": "vlbias.models.bert_mlm",
-    "igpt": "vlbias.models.igpt",
-    "simclr": "vlbias.models.simclr",
-}
-_ADAPTERS = Registry("model", _MODULES)
+_ADAPTERS = Registry("model", "vlbias.models")  # adapter <name>: module vlbias.models.<name>
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the
 # config entry also carries what the workflow itself reads.
 register, build = _ADAPTERS.register, _ADAPTERS.build

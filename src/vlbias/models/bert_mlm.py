@@ -1,4 +1,4 @@
-"""Text-only BERT with its masked-language-model head: the language-only reference P_L of vlbias.mlm.
+"""Text-only BERT with its masked-language-model head: the language-only reference P_L of vlbias.suites.mlm.
 
 Config entry (``adapter: bert_mlm``): the keys of vlbias.models.vl (weights: random + seed +
 config, checkpoint, path, or model_id + revision; tokenizer, max_length, batch_size, device,

@@ -34,7 +34,6 @@ class LxmertEncoder(VLEncoder):
     feature_dim_key = "visual_feat_dim"
     uses_boxes = True
     supports_image_masking = True
-    ws_vectors = ("language", "language+visual")
     image_masking = "region features set to zeros, boxes kept (LXMERT's masked-object pre-training)"
     no_image = "one region with zero features and the whole-image box (0, 0, 1, 1)"
 

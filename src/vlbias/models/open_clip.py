@@ -10,7 +10,8 @@ Config entry keys:
                   or the weights already in the Hugging Face cache
       checkpoint  a local state_dict file: .safetensors, or a torch.save file read with
                   weights_only=True (pickled objects other than tensors are refused)
-      random_init true, with ``seed`` (default 0): random weights, for tests and offline smoke runs
+      weights     ``random``, with ``seed`` (default 0): random weights, for tests and offline smoke
+                  runs (the key every family uses; the former ``random_init: true`` is refused, naming it)
     model_cfg     for an open_clip arch: dict merged into its config (one level deep: a ``vision_cfg``
                   given here updates the arch's ``vision_cfg``); for any other ``arch`` name: the whole
                   architecture (embed_dim, vision_cfg, text_cfg), e.g. a tiny model for tests
@@ -23,8 +24,9 @@ Config entry keys:
     model_id, revision            recorded in ``.info`` (default: arch, and the tag's source)
 """
 
-import copy
+import json
 import logging
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,7 @@ from vlbias.images.decode import square_images
 from vlbias.io.fetch import sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import register, runtime
+from vlbias.registry import one_weights_source
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ _DEFINED = set()
 
 
 @register("open_clip")
-class OpenClipImageEncoder:
+class OpenClipEncoder:
     def __init__(self, spec):
         arch, model_cfg = spec.get("arch"), spec.get("model_cfg") or {}
         if not isinstance(arch, str) or not arch:
@@ -60,16 +63,16 @@ class OpenClipImageEncoder:
         elif {"embed_dim", "vision_cfg", "text_cfg"} <= set(model_cfg):
             # open_clip builds models by name only, so a new architecture is registered under its name
             # (again on every build: two entries may define the same name differently)
-            open_clip.factory._MODEL_CONFIGS[arch] = copy.deepcopy(model_cfg)
+            _add_model_config(arch, model_cfg)
             _DEFINED.add(arch)
             base, model_kwargs = model_cfg, {}
         else:
             raise InputError(f"arch '{arch}'", "not an open_clip architecture (see open_clip.list_models()); to "
                                                "define one, give model_cfg with embed_dim, vision_cfg and text_cfg")
-        tag, checkpoint, random_init = spec.get("pretrained"), spec.get("checkpoint"), bool(spec.get("random_init"))
-        if (tag is not None) + (checkpoint is not None) + random_init != 1:
-            raise InputError(f"arch '{arch}'", "set exactly one of `pretrained: <tag>`, `checkpoint: <file>` "
-                                               "or `random_init: true`")
+        if "random_init" in spec:  # the config check says so too (the schema's family: renamed)
+            raise InputError("random_init", "no longer read; write `weights: random` instead")
+        one_weights_source(spec, f"arch '{arch}'", "pretrained", "an open_clip tag")
+        tag, checkpoint, random_init = spec.get("pretrained"), spec.get("checkpoint"), spec.get("weights") == "random"
         self.device, self.batch_size = runtime(spec)
         create = dict(force_preprocess_cfg=spec.get("preprocess"), **model_kwargs)
 
@@ -204,3 +207,16 @@ def _from_tag(arch, tag, create):
     model = open_clip.create_model(arch, pretrained=tag, force_quick_gelu=tag_cfg.get("quick_gelu", False),
                                    **create)
     return model, path, tag_cfg
+
+
+def _add_model_config(arch, model_cfg):
+    """Register ``model_cfg`` as open_clip architecture ``arch`` through its public ``add_model_config``,
+    which reads a <arch>.json file (kept in its registry after the file is gone)."""
+    if "/" in arch or arch.startswith("."):
+        raise InputError(f"arch '{arch}'", "a new architecture's name is a file name: no '/', no leading '.'")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, f"{arch}.json")
+        path.write_text(json.dumps(model_cfg))
+        open_clip.add_model_config(path)
+    if arch not in open_clip.list_models():  # open_clip names it by the file's stem
+        raise InputError(f"arch '{arch}'", "not a name open_clip registers an architecture under")

@@ -1,15 +1,55 @@
-"""What the workflow plans from a model entry without importing its adapter (which imports torch):
-what the adapter embeds, and the outputs it gives per image (one store each)."""
+"""What the workflow plans from a model entry without importing its adapter (which imports torch),
+read from what each family declares once, in its schema file (``vlbias/schemas/models/<adapter>.yaml``):
 
-# what each adapter embeds as association-test stimuli: ``encode_images`` (square RGB pixels),
-# ``encode_texts`` (strings); both: one joint space (cross-modal tests). The vision-language
-# adapters embed (caption, regions) pairs (vlbias.models.vl), neither alone.
-MODALITIES = {
-    "open_clip": ("images", "texts"),
-    "igpt": ("images",),
-    "simclr": ("images",),
-    "sentence": ("texts",),
-}
+    family:
+      embeds: [images, texts]   # encode_images (square RGB pixels), encode_texts (strings); both: one joint space
+      outputs: {hidden: "layer{layer}", logits: logits}   # the vectors per image, one store each (iGPT)
+      ws_vectors: [language, language+visual]   # the W/S vectors a vision-language family can give
+      feeds: {<protocol switch>: [its own value, the other]}   # how a vision-language family is fed
+      renamed: {<old key>: <what to write now>}
+
+The vision-language adapters embed (caption, regions) pairs (vlbias.models.vl): no ``embeds``.
+"""
+
+from functools import cache
+
+import yaml
+
+from vlbias.registry import SCHEMAS
+
+
+@cache
+def schema_file(adapter):
+    """The schema file of model ``adapter`` as written ({} for none: an unknown adapter)."""
+    path = SCHEMAS / "models" / f"{adapter}.yaml"
+    if not isinstance(adapter, str) or not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
+def family(adapter):
+    """The ``family`` declaration of model ``adapter`` ({} for none)."""
+    return schema_file(adapter).get("family") or {}
+
+
+def embeds(adapter):
+    """What ``adapter`` embeds as association-test stimuli: ("images",), ("texts",), both, or ()."""
+    return tuple(family(adapter).get("embeds", ()))
+
+
+def ws_vectors(adapter):
+    """The W/S vectors (``ws_vector``) vision-language ``adapter`` can give; the language [CLS] by default."""
+    return tuple(family(adapter).get("ws_vectors", ("language",)))
+
+
+def feeds(adapter):
+    """{option: its values, the family's own first}: how ``adapter``'s inputs can be fed."""
+    return {name: tuple(values) for name, values in (family(adapter).get("feeds") or {}).items()}
+
+
+def _listed(value):
+    return value if isinstance(value, list) else [value]
 
 
 def outputs(spec):
@@ -17,12 +57,13 @@ def outputs(spec):
     adapter is imported: the workflow plans one store per output). Several for iGPT with several
     layers or ``output: [hidden, logits]`` (``encode_outputs`` returns them all from one pass): its
     ``layer<l>`` for each layer, then ``logits``; one name for any other iGPT entry; none (``[]``)
-    for adapters with a single output (``encode_images``)."""
-    if spec.get("adapter") != "igpt":
+    for adapters with a single output (``encode_images``). Unset keys take their schema defaults."""
+    doc = schema_file(spec.get("adapter"))
+    names = (doc.get("family") or {}).get("outputs")
+    if not names:
         return []
-    kinds = spec.get("output", "hidden")
-    kinds = kinds if isinstance(kinds, list) else [kinds]
-    layers = spec.get("layer", 20)
-    layers = layers if isinstance(layers, list) else [layers]
-    names = [f"layer{l}" for l in sorted(set(layers))] if "hidden" in kinds else []
-    return names + (["logits"] if "logits" in kinds else [])
+    default = {key: prop.get("default") for key, prop in (doc.get("properties") or {}).items()}
+    kinds = _listed(spec.get("output", default["output"]))
+    layers = sorted(set(_listed(spec.get("layer", default["layer"]))))
+    return [name.format(layer=layer) for kind, name in names.items() if kind in kinds
+            for layer in (layers if "{layer}" in name else [None])]

@@ -48,6 +48,7 @@ from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import register, runtime
+from vlbias.registry import one_weights_source
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +187,8 @@ class SimCLREncoder:
         self.image_size = spec.get("image_size", 224)
         if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 32:
             raise InputError("image_size", f"expected an integer of at least 32, got {self.image_size!r}")
+        one_weights_source(spec, "simclr")
         checkpoint, random_init = spec.get("checkpoint"), spec.get("weights") == "random"
-        if spec.get("weights") not in (None, "random"):
-            raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
-        if (checkpoint is not None) + random_init != 1:
-            raise InputError("simclr", "set exactly one of `checkpoint: <file>` or `weights: random`")
         seed, path = None, None
         if random_init:
             seed = int(spec.get("seed", 0))

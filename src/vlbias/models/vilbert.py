@@ -67,7 +67,6 @@ from vlbias.models.bert_layers import (LN_EPS, AddNorm, Embeddings, HeadTransfor
                                        LMPredictionHead, additive_mask, attend, init_weights)
 from vlbias.models.vl import Visual, VLEncoder, _field
 
-WS_VECTORS = ("language", "language+visual")
 AUTHORS_SEQ_LEN = 36  # Ross et al.'s max_seq_length (configs/vilbert_google_images.yml:14)
 AUTHORS_ROWS = 36     # their loader's region_len: the reader's global token and 35 regions
 # The published checkpoints. vilbert_beta's are in Google Drive folders (no direct URL): download
@@ -343,8 +342,6 @@ class ViLBertEncoder(VLEncoder):
     feature_dim_key = "v_feature_size"
     uses_boxes = True
     supports_image_masking = True
-    ws_vectors = WS_VECTORS
-    feed_options = {"vilbert_padding": ("masked", "attended"), "vilbert_image_mask": ("regions", "in_place")}
     image_masking = ("region features set to zeros, positions kept, the global token the mean after masking "
                      "(ViLBERT's masked-region pre-training)")
     no_image = "one region with zero features and the whole-image box, after the global token (then zeros)"

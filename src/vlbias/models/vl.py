@@ -79,7 +79,7 @@ import transformers
 from vlbias.errors import InputError
 from vlbias.images.decode import load_rgb
 from vlbias.io.fetch import sha256_file
-from vlbias.models import runtime
+from vlbias.models import plan, runtime
 from vlbias.models.hf import download, load_model
 from vlbias.models.sentence import resolve
 from vlbias.regions import regions_with_labels
@@ -268,8 +268,8 @@ class VLEncoder:
     region feature size; None for a text-only model), uses_boxes, supports_image_masking, image_masking, no_image;
     and implements ``_language_states(text, *visual)`` and ``_lm_head(states)``, where ``visual`` is
     what ``_batch`` gives beside the text (by default features, boxes and the region mask).
-    A two-stream family also sets ``ws_vectors = ("language", "language+visual")`` and overrides
-    ``_streams`` to return the vision stream's states too (and ``_visual_dim`` if its width differs).
+    A two-stream family also declares ``ws_vectors: [language, language+visual]`` in its schema file
+    (vlbias.models.plan, as its ``feeds``) and overrides ``_streams`` to return the vision stream's states too (and ``_visual_dim`` if its width differs).
     """
 
     original_checkpoints = None  # {name: URL}: the family's weights are original checkpoint files, not a hub model
@@ -279,10 +279,6 @@ class VLEncoder:
     supports_image_masking = False
     image_masking = None   # how a masked region is fed, in words (recorded in .info)
     no_image = None        # what "no visual input" feeds, in words
-    ws_vectors = ("language",)  # the W/S vectors the family can give (ws_vector)
-    # {option: its values, the family's own first}: how the family's inputs are fed, where Ross et al.'s
-    # loaders fed them otherwise (protocol switches, docs/grounded.md rows 8-12); each changes vectors
-    feed_options = {}
     masks_every_run = False  # True: the regions mask I hides are masked in the unmasked runs too
 
     def __init__(self, spec):
@@ -298,6 +294,10 @@ class VLEncoder:
         self.token_mask = spec.get("token_mask", "piece")
         if self.token_mask not in TOKEN_MASKS:
             raise InputError(f"token_mask '{self.token_mask}'", f"must be one of {', '.join(TOKEN_MASKS)}")
+        # the W/S vectors the family can give, and {option: its values, the family's own first}: how its
+        # inputs are fed where Ross et al.'s loaders fed them otherwise (protocol switches, docs/grounded.md
+        # rows 8-12; each changes vectors), as its schema file declares them
+        self.ws_vectors, self.feed_options = plan.ws_vectors(self.family), plan.feeds(self.family)
         self.ws_vector = spec.get("ws_vector", "language")
         if self.ws_vector not in self.ws_vectors:
             raise InputError(f"ws_vector '{self.ws_vector}'", f"{self.family} gives {', '.join(self.ws_vectors)}")
@@ -489,7 +489,7 @@ class VLEncoder:
         e.g. ["he", "she"]) keeps only their columns: (m, len(tokens)). ``regions`` None, or a None
         entry, is "no visual input" (see the family's ``no_image``). ``fill`` (per caption a list of
         token ids) writes its ids into the caption's first [MASK] positions before the model runs;
-        only the [MASK]s left are returned (vlbias.mlm reveals a multi-piece word piece by piece).
+        only the [MASK]s left are returned (vlbias.suites.mlm reveals a multi-piece word piece by piece).
         """
         captions, regions = self._check(captions, regions, mask, mask_terms)
         if fill is not None and len(fill) != len(captions):

@@ -377,8 +377,6 @@ class VLBertEncoder(VLEncoder):
     feature_dim_key = "visual_feature_size"
     uses_boxes = True
     supports_image_masking = True
-    feed_options = {"vlbert_image_box": ("whole", "none"), "vlbert_box_padding": ("masked", "attended"),
-                    "vlbert_image_mask": ("learned", "zeroed")}
     no_image = ("text only, as its text-corpus pre-training: no box, every token's visual feature the learned "
                 "aux_text_visual_embedding ([CLS] caption [SEP] [END])")
 

@@ -23,13 +23,7 @@ import numpy as np
 from vlbias.errors import InputError
 from vlbias.registry import Registry
 
-# adapter name -> module whose import registers it
-_MODULES = {
-    "bua": "vlbias.regions.bua",
-    "torchvision": "vlbias.regions.torchvision_frcnn",
-    "detectron_fpn": "vlbias.regions.detectron_fpn",
-}
-_ADAPTERS = Registry("detector", _MODULES)
+_ADAPTERS = Registry("detector", "vlbias.regions")  # adapter <name>: module vlbias.regions.<name>
 register, build = _ADAPTERS.register, _ADAPTERS.build
 
 
@@ -52,17 +46,6 @@ def box_rule(spec):
     if not 0 <= min_boxes <= max_boxes:
         raise InputError("min_boxes/max_boxes", f"need 0 <= min_boxes <= max_boxes, got {min_boxes}, {max_boxes}")
     return min_boxes, max_boxes, conf
-
-
-def one_weights_source(spec, detector, remote, remote_hint):
-    """Check that an entry sets exactly one of ``remote`` (the download key: `url`, `model_id`),
-    `checkpoint` and `weights: random`."""
-    given = [spec.get(remote), spec.get("checkpoint"), spec.get("weights")]
-    if sum(x is not None for x in given) != 1:
-        raise InputError(f"{detector} detector", f"set exactly one of `{remote}` ({remote_hint}), "
-                                                 "`checkpoint: <file>` or `weights: random`")
-    if given[2] is not None and given[2] != "random":
-        raise InputError(f"weights '{given[2]}'", f"only `weights: random` is known; use {remote} or checkpoint")
 
 
 def keep_boxes(scores, min_boxes, max_boxes, conf):

@@ -74,7 +74,8 @@ from vlbias.errors import InputError
 from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
-from vlbias.regions import Regions, box_rule, keep_boxes, one_weights_source, register
+from vlbias.regions import Regions, box_rule, keep_boxes, register
+from vlbias.registry import one_weights_source
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +334,7 @@ def resized_size(height, width, min_size, max_size):
 @register("bua")
 class BottomUpAttention:
     def __init__(self, spec):
-        one_weights_source(spec, "bua", "model_id", "with `revision`")
+        one_weights_source(spec, "bua detector", "model_id", "with `revision`")
         model_id, checkpoint, weights = spec.get("model_id"), spec.get("checkpoint"), spec.get("weights")
         self.device, _ = runtime(spec)
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)

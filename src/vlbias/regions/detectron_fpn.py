@@ -78,7 +78,8 @@ from vlbias.errors import InputError
 from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_numpy_pickle, read_state_dict, some
 from vlbias.models import runtime
-from vlbias.regions import Regions, box_rule, keep_boxes, one_weights_source, register
+from vlbias.regions import Regions, box_rule, keep_boxes, register
+from vlbias.registry import one_weights_source
 from vlbias.regions.bua import ConvNorm, stage
 
 log = logging.getLogger(__name__)
@@ -315,7 +316,7 @@ def image_scale(height, width, min_size, max_size):
 @register("detectron_fpn")
 class DetectronFPNDetector:
     def __init__(self, spec):
-        one_weights_source(spec, "detectron_fpn", "url", "with `sha256`")
+        one_weights_source(spec, "detectron_fpn detector", "url", "with `sha256`")
         url, checkpoint, weights = spec.get("url"), spec.get("checkpoint"), spec.get("weights")
         self.device, _ = runtime(spec)
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)

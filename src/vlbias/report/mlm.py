@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from vlbias.mlm.scores import LogProbs, association_scores, bias_scores, contradictions, entity_bias
+from vlbias.suites.mlm.scores import LogProbs, association_scores, bias_scores, contradictions, entity_bias
 from vlbias.report.figures import save_png
 from vlbias.report.formats import NOT_COMPUTED
 from vlbias.report.tables import write_tables
@@ -100,7 +100,7 @@ NOTE = ("S_PT = ln P_VL(E|g)/P_L(E|g) (no image); S_L = mean over the images of 
 
 def write_report(vl_df, ref_df, case_study, entities, model, reference, out):
     """Every table and figure of one vision-language model from the log-probability tables
-    (vlbias.mlm.scores.QUERY_COLUMNS) of the model and of the text-only reference.
+    (vlbias.suites.mlm.scores.QUERY_COLUMNS) of the model and of the text-only reference.
 
     ``model``, ``reference``: {"name", "model_id", "revision"} for captions; ``out``: output paths keyed
     <table>_{csv,md,tex} and optionally <table>_html (scores, bias, contradictions, entities) and

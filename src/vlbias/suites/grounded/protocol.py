@@ -12,13 +12,14 @@ flipped, so the effect of each undocumented choice can be seen on its own:
 Each switch acts in one place of the pipeline (``Switch.acts_in``): the VisualBERT model and its
 detector (row 1), the vision-language encoders' options (rows 3, 6), the regions masked by mask I
 (row 5), the stimulus loader (row 7), the experiment job (row 4), what the ViLBERT and VL-BERT
-encoders are fed (rows 8-12: encoder options of those families, ``FEEDS``). Row 2 (VisualBERT's region
+encoders are fed (rows 8-12: encoder options of those families, the ``feeds`` their schemas declare). Row 2 (VisualBERT's region
 token type) is no switch: both presets use the value VisualBERT was pre-trained with (vlbias.models.visualbert).
 """
 
 from dataclasses import dataclass
 
 from vlbias.errors import InputError
+from vlbias.models.plan import feeds, ws_vectors
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,6 @@ SWITCHES = {
         "detector: the store of the model entry's detector; released: the store read from the TSV file that "
         "the entry's released_regions names for the dataset (LXMERT on COCO: its val2014_obj36.tsv)"),
 }
-# the switches that are encoder options of one family (what the authors' loaders fed it)
-FEEDS = {"vilbert": ("vilbert_padding", "vilbert_image_mask"),
-         "vlbert": ("vlbert_image_box", "vlbert_box_padding", "vlbert_image_mask")}
 PRESETS = {name: {k: s.values[i] for k, s in SWITCHES.items()} for i, name in enumerate(("paper", "authors"))}
 
 
@@ -113,15 +111,16 @@ def resolve(protocol):
 
 def encoder_options(switches, family, config=None):
     """Options of the vision-language encoder entry of ``family`` (vlbias.models.vl): token_mask for
-    every family, ws_vector for the two-stream ones, the feed switches of ViLBERT and VL-BERT (FEEDS).
+    every family, ws_vector for those that give more than one W/S vector (the two-stream ones), the
+    switches the family declares as its ``feeds`` (ViLBERT's, VL-BERT's: vlbias.models.plan).
     ``config``, the entry's model config: an end-to-end VL-BERT (``image_feat_precomputed: false``)
     gets no feed switch, being fed as VL-BERT under every protocol (the authors' loader read
     precomputed features only; the embedding file's ``info`` records the feed)."""
     options = {"token_mask": switches["token_mask"]}
-    if family in ("lxmert", "vilbert"):
+    if len(ws_vectors(family)) > 1:
         options["ws_vector"] = switches["ws_vector"]
     if not (family == "vlbert" and (config or {}).get("image_feat_precomputed") is False):
-        options.update({name: switches[name] for name in FEEDS.get(family, ())})
+        options.update({name: switches[name] for name in feeds(family)})
     return options
 
 

@@ -52,7 +52,7 @@ class MlmStimulus:
 
     def caption(self, entity, agent):
         """The template of ``entity`` with the ``agent`` (female | male | neutral) word filled in;
-        ``{entity}`` stays for vlbias.mlm.probability to mask."""
+        ``{entity}`` stays for vlbias.suites.mlm.probability to mask."""
         return self.entity(entity).template.replace("{agent}", self.agents[agent])
 
 

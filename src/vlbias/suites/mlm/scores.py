@@ -1,6 +1,6 @@
 """Association scores S(E, g) and bias scores B(E) of Srinivasan & Bisk (2022), section 3.
 
-With lp(E | agent, I) = ln P([MASK] = E | template with the agent word, image I) (vlbias.mlm.probability),
+With lp(E | agent, I) = ln P([MASK] = E | template with the agent word, image I) (vlbias.suites.mlm.probability),
 agent g in {female, male} (woman, man) and the neutral agent p (person), no image written ``-``:
 
     S_PT(E, g) = lp_VL(E | g, -) - lp_L(E | g, -)                       pre-training (L: text-only BERT)
@@ -23,8 +23,8 @@ import pandas as pd
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import read_manifest, write_manifest
-from vlbias.mlm.probability import Query, entity_logprobs, entity_pieces
-from vlbias.mlm.stimuli import AGENTS, GENDERS
+from vlbias.suites.mlm.probability import Query, entity_logprobs, entity_pieces
+from vlbias.suites.mlm.stimuli import AGENTS, GENDERS
 
 QUERY_COLUMNS = ["stimulus", "entity", "agent", "image", "image_entity", "image_gender", "caption", "pieces",
                  "logprob"]
@@ -64,7 +64,7 @@ def bias(s_female, s_male):
 def plan_queries(stimulus, images=()):
     """The rows (without logprob) and Queries one model needs for ``stimulus``.
 
-    Every entity with each agent and no image; and, per image (vlbias.mlm.stimuli.ImageRow) of an
+    Every entity with each agent and no image; and, per image (vlbias.suites.mlm.stimuli.ImageRow) of an
     entity: the entity with each agent, and its contrasting entity with the neutral agent (same
     template; for the listing of images whose prediction contradicts them).
     """
@@ -94,7 +94,7 @@ def logprob_table(model, stimuli, images=None, visuals=None, cache=None):
     """DataFrame (QUERY_COLUMNS) of ``model``'s log-probabilities for ``stimuli``.
 
     ``images``: {stimulus id: [ImageRow]} of the images to query (their regions in ``visuals``);
-    ``cache``: see vlbias.mlm.probability.entity_logprobs.
+    ``cache``: see vlbias.suites.mlm.probability.entity_logprobs.
     """
     planned = []
     for stimulus in stimuli:

@@ -1,0 +1,149 @@
+"""What the grounded workflow builds (workflow/rules/grounded_tables.smk), planned from the checked
+config alone: the targets, every job's input and output paths, what each table job reads.
+
+    plan = GroundedPlan(config)          # config as check_config left it (schema defaults filled in)
+    plan.targets()                       # results/grounded/table3.csv, ..., comparison.md
+    plan.table_spec("paper/table3")      # the table job's columns, groups, levels, results it reads
+
+Tables 3-7 of the main protocol (``grounded/protocol``) are results/grounded/<table>.*, those of
+every other protocol results/grounded/<protocol>/<table>.*.
+"""
+
+from pathlib import Path
+
+from vlbias.errors import InputError
+from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
+
+SOURCE = "config/config.yaml"
+TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
+
+
+def embedding_path(protocol, dataset, model, ext="h5"):
+    """The embedding job's output: ``ext`` h5 (the vectors) or missing.tsv (the pairs left out)."""
+    return f"results/embeddings/grounded/{protocol}/{dataset}/{model}.{ext}"
+
+
+def experiment_path(protocol, dataset, model):
+    return f"results/grounded/experiments/{protocol}/{dataset}/{model}.csv"
+
+
+def table_path(target, ext="csv"):
+    """A table's file: ``target`` "table3" (the main protocol) or "<protocol>/table3"."""
+    return f"results/grounded/{target}.{ext}"
+
+
+def region_store_path(dataset, store):
+    return f"results/regions/{dataset}/{store}.h5"
+
+
+class GroundedPlan:
+    def __init__(self, config):
+        self.config = config
+        grounded = config.get("grounded") or {}
+        self.grounded = grounded
+        self.models = grounded.get("models") or {}
+        self.experiments = grounded.get("experiments") or {}
+        self.tables = grounded.get("tables") or {}
+        # {name: {switch: value}}; the config check has resolved each already
+        self.protocols = {name: resolve(spec) for name, spec in (grounded.get("protocols") or {}).items()}
+        self.main_protocol = grounded.get("protocol") or next(iter(self.protocols), None)
+        self.table_targets = {self.table_target(p, t): (p, t) for p in self.protocols for t in self.tables}
+
+    def stimulus(self, dataset, test):
+        return f"{self.grounded['stimuli']}/{dataset}/{test}.yaml"
+
+    def table_target(self, protocol, table):
+        """The target name of ``table`` under ``protocol``: "table3" for the main protocol, "paper/table3" else."""
+        return table if protocol == self.main_protocol else f"{protocol}/{table}"
+
+    def models_on(self, protocol):
+        """{column label: model name} of the models switched on (grounded/experiments/models) under
+        ``protocol``: an entry with a `visualbert` key fills its column only when the protocol's
+        `visualbert` switch has that value (the config check has made sure the columns are unique)."""
+        switches = self.protocols[protocol]
+        return {self.models[m]["column"]: m for m in self.experiments.get("models", [])
+                if self.models[m].get("visualbert", switches["visualbert"]) == switches["visualbert"]}
+
+    def dataset_on(self, dataset):
+        """A dataset is on when its images are configured (or regions/manifests names its manifest)."""
+        manifests = (self.config.get("regions") or {}).get("manifests") or {}
+        return dataset in self.grounded["images"]["datasets"] or dataset in manifests
+
+    def jobs(self, protocol, table):
+        """The (dataset, model) embedding and experiment jobs ``table`` reads under ``protocol``, and its
+        columns; a test no dataset of the table has a stimulus file for is an InputError."""
+        spec = self.tables[table]
+        on = self.models_on(protocol)
+        labels = spec.get("columns", self.experiments["columns"])
+        datasets = spec.get("datasets") or {c: spec["dataset"] for c in labels}
+        columns = []
+        for label in labels:
+            dataset = datasets.get(label)
+            model = on.get(label) if dataset and self.dataset_on(dataset) else None
+            columns.append({"label": label, "model": model, "dataset": dataset})
+        for group, tests in spec["groups"].items():
+            for test in tests:
+                if not any(Path(self.stimulus(d, test)).exists() for d in set(datasets.values())):
+                    raise InputError(SOURCE, f"key 'grounded/tables/{table}/groups/{group}' names '{test}', which "
+                                             f"has no stimulus file in {self.grounded['stimuli']}/<dataset> for "
+                                             f"{sorted(set(datasets.values()))}")
+        return sorted({(c["dataset"], c["model"]) for c in columns if c["model"]}), columns
+
+    def table_spec(self, target):
+        """Everything the table script needs: the columns (label, model, dataset), the groups of
+        tests, levels, masks; and the experiment results it reads."""
+        protocol, table = self.table_targets[target]
+        spec = self.tables[table]
+        jobs, columns = self.jobs(protocol, table)
+        level = spec["level"]
+        return {
+            "table": table, "protocol": protocol, "switches": self.protocols[protocol],
+            "caption": spec.get("caption", ""), "columns": columns, "groups": spec["groups"],
+            "levels": self.grounded["levels"],
+            "masks": [m for m, at in self.grounded["masks"].items() if level in at], "level": level,
+            "experiments": spec["experiments"],
+            "alpha": self.experiments["alpha"],
+            "results": [experiment_path(protocol, d, m) for d, m in jobs],
+            "missing": [embedding_path(protocol, d, m, "missing.tsv") for d, m in jobs],
+        }
+
+    def dataset_tests(self, dataset):
+        """The tests of ``dataset`` that a table shows (and that have a stimulus file), sorted."""
+        tests = set()
+        for spec in self.tables.values():
+            if dataset in (spec.get("datasets") or {"": spec.get("dataset")}).values():
+                tests |= {t for ts in spec["groups"].values() for t in ts}
+        return sorted(t for t in tests if Path(self.stimulus(dataset, t)).exists())
+
+    def experiment_results(self):
+        """Every experiment result file of every protocol's tables (the comparison reads them all)."""
+        return sorted({f for target in self.table_targets for f in self.table_spec(target)["results"]})
+
+    def main_results(self):
+        """The experiment results of the main protocol's tables (the figures read them)."""
+        return sorted({f for target, (protocol, _) in self.table_targets.items() if protocol == self.main_protocol
+                       for f in self.table_spec(target)["results"]})
+
+    def targets(self):
+        if not (self.grounded and self.experiments.get("build")):
+            return []
+        targets = [table_path(target, ext) for target in self.table_targets for ext in TABLE_EXTS]
+        return targets + ([table_path("comparison", ext) for ext in ("csv", "md")] if self.grounded.get("published")
+                          else [])
+
+    # --- the embedding job of one (protocol, dataset, model) ----------------------------------------
+
+    def embed_stimuli(self, protocol, dataset, model):
+        return [self.stimulus(dataset, t) for t in self.dataset_tests(dataset)]
+
+    def embed_region_store(self, protocol, dataset, model):
+        """The region store (detector or regions/tsv source) the embedding job reads (switch region_source)."""
+        return region_store(self.protocols[protocol], self.models[model], dataset)
+
+    def embed_regions(self, protocol, dataset, model):
+        return region_store_path(dataset, self.embed_region_store(protocol, dataset, model))
+
+    def embed_spec(self, protocol, dataset, model):
+        """The model entry with the protocol's encoder options (vlbias.suites.grounded.protocol)."""
+        spec = self.models[model]
+        return {**spec, **encoder_options(self.protocols[protocol], spec["adapter"], spec.get("config"))}

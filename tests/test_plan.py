@@ -1,0 +1,224 @@
+"""What the workflow plans, tested in Python: the targets of the shipped config and of a small one,
+and each job's input functions per wildcard (vlbias.suites.<suite>.plan; the .smk files only call them)."""
+
+import copy
+
+import pytest
+import yaml
+from conftest import REPO
+
+from vlbias.config import check_config
+from vlbias.errors import InputError
+from vlbias.suites.grounded.plan import GroundedPlan, embedding_path, experiment_path, table_path
+
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped config, checked (defaults filled in) as the Snakefile checks it."""
+    with open(REPO / "config/config.yaml") as f:
+        config = yaml.safe_load(f)
+    return check_config(config, SCHEMA, root=REPO)
+
+
+@pytest.fixture
+def small(tmp_path, monkeypatch):
+    """The tiny grounded project of the workflow test (two tests, five models, two protocols), checked."""
+    from test_grounded_pipeline import tiny_project
+
+    tiny_project(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the plan reads stimulus files relative to the project, as Snakemake does
+    with open("config/config.yaml") as f:
+        return check_config(yaml.safe_load(f), SCHEMA, root=tmp_path)
+
+
+# --- grounded ---------------------------------------------------------------------------------------
+
+
+def test_the_shipped_config_builds_no_grounded_tables_until_asked(shipped, monkeypatch):
+    assert GroundedPlan(shipped).targets() == []
+    config = copy.deepcopy(shipped)
+    config["grounded"]["experiments"]["build"] = True
+    monkeypatch.chdir(REPO)
+    plan = GroundedPlan(config)
+    main = config["grounded"]["protocol"]
+    others = [p for p in config["grounded"]["protocols"] if p != main]
+    tables = list(config["grounded"]["tables"])
+    assert plan.targets() == ([table_path(t, e) for t in tables for e in EXTS]
+                              + [table_path(f"{p}/{t}", e) for p in others for t in tables for e in EXTS]
+                              + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+    # every table's jobs resolve (each test it names has a stimulus file), on the schema's defaults
+    spec = plan.table_spec("table3")
+    assert [c["label"] for c in spec["columns"]] == ["VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"]
+    assert spec["alpha"] == 0.05 and spec["levels"] == ["W", "S", "C"]
+
+
+def test_the_small_config_plans_every_grounded_job(small):
+    plan = GroundedPlan(small)
+    assert plan.targets() == ([table_path(f"table{n}", e) for n in range(3, 8) for e in EXTS]
+                              + [table_path(f"paper/table{n}", e) for n in range(3, 8) for e in EXTS]
+                              + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+    # the protocol's visualbert switch picks the column's model
+    assert plan.models_on("authors")["VisualBERT"] == "visualbert-authors"
+    assert plan.models_on("paper")["VisualBERT"] == "visualbert"
+    spec = plan.table_spec("paper/table6")
+    assert spec["protocol"] == "paper" and spec["table"] == "table6" and spec["masks"] == ["T", "I"]
+    assert spec["columns"][1] == {"label": "ViLBERT", "model": None, "dataset": "concap"}  # no such dataset
+    assert spec["results"] == [experiment_path("paper", "google", m) for m in ("lxmert", "visualbert", "vlbert")]
+    assert spec["missing"] == [embedding_path("paper", "google", m, "missing.tsv")
+                               for m in ("lxmert", "visualbert", "vlbert")]
+    assert plan.table_spec("table3")["switches"]["token_mask"] == "word"  # the main protocol: authors
+    assert set(plan.main_results()) == {experiment_path("authors", "google", m)
+                                        for m in ("lxmert", "vilbert", "visualbert-authors", "vlbert")}
+    assert set(plan.experiment_results()) == set(plan.main_results()) | {
+        experiment_path("paper", "google", m) for m in ("lxmert", "vilbert", "visualbert", "vlbert")}
+
+
+def test_the_grounded_embedding_inputs_per_wildcard(small):
+    plan = GroundedPlan(small)
+    assert plan.embed_stimuli("paper", "google", "lxmert") == [
+        "resources/stimuli/grounded/google/toy-a.yaml", "resources/stimuli/grounded/google/toy-b.yaml"]
+    assert plan.embed_stimuli("paper", "concap", "lxmert") == []
+    assert plan.embed_regions("authors", "google", "visualbert-authors") == "results/regions/google/frcnn-tiny-b.h5"
+    assert plan.embed_regions("paper", "google", "vilbert") == "results/regions/google/frcnn-tiny-36.h5"
+    authors, paper = plan.embed_spec("authors", "google", "vilbert"), plan.embed_spec("paper", "google", "vilbert")
+    assert (authors["ws_vector"], authors["vilbert_padding"], paper["ws_vector"]) == ("language+visual", "attended",
+                                                                                     "language")
+    assert authors["detector"] == "frcnn-tiny-36"  # the entry's own keys stay
+    assert "ws_vector" not in plan.embed_spec("authors", "google", "visualbert")  # one stream
+
+
+def test_a_table_naming_a_test_without_a_stimulus_file_is_an_input_error(small):
+    small["grounded"]["tables"]["table4"]["groups"]["Race"] = ["toy-z"]
+    with pytest.raises(InputError, match=r"config/config.yaml: key 'grounded/tables/table4/groups/Race' names "
+                                         r"'toy-z', which has no stimulus file"):
+        GroundedPlan(small).table_spec("table4")
+
+
+# --- iEAT -------------------------------------------------------------------------------------------
+
+
+def test_the_shipped_config_plans_the_ieat_tables(shipped, monkeypatch):
+    from vlbias.suites.ieat.plan import IeatPlan
+
+    monkeypatch.chdir(REPO)
+    plan = IeatPlan(shipped)
+    assert plan.targets() == ([f"results/ieat/{t}.{e}" for t in ("table1", "table2", "table3")
+                               for e in ("csv", "md", "html", "missing.tsv")]
+                              + ["results/ieat/specificity.csv",
+                                 "results/images/ieat/224px-center-bicubic-pil/manifest.tsv"])
+    # igpt-l: one entry, two outputs, one store; tables name the outputs
+    assert plan.several_outputs == {"igpt-l": ["layer20", "logits"]}
+    assert plan.table_models["igpt-l/logits"] == ("igpt-l", "logits") and "igpt-l" not in plan.table_models
+    assert plan.paper_name("igpt-l/logits") == "igpt-logit" and plan.paper_name("igpt") == "igpt"
+    assert plan.model_tests("igpt") == sorted(set(shipped["ieat"]["tables"]["table1"]["tests"])
+                                              | set(shipped["ieat"]["tables"]["table2"]["tests"]))
+    assert plan.model_tests("simclr-r152") == []  # no table names it
+    assert plan.image_stores(["igpt", "igpt-l/layer20"]) == {
+        "igpt-l/layer20": "results/images/ieat/32px-top-left-area-opencv/manifest.tsv"}  # its own images
+
+
+def test_the_small_config_plans_the_ieat_inputs_per_wildcard(tmp_path, monkeypatch):
+    from test_workflow import make_project
+
+    from vlbias.suites.ieat.plan import IeatPlan
+
+    config = make_project(tmp_path)
+    config["ieat"]["models"]["tiny-clip"]["images"] = {"size": 48, "decoder": "opencv"}
+    config["ieat"]["sweep"] = {"models": [{"arch": "RN50", "weights": "random", "name": "rn"}], "tests": "all"}
+    monkeypatch.chdir(tmp_path)
+    plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
+    assert plan.targets()[-4:] == [f"results/ieat/sweep.{e}" for e in ("csv", "md", "png", "missing.tsv")]
+    assert plan.targets()[-5] == "results/images/ieat/32px-center-bicubic-pil/manifest.tsv"  # the default store
+    # a model's own images settings over ieat/images: its own store, built beside the default one
+    assert plan.image_store("tiny-clip") == "results/images/ieat/48px-center-bicubic-opencv"
+    assert sorted(plan.image_stores_settings) == ["32px-center-bicubic-pil", "48px-center-bicubic-opencv"]
+    assert plan.model_tests("tiny-clip") == ["flower-insect"]
+    assert plan.model_tests("rn") == ["flower-insect", "insect-flower"]  # the sweep's: every test
+    assert plan.model_tests("pub") == ["flower-insect", "insect-flower"]  # t1, t2 and the specificity test
+    assert plan.table_stimuli(["insect-flower"], ["pub"]) == ["resources/stimuli/ieat/insect-flower.yaml"]
+    assert plan.text_stimuli("tiny-clip") == []
+
+
+def test_a_cross_modal_test_on_a_model_without_texts_fails_before_any_job(tmp_path, monkeypatch):
+    from test_workflow import make_project, write_yaml
+
+    from vlbias.suites.ieat.plan import IeatPlan
+
+    config = make_project(tmp_path)
+    write_yaml(tmp_path / "resources/stimuli/ieat/words.yaml", {
+        "id": "words", "name": "Words", "suite": "ieat", "level": "cross-modal",
+        "X": {"label": "flower", "category": "toy/flower"}, "Y": {"label": "insect", "category": "toy/insect"},
+        "A": {"label": "Pleasant", "items": ["joy", "love"]}, "B": {"label": "Unpleasant", "items": ["pain", "hate"]}})
+    monkeypatch.chdir(tmp_path)
+    plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
+    assert plan.table_stimuli(["words"], ["tiny-clip"]) == ["resources/stimuli/ieat/words.yaml"]
+    with pytest.raises(InputError, match="words.yaml: sets A, B are texts, and model 'pub' \\(published vectors\\)"):
+        plan.table_stimuli(["words"], ["pub"])
+
+
+def test_seat_targets_and_tests(shipped, monkeypatch):
+    from vlbias.suites.seat.plan import seat_tests, targets
+
+    monkeypatch.chdir(REPO)
+    models = list(shipped["seat"]["models"])
+    assert targets(shipped) == [f"results/seat/{m}/table.{e}" for m in models for e in ("csv", "md", "html")]
+    config = copy.deepcopy(shipped)
+    assert "weat1" in seat_tests(config) and seat_tests(config) == sorted(seat_tests(config))
+    config["seat"]["tests"] = ["weat2", "weat1"]
+    assert seat_tests(config) == ["weat2", "weat1"]  # as listed
+
+
+# --- grounded images and region stores ----------------------------------------------------------------
+
+
+def test_the_grounded_images_and_region_stores_of_the_shipped_config(shipped, monkeypatch):
+    from vlbias.regions.plan import GroundedImagesPlan, RegionsPlan
+
+    monkeypatch.chdir(REPO)
+    images = GroundedImagesPlan(shipped)
+    assert images.targets()[:3] == [f"results/images/grounded/google/{n}.tsv" for n in ("manifest", "failures",
+                                                                                         "summary")]
+    assert images.targets()[-1] == "results/grounded/table1.html"
+    assert images.folder("/m", "google") == "/m/grounded/data/google-images"  # in the upstream repository's
+    assert images.folder("/m", "coco") == "/m/coco/val2014"  # source: null
+    assert "weat6" in images.tests("google")
+    config = copy.deepcopy(shipped)
+    config["grounded"]["images"]["datasets"]["google"]["tests"] = ["weat6", "weat99"]
+    with pytest.raises(InputError, match=r"config/config.yaml: key 'grounded/images/datasets/google/tests' names "
+                                         r"tests that .* does not list: \['weat99'\]"):
+        GroundedImagesPlan(config).tests("google")
+    regions = RegionsPlan(shipped)
+    assert regions.manifest("mlm") == "resources/manifests/mlm_case_study.tsv"  # regions/manifests
+    assert regions.manifest("google") == "results/images/grounded/google/manifest.tsv"  # the grounded rules'
+    assert regions.targets() == []
+    source = next(iter(regions.tsv))
+    dataset = next(iter(regions.tsv[source]["files"]))
+    assert regions.tsv_file(source, dataset) == regions.tsv[source]["files"][dataset]
+    with pytest.raises(InputError, match=rf"key 'regions/tsv/{source}/files' names no TSV file for dataset 'nope'"):
+        regions.tsv_file(source, "nope")
+
+
+# --- masked-entity association ------------------------------------------------------------------------
+
+
+def test_the_mlm_jobs_of_the_shipped_config(shipped, monkeypatch, tmp_path):
+    from vlbias.suites.mlm.plan import MlmPlan
+
+    monkeypatch.chdir(REPO)
+    plan = MlmPlan(shipped)
+    assert plan.targets() == []  # mlm/build lists none
+    assert plan.outputs("lxmert")[0] == "results/mlm/lxmert/scores.csv"
+    assert plan.outputs("lxmert")[-1] == "results/mlm/logprobs/lxmert.images.tsv"
+    stimuli = [shipped["mlm"]["case_study"], shipped["mlm"]["entities"]]
+    assert plan.logprobs_inputs("bert") == {"stimuli": stimuli}  # the text-only reference reads no images
+    manifest = "resources/manifests/mlm_case_study.tsv"
+    assert plan.logprobs_inputs("lxmert") == {"stimuli": stimuli, "manifest": manifest}  # placeholders only
+    # a manifest with a usable image: the model's detector's region store too
+    config = copy.deepcopy(shipped)
+    (tmp_path / "m.tsv").write_text("test\trole\tfile\tstatus\nnurse\tfemale\ta.jpg\tok\n")
+    config["regions"]["manifests"]["mlm"] = str(tmp_path / "m.tsv")
+    detector = config["mlm"]["models"]["lxmert"]["detector"]
+    assert MlmPlan(config).logprobs_inputs("lxmert")["store"] == f"results/regions/mlm/{detector}.h5"

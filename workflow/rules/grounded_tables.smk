@@ -1,0 +1,103 @@
+# Grounded WEAT/SEAT tests (Ross et al. 2021): embeddings of each test's (caption, image) pairs on
+# each vision-language model, experiments 1-3, and the paper's Tables 3-7, under each protocol
+# (`authors`: what produced the printed tables; `paper`: the paper's text; docs/grounded.md).
+# One embedding job per (protocol, dataset, model), one model load for all its tests (pairs cached by
+# content, shared between protocols where their switches agree: an edited stimulus file re-embeds
+# its new pairs only), one experiment job per (protocol, dataset, model), one job per table.
+# Targets: results/grounded/table{3..7}.* under `grounded: protocol`, results/grounded/<protocol>/
+# table{3..7}.* under every other protocol, results/grounded/comparison.{csv,md} (printed / each).
+# Planned in vlbias.suites.grounded.plan (targets, inputs, paths; unit-tested in tests/test_plan.py).
+
+from vlbias.suites.grounded.plan import GroundedPlan, embedding_path, experiment_path, table_path
+
+GROUNDED_PLAN = GroundedPlan(config)
+PROTOCOLS = GROUNDED_PLAN.protocols
+grounded_tests_targets = GROUNDED_PLAN.targets
+
+
+rule grounded_embed:
+    input:
+        stimuli=lambda w: GROUNDED_PLAN.embed_stimuli(w.protocol, w.dataset, w.model),
+        regions=lambda w: GROUNDED_PLAN.embed_regions(w.protocol, w.dataset, w.model),
+        manifest=lambda w: regions_manifest(w.dataset),
+    output:
+        h5=embedding_path("{protocol}", "{dataset}", "{model}"),
+        missing=embedding_path("{protocol}", "{dataset}", "{model}", "missing.tsv"),
+    log:
+        "results/logs/grounded_embed/{protocol}/{dataset}/{model}.log",
+    wildcard_constraints:
+        protocol=alternatives(list(PROTOCOLS)),
+        dataset="[a-z0-9][a-z0-9_-]*",
+        model=alternatives(list(GROUNDED_PLAN.models)),
+    threads: GROUNDED_PLAN.experiments.get("threads", 2)
+    resources:
+        mem_mb=8000,
+    params:
+        threads=GROUNDED_PLAN.experiments.get("threads", 2),
+        spec=lambda w: GROUNDED_PLAN.embed_spec(w.protocol, w.dataset, w.model),
+        switches=lambda w: PROTOCOLS[w.protocol],
+        region_store=lambda w: GROUNDED_PLAN.embed_region_store(w.protocol, w.dataset, w.model),
+        levels=GROUNDED_PLAN.grounded.get("levels"),
+        masks=GROUNDED_PLAN.grounded.get("masks"),
+        cache=config["cache"],
+    script:
+        "../scripts/grounded_embed.py"
+
+
+rule grounded_experiment:
+    input:
+        embedding_path("{protocol}", "{dataset}", "{model}"),
+    output:
+        experiment_path("{protocol}", "{dataset}", "{model}"),
+    log:
+        "results/logs/grounded_experiment/{protocol}/{dataset}/{model}.log",
+    wildcard_constraints:
+        protocol=alternatives(list(PROTOCOLS)),
+        dataset="[a-z0-9][a-z0-9_-]*",
+        model=alternatives(list(GROUNDED_PLAN.models)),
+    threads: 2
+    params:
+        stats=stats_params(),
+        masked_statistic=lambda w: PROTOCOLS[w.protocol]["masked_statistic"],
+    script:
+        "../scripts/grounded_experiment.py"
+
+
+rule grounded_table:
+    input:
+        results=lambda w: GROUNDED_PLAN.table_spec(w.target)["results"],
+        missing=lambda w: GROUNDED_PLAN.table_spec(w.target)["missing"],
+        published=GROUNDED_PLAN.grounded.get("published", []),
+    output:
+        csv=table_path("{target}", "csv"),
+        md=table_path("{target}", "md"),
+        tex=table_path("{target}", "tex"),
+        html=report(table_path("{target}", "html"), caption="../report/grounded_tables.rst", category="Grounded",
+                    subcategory="Tables", labels={"table": "{target}"}),
+        rows=table_path("{target}", "rows.csv"),
+        missing=table_path("{target}", "missing.tsv"),
+    log:
+        "results/logs/grounded_table/{target}.log",
+    wildcard_constraints:
+        target=alternatives(list(GROUNDED_PLAN.table_targets)),
+    params:
+        spec=lambda w: {k: v for k, v in GROUNDED_PLAN.table_spec(w.target).items() if k not in ("results", "missing")},
+    script:
+        "../scripts/grounded_table.py"
+
+
+rule grounded_comparison:
+    input:
+        results=lambda w: GROUNDED_PLAN.experiment_results(),
+        published=GROUNDED_PLAN.grounded.get("published", []),
+    output:
+        csv=report("results/grounded/comparison.csv", caption="../report/grounded_comparison.rst",
+                   category="Grounded"),
+        md="results/grounded/comparison.md",
+    log:
+        "results/logs/grounded_comparison.log",
+    params:
+        protocols=list(PROTOCOLS),
+        alpha=GROUNDED_PLAN.experiments.get("alpha"),
+    script:
+        "../scripts/grounded_comparison.py"
