@@ -31,7 +31,7 @@ from vlbias.errors import InputError
 from vlbias.io.fetch import Source, read_manifest
 from vlbias.io.stimuli import load_stimulus
 from vlbias.io.vectors import read_vectors
-from vlbias.mlm.stimuli import load_mlm_stimulus
+from vlbias.suites.mlm.stimuli import load_mlm_stimulus
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 from vlbias.suites.ieat import image_entries
 
