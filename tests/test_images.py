@@ -37,7 +37,8 @@ def solid(path, colour=RED, size=(16, 16), **save):
 # -- formats and modes ---------------------------------------------------------------------------
 
 
-def test_exif_orientation_6_is_rotated_upright(tmp_path):
+@pytest.mark.parametrize("load", [load_rgb, load_rgb_opencv])
+def test_exif_orientation_6_is_rotated_upright(tmp_path, load):
     # stored landscape, red in the stored top-left; orientation 6 = turn 90 degrees clockwise
     stored = np.zeros((32, 64, 3), np.uint8)
     stored[:] = BLUE
@@ -46,7 +47,7 @@ def test_exif_orientation_6_is_rotated_upright(tmp_path):
     exif[0x0112] = 6
     path = tmp_path / "portrait.jpg"
     Image.fromarray(stored).save(path, quality=95, exif=exif.tobytes())
-    img = np.asarray(load_rgb(path))
+    img = np.asarray(load(path))
     assert img.shape == (64, 32, 3)  # portrait once upright
     assert close(img[4, -4], RED)  # the stored top-left is now the top-right
     assert close(img[4, 4], BLUE) and close(img[-4, -4], BLUE)
@@ -205,18 +206,6 @@ def test_opencv_keeps_the_stored_colours_of_transparent_pixels(tmp_path):
     assert img.dtype == np.uint8 and img.shape == (1, 3, 3)
     assert img[0].tolist() == [list(GREEN), list(RED), list(BLUE)]  # RGB, not OpenCV's BGR
     assert (np.asarray(load_rgb(path))[0, 0] == WHITE).all()
-
-
-def test_opencv_applies_exif_orientation(tmp_path):
-    stored = np.zeros((32, 64, 3), np.uint8)
-    stored[:] = BLUE
-    stored[:16, :16] = RED
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    path = tmp_path / "portrait.jpg"
-    Image.fromarray(stored).save(path, quality=95, exif=exif.tobytes())
-    img = load_rgb_opencv(path)
-    assert img.shape == (64, 32, 3) and close(img[4, -4], RED) and close(img[4, 4], BLUE)
 
 
 def test_opencv_refuses_what_is_not_a_whole_image(tmp_path):
