@@ -147,6 +147,15 @@ def max_diff(a, b):
     assert a.shape == b.shape, (a.shape, b.shape)
     return float((a - b).abs().max()) if a.numel() else 0.0
 
+def moved_by_each_switch(authors, switches, expected, captions, words, visuals):
+    """{row: how far the vectors move from the authors' when that switch alone takes the paper's value}."""
+    moved = {}
+    for row, switch in switches.items():
+        other = build({**authors, switch: PRESETS["paper"][switch]})
+        moved[f"row {row} ({switch})"] = max(max_diff(a, expected[k]) for k, a in
+                                             vectors(other, captions, words, visuals).items())
+    return moved
+
 
 def captured(encoder, name, fn):
     """Run ``fn``; the positional arguments ``encoder.model.<name>`` received, per call."""
@@ -250,11 +259,8 @@ def test_vilbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
     expected["W"] = torch.cat([t[:, 0], v[:, 0]], dim=1)
     ours = vectors(encoder, captions, WORDS, visuals)
     diffs.update({f"rows 8-9 {k}": max_diff(ours[k], expected[k]) for k in expected})
-    flipped = {}
-    for row, switch in ((8, "vilbert_padding"), (9, "vilbert_image_mask")):
-        other = build({**VILBERT_AUTHORS, switch: PRESETS["paper"][switch]})
-        flipped[f"row {row} ({switch})"] = max(max_diff(a, expected[k]) for k, a in
-                                               vectors(other, captions, WORDS, visuals).items())
+    flipped = moved_by_each_switch(VILBERT_AUTHORS, {8: "vilbert_padding", 9: "vilbert_image_mask"},
+                                   expected, captions, WORDS, visuals)
     report(capsys, "ViLBERT", diffs, flipped)
     assert max(diffs.values()) < 1e-5, diffs
     assert min(flipped.values()) > 1e-3, flipped  # each switch is needed to feed as the authors did
@@ -359,11 +365,8 @@ def test_vlbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
     expected["W"] = authors_vlbert_states(encoder, ref_w["text"], ref_w["boxes"], ref_w["im_info"])[:, 0]
     ours = vectors(encoder, captions, words, visuals)
     diffs.update({f"rows 10-12 {k}": max_diff(ours[k], expected[k]) for k in expected})
-    flipped = {}
-    for row, switch in ((10, "vlbert_image_box"), (11, "vlbert_box_padding"), (12, "vlbert_image_mask")):
-        other = build({**VLBERT_AUTHORS, switch: PRESETS["paper"][switch]})
-        flipped[f"row {row} ({switch})"] = max(max_diff(a, expected[k]) for k, a in
-                                               vectors(other, captions, words, visuals).items())
+    flipped = moved_by_each_switch(VLBERT_AUTHORS, {10: "vlbert_image_box", 11: "vlbert_box_padding",
+                                                    12: "vlbert_image_mask"}, expected, captions, words, visuals)
     report(capsys, "VL-BERT", diffs, flipped)
     assert max(diffs.values()) < 1e-4, diffs
     assert min(flipped.values()) > 1e-3, flipped  # each switch is needed to feed as the authors did
