@@ -8,7 +8,7 @@ from vlbias.io.fetch import read_manifest
 from vlbias.suites import plan
 from vlbias.suites.ieat.plan import IeatPlan
 from vlbias.suites.seat import plan as seat_plan
-from vlbias.suites.plan import alternatives, provenance, vector_files
+from vlbias.suites.plan import alternatives, provenance, vector_files, weights_record
 
 IEAT = config["ieat"]
 SEAT = config["seat"]

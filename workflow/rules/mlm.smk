@@ -21,6 +21,7 @@ rule mlm_all:
 
 rule mlm_logprobs:
     input:
+        weights=weights_record("mlm", "{model}"),
         unpack(lambda w: MLM_PLAN.logprobs_inputs(w.model)),
     output:
         logprobs=logprobs_path("{model}"),

@@ -5,9 +5,12 @@ from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
 from vlbias.models import build
 from vlbias.suites.ieat import embed_image_store
+from vlbias.weights import localize, read_record
 
 setup_logging(snakemake.log[0])
-encoder = build({**snakemake.params.spec, "threads": snakemake.params.threads})
+# the verified files of the weights record, offline: a compute node needs no network
+encoder = build({**localize(snakemake.params.spec, read_record(snakemake.input.weights)),
+                 "threads": snakemake.params.threads})
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]  # the cross-modal tests: their text sets
 with RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(encoder.info))) as cache:
     embed_image_store(snakemake.input.images, encoder, snakemake.output[0], snakemake.params.provenance, cache,

@@ -10,11 +10,13 @@ from vlbias.regions.store import RegionStore
 from vlbias.suites.grounded.jobs import MISSING_COLUMNS, cache_fingerprint, embed_tests
 from vlbias.suites.grounded.protocol import label_offset
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
+from vlbias.weights import localize, read_record
 
 setup_logging(snakemake.log[0])
 w, spec, switches = snakemake.wildcards, snakemake.params.spec, snakemake.params.switches
 stimuli = [load_grounded_stimulus(p, caption_indices=switches["caption_indices"]) for p in snakemake.input.stimuli]
-encoder = build({**spec, "threads": snakemake.params.threads})
+# the verified files of the weights record, offline: a compute node needs no network
+encoder = build({**localize(spec, read_record(snakemake.input.weights)), "threads": snakemake.params.threads})
 info = encoder.info
 with RegionStore(snakemake.input.regions) as store, \
         RecordCache(Path(snakemake.params.cache, "embeddings", cache_fingerprint(encoder))) as cache:

@@ -10,13 +10,16 @@ from vlbias.suites.mlm.scores import logprob_table, write_logprob_table
 from vlbias.suites.mlm.stimuli import load_mlm_stimulus, read_image_manifest
 from vlbias.models import build
 from vlbias.regions.store import RegionStore
+from vlbias.weights import localize, read_record
 
 setup_logging(snakemake.log[0])
 log = logging.getLogger("mlm_logprobs")
 case_study, entities = (load_mlm_stimulus(p) for p in snakemake.input.stimuli)
 stimuli = list({s.id: s for s in (case_study, entities)}.values())  # the same file twice is one stimulus
 
-model = build({**snakemake.params.spec, "threads": snakemake.params.threads})
+# the verified files of the weights record, offline: a compute node needs no network
+model = build({**localize(snakemake.params.spec, read_record(snakemake.input.weights)),
+               "threads": snakemake.params.threads})
 
 # the case study's images: every manifest row gets a status; only images with regions are queried
 status, visuals, images = [], {}, None

@@ -7,11 +7,14 @@ from vlbias.logs import setup_logging
 from vlbias.regions import build
 from vlbias.regions.extract import detector_fingerprint, extract_regions, manifest_entries
 from vlbias.regions.store import write_person_list
+from vlbias.weights import localize, read_record
 
 setup_logging(snakemake.log[0])
 spec, manifest = snakemake.params.spec, snakemake.input.manifest
-# adapters that download small files (bua's vocabularies) keep them in the workflow's cache
-detector = build({"cache": snakemake.params.cache, **spec, "threads": snakemake.params.threads})
+# the verified files of the weights record (bua's vocabularies among them), offline: a compute
+# node needs no network
+detector = build({"cache": snakemake.params.cache, **localize(spec, read_record(snakemake.input.weights)),
+                  "threads": snakemake.params.threads})
 with RecordCache(Path(snakemake.params.cache, "regions", detector_fingerprint(detector))) as cache:
     summary = extract_regions(
         manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec.get("batch_size", 2),

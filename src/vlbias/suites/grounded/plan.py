@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vlbias.errors import InputError
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
+from vlbias.suites.plan import weights_record
 
 SOURCE = "config/config.yaml"
 TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
@@ -130,6 +131,17 @@ class GroundedPlan:
         targets = [table_path(target, ext) for target in self.table_targets for ext in TABLE_EXTS]
         return targets + ([table_path("comparison", ext) for ext in ("csv", "md")] if self.grounded.get("published")
                           else [])
+
+    def weights(self):
+        """The weights records the targets need: the model of every embedding job of every protocol's
+        tables, and the detector of each region store those jobs read (not a released TSV source)."""
+        if not self.targets():
+            return []
+        jobs = {(p, d, m) for p, t in self.table_targets.values() for d, m in self.jobs(p, t)[0]}
+        detectors = (self.config.get("regions") or {}).get("detectors", {})
+        stores = {self.embed_region_store(p, d, m) for p, d, m in jobs}
+        return sorted({weights_record("grounded", m) for _, _, m in jobs}
+                      | {weights_record("regions", s) for s in stores if s in detectors})
 
     # --- the embedding job of one (protocol, dataset, model) ----------------------------------------
 

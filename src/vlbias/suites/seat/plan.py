@@ -1,6 +1,6 @@
 """What the SEAT/WEAT workflow builds (workflow/rules/seat.smk), planned from the checked config."""
 
-from vlbias.suites.plan import stimulus_ids
+from vlbias.suites.plan import stimulus_ids, weights_record
 
 
 def table_path(model, ext="csv"):
@@ -15,3 +15,8 @@ def seat_tests(config):
 
 def targets(config):
     return [table_path(model, ext) for model in config["seat"]["models"] for ext in ("csv", "md", "html")]
+
+
+def weights(config):
+    """The weights records the SEAT targets need: every model entry but a user's vectors."""
+    return [weights_record("seat", m) for m, spec in config["seat"]["models"].items() if spec["source"] != "vectors"]
