@@ -298,30 +298,37 @@ def _endpoint():
 
 
 def _fetch_hub(source, cache, pin):
-    """A hub source's files at its revision (or the pinned commit), through huggingface_hub."""
+    """A hub source's files at its revision (or the pinned commit)."""
+    local, commit, paths = hub_download(source["repo"], source.get("revision"), source["files"], cache_dir=cache,
+                                        pin=pin)
+    return {**source, "commit": commit, "local": str(local), "files": {f: _described(p) for f, p in paths.items()}}
+
+
+def hub_download(repo, revision, patterns, *, cache_dir=None, pin=None):
+    """(snapshot directory, commit, {file: path}) of the files ``patterns`` name in hub repository
+    ``repo`` at ``revision`` (default main), through huggingface_hub into ``cache_dir`` (default its
+    own cache); with ``pin`` (a lock entry's source: ``commit``, ``files``) those files at that commit,
+    which a cache that has them serves without the network."""
     from huggingface_hub import HfApi, hf_hub_download
 
-    repo, revision = source["repo"], source.get("revision") or "main"
+    revision = revision or "main"
     endpoint = _endpoint()
     try:
         if pin:
             commit, files = pin["commit"], list(pin["files"])
         else:
             info = HfApi(endpoint=endpoint).model_info(repo, revision=revision)
-            commit, files = info.sha, _choose(source["files"], [s.rfilename for s in info.siblings or []], repo,
-                                              revision)
-        paths = {f: Path(hf_hub_download(repo, f, revision=commit, cache_dir=cache, endpoint=endpoint))
+            commit, files = info.sha, _choose(patterns, [s.rfilename for s in info.siblings or []], repo, revision)
+        paths = {f: Path(hf_hub_download(repo, f, revision=commit, cache_dir=cache_dir, endpoint=endpoint))
                  for f in files}
     except InputError:
         raise
     except Exception as e:  # hub, HTTP and cache errors alike: the files are not to be had
-        raise InputError(f"'{repo}'", f"could not be downloaded from the Hugging Face hub ({endpoint}) at revision "
-                                      f"'{revision}' ({e}); give a local copy instead or run with network "
-                                      "access") from e
+        raise InputError(f"'{repo}'", f"could not be downloaded from the Hugging Face hub at revision '{revision}' "
+                                      f"({e}); give a local copy instead or run with network access") from e
     # the snapshot folder, named after the commit: the files' common root
     first = next(iter(paths))
-    local = paths[first].parents[len(Path(first).parts) - 1]
-    return {**source, "commit": commit, "local": str(local), "files": {f: _described(p) for f, p in paths.items()}}
+    return paths[first].parents[len(Path(first).parts) - 1], commit, paths
 
 
 def _choose(patterns, present, repo, revision):
