@@ -362,6 +362,20 @@ def read_record(path):
         raise InputError(path, f"cannot read the weights record ({e}); run the weights stage again") from None
 
 
+def record_path(name):
+    """Where the workflow keeps entry ``name``'s record: ``results/weights/<section>/<name>.json``."""
+    return Path("results", "weights", f"{name}.json")
+
+
+def provenance(record):
+    """``record`` without what is local to one machine (cache paths): the same weights give the same
+    provenance anywhere (for the stores' attributes and the tables)."""
+    return {**record, "sources": {
+        key: {**{k: v for k, v in source.items() if k not in ("local", "path")},
+              "files": {f: {"size": v["size"], "sha256": v["sha256"]} for f, v in source["files"].items()}}
+        for key, source in record["sources"].items()}}
+
+
 def verify(record):
     """Check every file of ``record`` still has its recorded size and sha256 (InputError naming the
     entry, the file and both digests)."""
