@@ -54,6 +54,7 @@ ARCHS = {
     "fasterrcnn_resnet50_fpn_v2": (detection.fasterrcnn_resnet50_fpn_v2,
                                    detection.FasterRCNN_ResNet50_FPN_V2_Weights),
 }
+DEFAULT_ARCH = "fasterrcnn_resnet50_fpn"
 
 
 @dataclass
@@ -67,7 +68,7 @@ class Prepared:
 @register("torchvision")
 class TorchvisionFasterRCNN:
     def __init__(self, spec):
-        arch = spec.get("arch", "fasterrcnn_resnet50_fpn")
+        arch = spec.get("arch", DEFAULT_ARCH)
         if arch not in ARCHS:
             raise InputError(f"arch '{arch}'", f"not a torchvision Faster R-CNN (known: {', '.join(ARCHS)})")
         factory, weights_enum = ARCHS[arch]
