@@ -231,43 +231,42 @@ def test_the_weights_of_the_shipped_config_are_those_of_its_targets(shipped, mon
     from vlbias.regions.plan import RegionsPlan
     from vlbias.suites.ieat.plan import IeatPlan
     from vlbias.suites.mlm.plan import MlmPlan
-    from vlbias.suites.plan import weights_record
+    from vlbias.weights import record_path
     from vlbias.suites.seat.plan import weights as seat_weights
 
     monkeypatch.chdir(REPO)
-    assert weights_record("seat", "minilm") == "results/weights/seat/minilm.json"
     # igpt-l and simclr-r152 are configured, but no table reads them yet: nothing to fetch
     assert IeatPlan(shipped).weights() == []
     assert GroundedPlan(shipped).weights() == MlmPlan(shipped).weights() == RegionsPlan(shipped).weights() == []
-    assert seat_weights(shipped) == [weights_record("seat", m) for m in shipped["seat"]["models"]]
+    assert seat_weights(shipped) == [record_path(f"seat/{m}") for m in shipped["seat"]["models"]]
     config = copy.deepcopy(shipped)
     config["ieat"]["tables"]["table3"]["models"].append("igpt-l/logits")  # an output names its entry
     config["ieat"]["specificity"]["models"].append("simclr-r152")
-    assert IeatPlan(config).weights() == [weights_record("ieat", "igpt-l"), weights_record("ieat", "simclr-r152")]
+    assert IeatPlan(config).weights() == [record_path("ieat/igpt-l"), record_path("ieat/simclr-r152")]
     # mlm: the built model, the reference its report reads, and the detector of its region store
     config["mlm"]["build"] = ["lxmert"]
     detector = config["mlm"]["models"]["lxmert"]["detector"]
-    assert MlmPlan(config).weights() == sorted([weights_record("mlm", "lxmert"), weights_record("mlm", "bert"),
-                                                weights_record("regions", detector)])
+    assert MlmPlan(config).weights() == sorted([record_path("mlm/lxmert"), record_path("mlm/bert"),
+                                                record_path(f"regions/{detector}")])
     config["regions"]["build"] = [{"dataset": "mlm", "detector": "bua-36"}]
-    assert RegionsPlan(config).weights() == [weights_record("regions", "bua-36")]
+    assert RegionsPlan(config).weights() == [record_path("regions/bua-36")]
 
 
 def test_the_grounded_weights_are_the_models_switched_on_and_their_detectors(small, shipped, monkeypatch):
-    from vlbias.suites.plan import weights_record
+    from vlbias.weights import record_path
 
     # every model of the small project is on under some protocol, and reads one of its three detectors
     models = small["grounded"]["experiments"]["models"]
     assert GroundedPlan(small).weights() == sorted(
-        [weights_record("grounded", m) for m in models]
-        + [weights_record("regions", d) for d in ("frcnn-tiny", "frcnn-tiny-36", "frcnn-tiny-b")])
+        [record_path(f"grounded/{m}") for m in models]
+        + [record_path(f"regions/{d}") for d in ("frcnn-tiny", "frcnn-tiny-36", "frcnn-tiny-b")])
     # the shipped config: vilbert-12in1 is configured but off; LXMERT's released COCO features are a
     # TSV file (regions/tsv), no detector's weights
     monkeypatch.chdir(REPO)
     config = copy.deepcopy(shipped)
     config["grounded"]["experiments"]["build"] = True
     records = GroundedPlan(config).weights()
-    assert weights_record("grounded", "vilbert-12in1") not in records
-    assert {weights_record("grounded", m) for m in config["grounded"]["experiments"]["models"]} <= set(records)
-    assert not any(r.startswith("results/weights/regions/lxmert") for r in records)
-    assert {weights_record("regions", d) for d in ("bua-10-100", "detectron-fpn")} <= set(records)
+    assert record_path("grounded/vilbert-12in1") not in records
+    assert {record_path(f"grounded/{m}") for m in config["grounded"]["experiments"]["models"]} <= set(records)
+    assert record_path(f"regions/{config['grounded']['models']['lxmert']['released_regions']['coco']}") not in records
+    assert {record_path(f"regions/{d}") for d in ("bua-10-100", "detectron-fpn")} <= set(records)

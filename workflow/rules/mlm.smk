@@ -21,8 +21,8 @@ rule mlm_all:
 
 rule mlm_logprobs:
     input:
-        weights=weights_record("mlm", "{model}"),
         unpack(lambda w: MLM_PLAN.logprobs_inputs(w.model)),
+        weights=record_path("mlm/{model}"),
     output:
         logprobs=logprobs_path("{model}"),
         images=report(

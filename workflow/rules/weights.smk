@@ -11,7 +11,7 @@ WEIGHTS_ENTRIES = entries(config)  # {"<section>/<name>": entry}
 
 rule weights_fetch:
     output:
-        weights_record("{section}", "{entry}"),
+        record_path("{section}/{entry}"),
     log:
         "results/logs/weights_fetch/{section}/{entry}.log",
     wildcard_constraints:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import Source, read_manifest
-from vlbias.suites.plan import weights_record
+from vlbias.weights import record_path
 
 SOURCE = "config/config.yaml"
 
@@ -37,7 +37,7 @@ class RegionsPlan:
 
     def weights(self):
         """The weights records the targets need: the detectors of regions/build (not the TSV sources)."""
-        return sorted({weights_record("regions", p["detector"]) for p in self.regions.get("build", [])
+        return sorted({record_path(f"regions/{p['detector']}") for p in self.regions.get("build", [])
                        if p["detector"] in self.detectors})
 
     def tsv_file(self, source, dataset):

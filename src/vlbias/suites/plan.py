@@ -34,12 +34,6 @@ def embedding_path(suite, model):
     return f"results/embeddings/{suite}/{model}.h5"
 
 
-def weights_record(section, name):
-    """The weights record (vlbias.weights.fetch) of the config entry ``<section>/<name>`` (a name of
-    vlbias.weights.entries): written by rule weights_fetch, read by every job that loads the entry."""
-    return f"results/weights/{section}/{name}.json"
-
-
 def provenance(spec):
     """What a store records about its model from the config entry."""
     return {k: spec[k] for k in ("model_id", "revision") if spec.get(k)}

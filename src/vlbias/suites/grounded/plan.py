@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vlbias.errors import InputError
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
-from vlbias.suites.plan import weights_record
+from vlbias.weights import record_path
 
 SOURCE = "config/config.yaml"
 TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
@@ -140,8 +140,8 @@ class GroundedPlan:
         jobs = {(p, d, m) for p, t in self.table_targets.values() for d, m in self.jobs(p, t)[0]}
         detectors = (self.config.get("regions") or {}).get("detectors", {})
         stores = {self.embed_region_store(p, d, m) for p, d, m in jobs}
-        return sorted({weights_record("grounded", m) for _, _, m in jobs}
-                      | {weights_record("regions", s) for s in stores if s in detectors})
+        return sorted({record_path(f"grounded/{m}") for _, _, m in jobs}
+                      | {record_path(f"regions/{s}") for s in stores if s in detectors})
 
     # --- the embedding job of one (protocol, dataset, model) ----------------------------------------
 

@@ -3,7 +3,7 @@ one log-probability job per model (its inputs per wildcard), one report job per 
 
 from vlbias.io.fetch import read_manifest
 from vlbias.regions.plan import RegionsPlan, store_path
-from vlbias.suites.plan import weights_record
+from vlbias.weights import record_path
 
 TABLES = ["scores", "bias", "contradictions", "entities"]
 FIGURES = ["figure2", "figure3", "figure4", "figure5a", "figure5b"]
@@ -56,4 +56,4 @@ class MlmPlan:
         built = self.mlm.get("build", [])
         models = set(built) | ({self.reference} if built else set())
         detectors = {self.models[m]["detector"] for m in built if m != self.reference and self.manifest()}
-        return sorted([weights_record("mlm", m) for m in models] + [weights_record("regions", d) for d in detectors])
+        return sorted([record_path(f"mlm/{m}") for m in models] + [record_path(f"regions/{d}") for d in detectors])

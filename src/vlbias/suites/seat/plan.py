@@ -1,6 +1,7 @@
 """What the SEAT/WEAT workflow builds (workflow/rules/seat.smk), planned from the checked config."""
 
-from vlbias.suites.plan import stimulus_ids, weights_record
+from vlbias.suites.plan import stimulus_ids
+from vlbias.weights import record_path
 
 
 def table_path(model, ext="csv"):
@@ -19,4 +20,4 @@ def targets(config):
 
 def weights(config):
     """The weights records the SEAT targets need: every model entry but a user's vectors."""
-    return [weights_record("seat", m) for m, spec in config["seat"]["models"].items() if spec["source"] != "vectors"]
+    return [record_path(f"seat/{m}") for m, spec in config["seat"]["models"].items() if spec["source"] != "vectors"]
