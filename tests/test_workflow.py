@@ -155,11 +155,11 @@ def seat_from_hub(root, config):
     write_yaml(root / "config/config.yaml", config)
 
 
-def hub_env(hub, root):
-    """This environment, online, with ``hub`` for the Hugging Face hub and a Hugging Face home of the
-    project's own (nothing from a user's cache)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    return env | {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(root / "hf-home")}
+def hub_env(hub, root, env=os.environ):
+    """``env`` online, with ``hub`` for the Hugging Face hub and a Hugging Face home of the project in
+    ``root`` (nothing from a user's cache)."""
+    online = {k: v for k, v in env.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    return online | {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(root / "hf-home")}
 
 
 @pytest.fixture(scope="module")
