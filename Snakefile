@@ -47,7 +47,7 @@ include: "workflow/rules/weights.smk"
 
 # on a cluster (profiles/slurm) these run on the submitting node: the first four download (compute
 # nodes often have no network; the model jobs load offline from what weights_fetch fetched), the
-# others only copy vectors between files (seconds; no queue wait)
+# others copy vectors between files or plot a table's numbers (seconds; no queue wait)
 localrules:
     weights_fetch,
     grounded_images,
@@ -56,6 +56,9 @@ localrules:
     ieat_output_store,
     ieat_vectors,
     seat_vectors,
+    ieat_figures,
+    seat_figures,
+    grounded_figures,
 
 
 report: "workflow/report/workflow.rst"
