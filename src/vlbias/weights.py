@@ -76,7 +76,11 @@ def entries(config):
     found = {}
     for section, key, _ in SECTIONS:
         part = config.get(section) or {}
-        specs = ieat_models({"models": {}, **part}) if section == "ieat" else part.get(key) or {}
+        if section == "ieat":  # the sweep's entries are open_clip's (the schema's default, for an unchecked config)
+            sweep = [{"adapter": "open_clip", **e} for e in (part.get("sweep") or {}).get("models", [])]
+            specs = ieat_models({"models": part.get("models") or {}, "sweep": {"models": sweep}})
+        else:
+            specs = part.get(key) or {}
         found.update({f"{section}/{name}": spec for name, spec in specs.items()
                       if isinstance(spec, dict) and spec.get("adapter")})
     return found
@@ -161,7 +165,8 @@ def _open_clip_source(arch, tag):
         raise InputError(f"{arch} pretrained '{tag}'", f"open_clip has no such tag for this arch (it has: {tags})")
     # what the tag brings besides the file: the adapter builds the same model from the local file
     config = {k: cfg[k] for k in (*PreprocessCfg.__dataclass_fields__, "quick_gelu") if cfg.get(k) is not None}
-    source = {"kind": "open_clip", "arch": arch, "tag": tag, "config": config}
+    # origin: where open_clip says the tag's file is (what the adapter records as its revision)
+    source = {"kind": "open_clip", "arch": arch, "tag": tag, "config": config, "origin": cfg.get("hf_hub") or cfg["url"]}
     if cfg.get("hf_hub"):  # open_clip prefers the hub: "<org>/<name>/[<file>]", safetensors first
         repo, filename = os.path.split(cfg["hf_hub"])
         filename = filename or "open_clip_pytorch_model.bin"
@@ -408,7 +413,7 @@ def localize(spec, record):
         got[key] = {"request": source.get("repo") if source["kind"] == "hub" else
                     source.get("tag") or source.get("enum") or source.get("url"),
                     "revision": source.get("revision"), "commit": source.get("commit"),
-                    "config": source.get("config"),
+                    "config": source.get("config"), "origin": source.get("origin"),
                     "files": {f: v["sha256"] for f, v in source["files"].items()}}
     out["fetched"] = got
     return out
