@@ -280,19 +280,28 @@ def _fetch_source(source, cache, pin):
             path = Path(open_clip.download_pretrained_from_url(source["url"], cache_dir=str(cache / "open_clip")))
         except Exception as e:  # HTTP and checksum errors alike: the file is not to be had
             raise InputError(source["url"], f"could not download ({e})") from e
-    else:  # url, torchvision
-        folder = source.get("folder") or kind
+    elif kind == "torchvision":  # torch.hub's own download and layout: <hub dir>/checkpoints/<file>
+        import torch.hub
+
+        hub_dir = cache / "torchvision"
+        path = hub_dir / "checkpoints" / Path(source["url"]).name
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:  # checks the sha256 prefix the file name carries
+                torch.hub.download_url_to_file(source["url"], str(path), hash_prefix=source["sha256_prefix"],
+                                               progress=False)
+            except Exception as e:  # HTTP and checksum errors alike: the file is not to be had
+                raise InputError(source["url"], f"could not download ({e}); set `checkpoint:` to a local copy") from e
+        return {**source, "pinned": bool(source["sha256_prefix"]), "local": str(hub_dir),
+                "files": {path.name: _described(path)}}
+    else:
         try:
-            path = cached_download(source["url"], cache / folder, max_bytes=2**35, sha256=source.get("sha256"),
-                                   timeout=60)
+            path = cached_download(source["url"], cache / source["folder"], max_bytes=2**35,
+                                   sha256=source.get("sha256"), timeout=60)
         except DownloadError as e:
             raise InputError(source["url"], f"{e.reason}; give a local copy instead") from None
-    described = _described(path)
-    if source.get("sha256_prefix") and not described["sha256"].startswith(source["sha256_prefix"]):
-        raise InputError(source["url"], f"its sha256 is {described['sha256']}, not the one its name starts "
-                                        f"({source['sha256_prefix']})")
-    return {**source, "pinned": bool(source.get("sha256") or source.get("sha256_prefix")),
-            "local": str(path), "files": {Path(source["url"]).name: described}}
+    return {**source, "pinned": bool(source.get("sha256")), "local": str(path),
+            "files": {Path(source["url"]).name: _described(path)}}
 
 
 def _endpoint():
@@ -423,6 +432,13 @@ def fetched(spec, key):
     """What localize recorded for ``key`` of a localized spec (``request``, ``revision``, ``commit``,
     ``config``, ``files``), or None for a spec (or key) not localized."""
     return (spec.get("fetched") or {}).get(key)
+
+
+def as_written(spec, key, default=None):
+    """The entry's ``key`` as the config wrote it, for provenance: in a localized spec a fetched key
+    names a local file or directory; its request is what was written (or the declared default)."""
+    got = fetched(spec, key)
+    return got["request"] if got else spec.get(key, default)
 
 
 def go_offline():
