@@ -4,8 +4,6 @@ vlbias.io.fetch, open_clip) against a hub on the loopback address (tests/hub.py)
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -205,14 +203,23 @@ def test_local_and_random_entries_get_records_and_no_lock(igpt, tmp_path):
     assert spec["path"] == str(folder) and spec["fetched"] == {}
 
 
+def _put_entries(lock, writer):
+    for i in range(10):
+        Lock(lock).put(f"{writer}/{i}", {"request": {"n": i}})
+
+
 def test_concurrent_lock_writers_keep_every_entry(tmp_path):
+    import multiprocessing
+
     lock = tmp_path / "weights.lock.yaml"
-    code = ("import sys; from vlbias.weights import Lock\n"
-            "for i in range(25): Lock(sys.argv[1]).put(f'{sys.argv[2]}/{i}', {'request': {'n': i}})")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    writers = [subprocess.Popen([sys.executable, "-c", code, str(lock), f"w{w}"], env=env) for w in range(4)]
-    assert [w.wait(60) for w in writers] == [0] * 4
-    assert sorted(Lock(lock).entries()) == sorted(f"w{w}/{i}" for w in range(4) for i in range(25))
+    fork = multiprocessing.get_context("fork")  # no imports again: the writers overlap
+    writers = [fork.Process(target=_put_entries, args=(lock, f"w{w}")) for w in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert [w.exitcode for w in writers] == [0] * 4
+    assert sorted(Lock(lock).entries()) == sorted(f"w{w}/{i}" for w in range(4) for i in range(10))
 
 
 def test_open_clip_hub_tag_is_fetched_and_loads_offline(hub, tmp_path, monkeypatch):
@@ -277,3 +284,45 @@ def test_entries_name_every_weights_loading_entry():
               "seat": {"models": {"minilm": {"adapter": "sentence", "path": "x"}}},
               "regions": {"detectors": {"bua-36": {"adapter": "bua", "weights": "random"}}}}
     assert list(entries(config)) == ["ieat/igpt-l", "ieat/vit-b-32-openai", "seat/minilm", "regions/bua-36"]
+
+
+def test_the_command_lists_fetches_locks_and_updates(hub, igpt, tmp_path, monkeypatch, capsys):
+    from test_workflow import make_project
+
+    from vlbias.cli import main
+
+    make_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    config = yaml.safe_load(Path("config/config.yaml").read_text())
+    config["ieat"]["models"]["tiny-igpt"] = {"source": "images", **hub_spec()}
+    config["ieat"]["models"]["url-igpt"] = {"source": "images", **RUN, "checkpoint": hub.url("tiny.safetensors"),
+                                            "config": TINY_CONFIG}
+    Path("config/config.yaml").write_text(yaml.safe_dump(config))
+    first = hub.commit(REPO, igpt[0])
+    hub.files["tiny.safetensors"] = igpt[2]
+
+    def vlbias(*args):
+        assert main(["weights", *args]) == 0, capsys.readouterr().err
+        return capsys.readouterr().out
+
+    listed = vlbias("--dry-run")
+    assert f"ieat/tiny-igpt (igpt)\n  model_id: hub {REPO} @ main (not locked yet" in listed
+    assert "warning: checkpoint: no pinned sha256" in listed and not hub.requests  # a dry run asks nothing
+    assert "ieat/tiny-clip (open_clip)\n  weights: random weights, seed 0" in listed
+    assert "ieat/tiny-igpt: 3 file(s)" in vlbias("tiny-igpt", "url-igpt")
+    lock = yaml.safe_load(Path("config/weights.lock.yaml").read_text())
+    assert sorted(lock) == ["ieat/tiny-igpt", "ieat/url-igpt"]
+    assert f"-> locked {first}, 3 file(s)" in vlbias("--dry-run", "ieat/tiny-igpt")
+    # an update resolves main anew and rewrites the workflow's record, so the model jobs run again
+    second = hub.commit(REPO, {"preprocessor_config.json": b"{}"})
+    record = Path("results/weights/ieat/tiny-igpt.json")
+    write_record(record, {"entry": "ieat/tiny-igpt", "sources": {}})  # the workflow's, of another fetch
+    vlbias("tiny-igpt")
+    assert read_record(record)["sources"]["model_id"]["commit"] == first  # locked: main's move ignored
+    written = record.stat().st_mtime_ns
+    vlbias("tiny-igpt")
+    assert record.stat().st_mtime_ns == written  # the same record: the model jobs need not run again
+    vlbias("--update", "tiny-igpt")
+    assert read_record(record)["sources"]["model_id"]["commit"] == second
+    assert yaml.safe_load(Path("config/weights.lock.yaml").read_text())["ieat/tiny-igpt"]["sources"][
+        "model_id"]["commit"] == second

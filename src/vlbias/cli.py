@@ -348,8 +348,10 @@ def weights(args):
         record = w.fetch(name, spec, cache=config["cache"], lock_path=lock.path, update=args.update)
         files = [f for s in record["sources"].values() for f in s["files"].values()]
         print(f"{name}: {len(files)} file(s), {_size(sum(f['size'] for f in files))}, verified")
-        if w.record_path(name).is_file():  # the workflow's record: rewritten, so its model jobs run again
-            w.write_record(w.record_path(name), record)
+        path = w.record_path(name)
+        # the workflow's record, where it differs: rewritten, so that its model jobs run again
+        if path.is_file() and w.read_record(path) != record:
+            w.write_record(path, record)
     if not args.dry_run and names:
         print(f"lock: {lock.path}")
     return 0
