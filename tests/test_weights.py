@@ -326,3 +326,42 @@ def test_the_command_lists_fetches_locks_and_updates(hub, igpt, tmp_path, monkey
     assert read_record(record)["sources"]["model_id"]["commit"] == second
     assert yaml.safe_load(Path("config/weights.lock.yaml").read_text())["ieat/tiny-igpt"]["sources"][
         "model_id"]["commit"] == second
+
+
+def test_torchvision_weights_come_through_torch_hub_checked_by_their_name(hub, tmp_path, monkeypatch):
+    from torchvision.models.detection import FasterRCNN_ResNet50_FPN_Weights as Enum
+
+    body = b"not really weights"
+    name = f"fasterrcnn_resnet50_fpn_coco-{sha256(body)[:8]}.pth"
+    hub.files[name] = hub.files["wrong-00000000.pth"] = body
+    monkeypatch.setattr(Enum.COCO_V1.value, "url", hub.url(name))
+    spec = {"adapter": "torchvision", "weights": "COCO_V1"}
+    record = fetch("regions/frcnn", spec, cache=tmp_path, lock_path=tmp_path / "lock.yaml")
+    source = record["sources"]["weights"]
+    assert (source["pinned"], source["local"]) == (True, str(tmp_path / "torchvision"))
+    assert source["files"][name]["path"] == str(tmp_path / "torchvision" / "checkpoints" / name)
+    localized = localize(spec, record)
+    assert localized["weights"] == str(tmp_path / "torchvision") and localized["fetched"]["weights"]["request"] == \
+        "COCO_V1"
+    monkeypatch.setattr(Enum.COCO_V1.value, "url", hub.url("wrong-00000000.pth"))
+    with pytest.raises(InputError, match="could not download"):
+        fetch("regions/frcnn", spec, cache=tmp_path, lock_path=None)
+
+
+def test_bua_reads_fetched_vocabularies_with_the_hub_stopped(hub, tmp_path):
+    from test_bua import SMALL, write_vocab
+
+    from vlbias.regions import build as detector
+
+    hub.files["objects_vocab.txt"] = "\n".join(f"o{i}" for i in range(1600)).encode()
+    spec = {**SMALL, "objects_vocab": hub.url("objects_vocab.txt"), "attributes_vocab": write_vocab(tmp_path, "a", 400)}
+    record = fetch("regions/bua", spec, cache=tmp_path / "cache", lock_path=None)
+    assert {k: s["kind"] for k, s in record["sources"].items()} == {"weights": "random", "objects_vocab": "url",
+                                                                    "attributes_vocab": "local"}
+    hub.stop()
+    localized = localize(spec, record)
+    assert localized["objects_vocab"] == record["sources"]["objects_vocab"]["local"]
+    # the vocabularies are read (from the cache) before an absent checkpoint stops the build: no network
+    del localized["weights"]
+    with pytest.raises(InputError, match="checkpoint file not found"):
+        detector({**localized, "checkpoint": str(tmp_path / "absent")})
