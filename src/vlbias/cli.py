@@ -340,7 +340,7 @@ def weights(args):
         spec = found[name]
         if args.dry_run:
             pins = (lock.entry(name) or {}).get("sources") or {}
-            sources = w.remote_sources(spec, "detectors" if name.startswith("regions/") else "models")
+            sources = w.remote_sources(spec, w.kind_of(name))
             print(f"{name} ({spec['adapter']})")
             for key, source in sources.items():
                 print("\n".join(_describe(key, source, None if args.update else pins.get(key))))

@@ -50,8 +50,7 @@ except ImportError:  # not POSIX: concurrent writers of one lock are not support
     fcntl = None
 
 LOCK_NAME = "weights.lock.yaml"
-SECTIONS = (("ieat", "models", "models"), ("seat", "models", "models"), ("grounded", "models", "models"),
-            ("mlm", "models", "models"), ("regions", "detectors", "detectors"))
+SECTIONS = {"ieat": "models", "seat": "models", "grounded": "models", "mlm": "models", "regions": "detectors"}
 REMOTE = ("hub", "url", "open_clip", "torchvision")  # the kinds a lock pins
 _URL = re.compile(r"https?://")
 LOCK_HEADER = """\
@@ -74,7 +73,7 @@ def entries(config):
     from vlbias.config import ieat_models
 
     found = {}
-    for section, key, _ in SECTIONS:
+    for section, key in SECTIONS.items():
         part = config.get(section) or {}
         if section == "ieat":  # the sweep's entries are open_clip's (the schema's default, for an unchecked config)
             sweep = [{"adapter": "open_clip", **e} for e in (part.get("sweep") or {}).get("models", [])]
@@ -86,8 +85,9 @@ def entries(config):
     return found
 
 
-def _kind_of(name):
-    return "detectors" if name and name.startswith("regions/") else "models"
+def kind_of(name):
+    """The adapter kind of entry ``name`` (``<section>/<name>``): models, or detectors."""
+    return SECTIONS.get(name.split("/", 1)[0], "models")
 
 
 def remote_sources(spec, kind="models"):
@@ -149,10 +149,11 @@ def package_dir(value):
 
 
 def _local_dir(value):
-    """The local directory a hub-or-local value names, or None for a hub id."""
+    """The local directory a hub-or-local value names, or None for a hub id (``<org>/<name>``, not a
+    directory here)."""
     if value.startswith("package:"):
         return package_dir(value)[0]
-    return Path(value) if Path(value).is_dir() else None
+    return None if re.fullmatch(r"[\w.-]+/[\w.-]+", value) and not Path(value).is_dir() else Path(value)
 
 
 def _open_clip_source(arch, tag):
@@ -218,7 +219,7 @@ def fetch(name, spec, *, cache, lock_path, update=False):
 
     Raises InputError for a request other than the locked one and for content other than the locked
     (naming the lock, the entry, the file, both digests and the update command)."""
-    sources = remote_sources(spec, _kind_of(name))
+    sources = remote_sources(spec, kind_of(name))
     wanted = request(spec, sources)
     lock = Lock(lock_path) if lock_path and wanted else None
     locked = lock.entry(name) if lock and not update else None
@@ -233,6 +234,9 @@ def fetch(name, spec, *, cache, lock_path, update=False):
         for file, pinned in ((pins.get(key) or {}).get("files") or {}).items():
             have = got["files"].get(file)
             if have is None or have["sha256"] != pinned["sha256"]:
+                if have:  # not kept: a later fetch downloads it again rather than refusing the cached copy
+                    Path(have["path"]).resolve().unlink(missing_ok=True)
+                    Path(have["path"]).unlink(missing_ok=True)
                 raise InputError(f"weights lock {lock.path}", f"entry '{name}', file '{file}': sha256 "
                                                               f"{have and have['sha256']}, locked {pinned['sha256']}; "
                                                               f"if intended, run `vlbias weights --update {name}`")
