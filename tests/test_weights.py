@@ -391,3 +391,18 @@ def test_a_sentence_encoder_from_the_hub_loads_offline_naming_its_commit(hub, tm
     assert (enc.info["model_id"], enc.info["revision"], enc.info["commit"]) == ("org/tiny-sentence", "main", commit)
     texts = ["a rose", "an ant"]
     np.testing.assert_array_equal(enc.encode_texts(texts), build({**spec, "path": str(folder)}).encode_texts(texts))
+
+
+def test_offline_a_hub_model_comes_from_the_cache_its_revision_names(hub, igpt, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from vlbias.weights import hub_download
+
+    commit = hub.commit(REPO, igpt[0])
+    files = ["config.json", "model.safetensors|pytorch_model.bin"]
+    online = hub_download(REPO, "main", files, cache_dir=tmp_path)
+    hub.stop()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # a cache filled earlier, as before the weights stage
+    assert hub_download(REPO, "main", files, cache_dir=tmp_path) == online and online[1] == commit
+    with pytest.raises(InputError, match=f"'{REPO}': could not be downloaded .* at revision 'v2'"):
+        hub_download(REPO, "v2", files, cache_dir=tmp_path)

@@ -327,13 +327,17 @@ def hub_download(repo, revision, patterns, *, cache_dir=None, pin=None):
     ``repo`` at ``revision`` (default main), through huggingface_hub into ``cache_dir`` (default its
     own cache); with ``pin`` (a lock entry's source: ``commit``, ``files``) those files at that commit,
     which a cache that has them serves without the network."""
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 
     revision = revision or "main"
     endpoint = _endpoint()
     try:
         if pin:
             commit, files = pin["commit"], list(pin["files"])
+        elif constants.is_offline_mode():  # the cache alone: the snapshot its ref `revision` names
+            folder = Path(snapshot_download(repo, revision=revision, cache_dir=cache_dir))
+            present = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
+            commit, files = folder.name, _choose(patterns, present, repo, revision)
         else:
             info = HfApi(endpoint=endpoint).model_info(repo, revision=revision)
             commit, files = info.sha, _choose(patterns, [s.rfilename for s in info.siblings or []], repo, revision)
@@ -346,7 +350,14 @@ def hub_download(repo, revision, patterns, *, cache_dir=None, pin=None):
                                       f"({e}); give a local copy instead or run with network access") from e
     # the snapshot folder, named after the commit: the files' common root
     first = next(iter(paths))
-    return paths[first].parents[len(Path(first).parts) - 1], commit, paths
+    snapshot = paths[first].parents[len(Path(first).parts) - 1]
+    ref = snapshot.parent.parent / "refs" / revision
+    if revision != commit and not pin and not (ref.is_file() and ref.read_text() == commit):
+        # what the revision resolved to, as huggingface_hub's cache keeps it (downloads were by commit):
+        # an offline run naming the revision finds the snapshot
+        with atomic_path(ref) as tmp:
+            Path(tmp).write_text(commit)
+    return snapshot, commit, paths
 
 
 def _choose(patterns, present, repo, revision):
