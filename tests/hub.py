@@ -106,7 +106,9 @@ class Hub:
         """A new commit of ``repo`` (its tree: the previous one updated with ``files``) on ``ref``; its sha."""
         commits = self.repos.setdefault(repo, {})
         tree = {**commits.get(self.refs.get((repo, ref)), {}), **files}
-        sha = hashlib.sha1(repr((len(commits), sorted(tree.items()))).encode()).hexdigest()
+        # a commit's id from its tree's digests (hashing the repr of the bytes is slow for real-size files)
+        tree_digests = sorted((f, hashlib.sha256(b).hexdigest()) for f, b in tree.items())
+        sha = hashlib.sha1(repr((len(commits), tree_digests)).encode()).hexdigest()
         commits[sha] = tree
         self.refs[(repo, ref)] = sha
         return sha

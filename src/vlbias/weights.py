@@ -50,8 +50,7 @@ except ImportError:  # not POSIX: concurrent writers of one lock are not support
     fcntl = None
 
 LOCK_NAME = "weights.lock.yaml"
-SECTIONS = (("ieat", "models", "models"), ("seat", "models", "models"), ("grounded", "models", "models"),
-            ("mlm", "models", "models"), ("regions", "detectors", "detectors"))
+SECTIONS = {"ieat": "models", "seat": "models", "grounded": "models", "mlm": "models", "regions": "detectors"}
 REMOTE = ("hub", "url", "open_clip", "torchvision")  # the kinds a lock pins
 _URL = re.compile(r"https?://")
 LOCK_HEADER = """\
@@ -74,16 +73,21 @@ def entries(config):
     from vlbias.config import ieat_models
 
     found = {}
-    for section, key, _ in SECTIONS:
+    for section, key in SECTIONS.items():
         part = config.get(section) or {}
-        specs = ieat_models({"models": {}, **part}) if section == "ieat" else part.get(key) or {}
+        if section == "ieat":  # the sweep's entries are open_clip's (the schema's default, for an unchecked config)
+            sweep = [{"adapter": "open_clip", **e} for e in (part.get("sweep") or {}).get("models", [])]
+            specs = ieat_models({"models": part.get("models") or {}, "sweep": {"models": sweep}})
+        else:
+            specs = part.get(key) or {}
         found.update({f"{section}/{name}": spec for name, spec in specs.items()
                       if isinstance(spec, dict) and spec.get("adapter")})
     return found
 
 
-def _kind_of(name):
-    return "detectors" if name and name.startswith("regions/") else "models"
+def kind_of(name):
+    """The adapter kind of entry ``name`` (``<section>/<name>``): models, or detectors."""
+    return SECTIONS.get(name.split("/", 1)[0], "models")
 
 
 def remote_sources(spec, kind="models"):
@@ -145,10 +149,11 @@ def package_dir(value):
 
 
 def _local_dir(value):
-    """The local directory a hub-or-local value names, or None for a hub id."""
+    """The local directory a hub-or-local value names, or None for a hub id (``<org>/<name>``, not a
+    directory here)."""
     if value.startswith("package:"):
         return package_dir(value)[0]
-    return Path(value) if Path(value).is_dir() else None
+    return None if re.fullmatch(r"[\w.-]+/[\w.-]+", value) and not Path(value).is_dir() else Path(value)
 
 
 def _open_clip_source(arch, tag):
@@ -161,7 +166,8 @@ def _open_clip_source(arch, tag):
         raise InputError(f"{arch} pretrained '{tag}'", f"open_clip has no such tag for this arch (it has: {tags})")
     # what the tag brings besides the file: the adapter builds the same model from the local file
     config = {k: cfg[k] for k in (*PreprocessCfg.__dataclass_fields__, "quick_gelu") if cfg.get(k) is not None}
-    source = {"kind": "open_clip", "arch": arch, "tag": tag, "config": config}
+    # origin: where open_clip says the tag's file is (what the adapter records as its revision)
+    source = {"kind": "open_clip", "arch": arch, "tag": tag, "config": config, "origin": cfg.get("hf_hub") or cfg["url"]}
     if cfg.get("hf_hub"):  # open_clip prefers the hub: "<org>/<name>/[<file>]", safetensors first
         repo, filename = os.path.split(cfg["hf_hub"])
         filename = filename or "open_clip_pytorch_model.bin"
@@ -213,7 +219,7 @@ def fetch(name, spec, *, cache, lock_path, update=False):
 
     Raises InputError for a request other than the locked one and for content other than the locked
     (naming the lock, the entry, the file, both digests and the update command)."""
-    sources = remote_sources(spec, _kind_of(name))
+    sources = remote_sources(spec, kind_of(name))
     wanted = request(spec, sources)
     lock = Lock(lock_path) if lock_path and wanted else None
     locked = lock.entry(name) if lock and not update else None
@@ -228,6 +234,9 @@ def fetch(name, spec, *, cache, lock_path, update=False):
         for file, pinned in ((pins.get(key) or {}).get("files") or {}).items():
             have = got["files"].get(file)
             if have is None or have["sha256"] != pinned["sha256"]:
+                if have:  # not kept: a later fetch downloads it again rather than refusing the cached copy
+                    Path(have["path"]).resolve().unlink(missing_ok=True)
+                    Path(have["path"]).unlink(missing_ok=True)
                 raise InputError(f"weights lock {lock.path}", f"entry '{name}', file '{file}': sha256 "
                                                               f"{have and have['sha256']}, locked {pinned['sha256']}; "
                                                               f"if intended, run `vlbias weights --update {name}`")
@@ -275,19 +284,28 @@ def _fetch_source(source, cache, pin):
             path = Path(open_clip.download_pretrained_from_url(source["url"], cache_dir=str(cache / "open_clip")))
         except Exception as e:  # HTTP and checksum errors alike: the file is not to be had
             raise InputError(source["url"], f"could not download ({e})") from e
-    else:  # url, torchvision
-        folder = source.get("folder") or kind
+    elif kind == "torchvision":  # torch.hub's own download and layout: <hub dir>/checkpoints/<file>
+        import torch.hub
+
+        hub_dir = cache / "torchvision"
+        path = hub_dir / "checkpoints" / Path(source["url"]).name
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:  # checks the sha256 prefix the file name carries
+                torch.hub.download_url_to_file(source["url"], str(path), hash_prefix=source["sha256_prefix"],
+                                               progress=False)
+            except Exception as e:  # HTTP and checksum errors alike: the file is not to be had
+                raise InputError(source["url"], f"could not download ({e}); set `checkpoint:` to a local copy") from e
+        return {**source, "pinned": bool(source["sha256_prefix"]), "local": str(hub_dir),
+                "files": {path.name: _described(path)}}
+    else:
         try:
-            path = cached_download(source["url"], cache / folder, max_bytes=2**35, sha256=source.get("sha256"),
-                                   timeout=60)
+            path = cached_download(source["url"], cache / source["folder"], max_bytes=2**35,
+                                   sha256=source.get("sha256"), timeout=60)
         except DownloadError as e:
             raise InputError(source["url"], f"{e.reason}; give a local copy instead") from None
-    described = _described(path)
-    if source.get("sha256_prefix") and not described["sha256"].startswith(source["sha256_prefix"]):
-        raise InputError(source["url"], f"its sha256 is {described['sha256']}, not the one its name starts "
-                                        f"({source['sha256_prefix']})")
-    return {**source, "pinned": bool(source.get("sha256") or source.get("sha256_prefix")),
-            "local": str(path), "files": {Path(source["url"]).name: described}}
+    return {**source, "pinned": bool(source.get("sha256")), "local": str(path),
+            "files": {Path(source["url"]).name: _described(path)}}
 
 
 def _endpoint():
@@ -309,13 +327,17 @@ def hub_download(repo, revision, patterns, *, cache_dir=None, pin=None):
     ``repo`` at ``revision`` (default main), through huggingface_hub into ``cache_dir`` (default its
     own cache); with ``pin`` (a lock entry's source: ``commit``, ``files``) those files at that commit,
     which a cache that has them serves without the network."""
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 
     revision = revision or "main"
     endpoint = _endpoint()
     try:
         if pin:
             commit, files = pin["commit"], list(pin["files"])
+        elif constants.is_offline_mode():  # the cache alone: the snapshot its ref `revision` names
+            folder = Path(snapshot_download(repo, revision=revision, cache_dir=cache_dir))
+            present = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
+            commit, files = folder.name, _choose(patterns, present, repo, revision)
         else:
             info = HfApi(endpoint=endpoint).model_info(repo, revision=revision)
             commit, files = info.sha, _choose(patterns, [s.rfilename for s in info.siblings or []], repo, revision)
@@ -328,7 +350,14 @@ def hub_download(repo, revision, patterns, *, cache_dir=None, pin=None):
                                       f"({e}); give a local copy instead or run with network access") from e
     # the snapshot folder, named after the commit: the files' common root
     first = next(iter(paths))
-    return paths[first].parents[len(Path(first).parts) - 1], commit, paths
+    snapshot = paths[first].parents[len(Path(first).parts) - 1]
+    ref = snapshot.parent.parent / "refs" / revision
+    if revision != commit and not pin and not (ref.is_file() and ref.read_text() == commit):
+        # what the revision resolved to, as huggingface_hub's cache keeps it (downloads were by commit):
+        # an offline run naming the revision finds the snapshot
+        with atomic_path(ref) as tmp:
+            Path(tmp).write_text(commit)
+    return snapshot, commit, paths
 
 
 def _choose(patterns, present, repo, revision):
@@ -408,7 +437,7 @@ def localize(spec, record):
         got[key] = {"request": source.get("repo") if source["kind"] == "hub" else
                     source.get("tag") or source.get("enum") or source.get("url"),
                     "revision": source.get("revision"), "commit": source.get("commit"),
-                    "config": source.get("config"),
+                    "config": source.get("config"), "origin": source.get("origin"),
                     "files": {f: v["sha256"] for f, v in source["files"].items()}}
     out["fetched"] = got
     return out
@@ -418,6 +447,13 @@ def fetched(spec, key):
     """What localize recorded for ``key`` of a localized spec (``request``, ``revision``, ``commit``,
     ``config``, ``files``), or None for a spec (or key) not localized."""
     return (spec.get("fetched") or {}).get(key)
+
+
+def as_written(spec, key, default=None):
+    """The entry's ``key`` as the config wrote it, for provenance: in a localized spec a fetched key
+    names a local file or directory; its request is what was written (or the declared default)."""
+    got = fetched(spec, key)
+    return got["request"] if got else spec.get(key, default)
 
 
 def go_offline():

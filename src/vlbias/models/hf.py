@@ -23,7 +23,7 @@ from vlbias.errors import InputError
 from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models.plan import weights as declared_weights
-from vlbias.weights import fetched, hub_download
+from vlbias.weights import as_written, fetched, hub_download
 
 
 def build_config(config_class, base, overrides):
@@ -76,9 +76,8 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
         if missing or unexpected:
             raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                    f"unexpected {some(unexpected)}")
-        url = fetched(spec, "checkpoint")  # a URL fetched ahead: named as written
         return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
-                       "checkpoint": url["request"] if url else str(spec["checkpoint"]), "weights_file": str(path), "weights_sha256": digest}, None
+                       "checkpoint": str(as_written(spec, "checkpoint")), "weights_file": str(path), "weights_sha256": digest}, None
     if spec.get("config"):
         raise InputError("config", "overrides apply to `weights: random` or a `checkpoint` only; a model "
                                    "directory or Hugging Face id brings its own config.json")

@@ -83,7 +83,7 @@ from vlbias.models import plan, runtime
 from vlbias.models.hf import download, load_model
 from vlbias.models.sentence import resolve
 from vlbias.regions import regions_with_labels
-from vlbias.weights import fetched
+from vlbias.weights import as_written, fetched
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +322,7 @@ class VLEncoder:
             "architecture": self.model.__class__.__name__,
             "config": spec.get("config") or None,
             # a hub tokenizer fetched ahead (vlbias.weights) is named as written, with its commit
-            "tokenizer": tokenizer["request"] if tokenizer else spec.get("tokenizer") or DEFAULT_TOKENIZER,
+            "tokenizer": as_written(spec, "tokenizer") or DEFAULT_TOKENIZER,
             "tokenizer_commit": tokenizer and tokenizer["commit"],
             "vocab_sha256": vocab_sha256,
             "output": "language stream hidden states; W/S: [CLS]"
