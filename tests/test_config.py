@@ -167,7 +167,7 @@ def test_sweep_entries_become_named_models():
                                          {"arch": "ViT-B-32", "checkpoint": "/w/My Weights.safetensors"},
                                          {"arch": "RN50", "weights": "random", "name": "rn"},
                                          {"adapter": "hf_dual", "model_id": "openai/clip-vit-base-patch32",
-                                          "revision": "3d74acf9a28c67741b2f4f2ea7635f0aaf6f0268"},
+                                          "revision": "main"},
                                          {"adapter": "hf_dual", "path": "/m/Tiny SigLIP"},
                                          {"adapter": "hf_dual", "architecture": "siglip", "weights": "random",
                                           "seed": 2, "processor": "p"}]
