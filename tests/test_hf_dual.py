@@ -91,6 +91,19 @@ def test_random_weights_are_the_config_class_model_of_the_seed(tmp_path, archite
     assert encoder.encode_texts(["rose"]).shape == encoder.encode_images(pixels(1)).shape == (1, encoder.dim)
 
 
+def test_a_checkpoint_loads_into_the_architecture_it_names(tmp_path):
+    from safetensors.torch import save_file
+
+    processor = write_processor(tmp_path / "processor", "clip", VISION["image_size"], TEXT["max_position_embeddings"])
+    spec = {"adapter": "hf_dual", "architecture": "clip", "config": CONFIGS["clip"], "processor": str(processor),
+            "device": "cpu"}
+    random = build({**spec, "weights": "random", "seed": 5})
+    save_file(random.model.state_dict(), tmp_path / "clip.safetensors")
+    loaded = build({**spec, "checkpoint": str(tmp_path / "clip.safetensors")})
+    assert loaded.info["weights"] == "checkpoint" and len(loaded.info["weights_sha256"]) == 64
+    np.testing.assert_array_equal(loaded.encode_texts(TEXTS), random.encode_texts(TEXTS))
+
+
 @pytest.mark.parametrize("change,message", [
     ({"architecture": None}, "hf_dual entry: `weights: random` and `checkpoint` need `architecture`"),
     ({"processor": None}, "processor: `weights: random` and `checkpoint` need `processor:`"),

@@ -215,7 +215,7 @@ def sweep_name(entry):
     than a-z 0-9 _ . - as "-". The model: the first of ``arch`` (open_clip), the last part of ``model_id``
     or of ``path``, ``architecture``, the adapter; the weights: the ``pretrained`` tag, the checkpoint's
     file name, "random<seed>", or nothing where the model's id or directory names them
-    ("ViT-B-32-openai", "clip-vit-base-patch32", "clip-random0")."""
+    ("vit-b-32-openai", "clip-vit-base-patch32", "clip-random0")."""
     if entry.get("name"):
         return entry["name"]
     model = (entry.get("arch") or next((Path(entry[k]).name for k in ("model_id", "path") if entry.get(k)), None)
