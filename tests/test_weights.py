@@ -226,7 +226,8 @@ def test_concurrent_lock_writers_keep_every_entry(tmp_path):
     assert sorted(Lock(lock).entries()) == sorted(f"w{w}/{i}" for w in range(4) for i in range(10))
 
 
-def test_open_clip_hub_tag_is_fetched_and_loads_offline(hub, tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["hf_hub", "url"])
+def test_open_clip_tag_is_fetched_and_loads_offline(hub, tmp_path, monkeypatch, where):
     import open_clip
     import safetensors.torch
 
@@ -237,21 +238,24 @@ def test_open_clip_hub_tag_is_fetched_and_loads_offline(hub, tmp_path, monkeypat
     reference = build({**base, "weights": "random", "seed": 1})
     state = safetensors.torch.save({k: v.contiguous() for k, v in reference.model.state_dict().items()})
     # a tag of the tiny arch, as open_clip's own table declares them (a hub file, its preprocessing)
-    tag_cfg = {"hf_hub": "org/tiny-clip/", "mean": [0.5, 0.25, 0.5], "std": [0.2, 0.3, 0.4],
+    tag_cfg = {"hf_hub": "", "url": "", "mean": [0.5, 0.25, 0.5], "std": [0.2, 0.3, 0.4],
                "interpolation": "bilinear", "resize_mode": "shortest", "quick_gelu": True}
+    tag_cfg[where] = "org/tiny-clip/" if where == "hf_hub" else hub.url("tiny-clip.safetensors")
     monkeypatch.setitem(open_clip.pretrained._PRETRAINED, arch, {"tiny": tag_cfg})
     commit = hub.commit("org/tiny-clip", {"open_clip_model.safetensors": state})
+    hub.files["tiny-clip.safetensors"] = state
     spec = {**base, "pretrained": "tiny"}
     record = fetch("ieat/tiny-clip", spec, cache=tmp_path, lock_path=tmp_path / "lock.yaml")
     source = record["sources"]["pretrained"]
-    assert (source["kind"], source["repo"], source["commit"]) == ("open_clip", "org/tiny-clip", commit)
-    assert source["files"] == {"open_clip_model.safetensors": {**source["files"]["open_clip_model.safetensors"],
-                                                               "sha256": sha256(state)}}
+    assert (source["kind"], source.get("repo"), source.get("commit")) == (
+        ("open_clip", "org/tiny-clip", commit) if where == "hf_hub" else ("open_clip", None, None))
+    assert [f["sha256"] for f in source["files"].values()] == [sha256(state)]
     hub.stop()
     enc = build(localize(spec, record))
     assert enc.info["quick_gelu"] and enc.info["preprocess"]["mean"] == tag_cfg["mean"]
     assert enc.info["preprocess"]["interpolation"] == "bilinear"
-    assert (enc.info["pretrained"], enc.info["commit"], enc.info["revision"]) == ("tiny", commit, "org/tiny-clip/")
+    assert (enc.info["pretrained"], enc.info["commit"], enc.info["revision"]) == (
+        "tiny", source.get("commit"), tag_cfg[where])
     assert enc.info["weights_sha256"] == sha256(state)
     for a, b in zip(enc.model.state_dict().values(), reference.model.state_dict().values(), strict=True):
         assert a.equal(b)
