@@ -4,6 +4,7 @@ vlbias.io.fetch, open_clip) against a hub on the loopback address (tests/hub.py)
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -192,12 +193,15 @@ def test_a_wrong_pinned_sha256_is_refused(hub, igpt, tmp_path):
 
 
 def test_local_and_random_entries_get_records_and_no_lock(igpt, tmp_path):
-    folder = igpt[1]
+    folder = tmp_path / "model"
+    shutil.copytree(igpt[1], folder)
+    (folder / ".cache/huggingface").mkdir(parents=True)
+    (folder / ".cache/huggingface/config.json.lock").write_text("")  # hidden: not the model's
     lock = tmp_path / "weights.lock.yaml"
     local = fetch("ieat/dir", {**RUN, "path": str(folder)}, cache=tmp_path, lock_path=lock)
     assert local["sources"]["path"]["kind"] == "local"
     assert {f: v["sha256"] for f, v in local["sources"]["path"]["files"].items()} == {
-        p.name: sha256(p.read_bytes()) for p in folder.iterdir()}
+        p.name: sha256(p.read_bytes()) for p in folder.iterdir() if p.is_file()}
     random = fetch("ieat/random", {**RUN, "weights": "random", "seed": 7, "config": TINY_CONFIG}, cache=tmp_path,
                    lock_path=lock)
     assert random["sources"] == {"weights": {"kind": "random", "seed": 7, "config": {"config": TINY_CONFIG},

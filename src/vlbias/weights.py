@@ -270,7 +270,9 @@ def _fetch_source(source, cache, pin):
             return {**source, "local": str(path), "files": {path.name: _described(path)}}
         if not path.is_dir():
             raise InputError(path, "no such file or directory")
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        # not hidden files or folders (e.g. a .cache/ that huggingface_hub leaves in a local download)
+        files = sorted(p for p in path.rglob("*") if p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
         return {**source, "local": str(path), "files": {str(p.relative_to(path)): _described(p) for p in files}}
     if kind == "hub":
         return _fetch_hub(source, cache / "hub", pin)
