@@ -15,10 +15,15 @@ A hub file list item ``a|b`` is the first of those the repository has, ``*.json`
 hub value that is a local directory or ``package:<name>`` is local. ``weights: random`` is a source
 too (seed and config).
 
-    sources = remote_sources(spec)                          # what an entry loads (no download)
+    entries(config)                                         # {"seat/minilm": spec, ...}
+    sources = remote_sources(spec, kind_of(name))           # what an entry loads (no download)
     record = fetch(name, spec, cache=..., lock_path=...)    # downloads, checked against the lock
-    write_record(path, record); record = read_record(path)
+    write_record(record_path(name), record); read_record(record_path(name))
     spec = localize(spec, record)                           # job side: verified files, offline
+    provenance(record)                                      # the record without machine-local paths
+
+An adapter reads a localized key's provenance with ``fetched(spec, key)`` / ``as_written(spec, key)``;
+``hub_download`` is the one hub download (adapters run outside the workflow use it too).
 
 The lock (``config/weights.lock.yaml`` by default) holds per entry the request (adapter and remote
 source keys), each remote source's resolved commit and every file's size and sha256. The first
