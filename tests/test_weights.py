@@ -414,3 +414,19 @@ def test_offline_a_hub_model_comes_from_the_cache_its_revision_names(hub, igpt, 
     assert hub_download(REPO, "main", files, cache_dir=tmp_path) == online and online[1] == commit
     with pytest.raises(InputError, match=f"'{REPO}': could not be downloaded .* at revision 'v2'"):
         hub_download(REPO, "v2", files, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["models", "detectors"])
+def test_every_declared_weights_key_is_a_key_of_its_adapter(kind):
+    from vlbias.config import adapter_schema
+    from vlbias.models.plan import weights
+    from vlbias.registry import adapters
+
+    kinds = {"hub", "file", "directory", "open_clip", "torchvision"}
+    for adapter in adapters(kind):
+        keys = set(adapter_schema(kind, adapter)["properties"])
+        for key, declared in weights(adapter, kind).items():
+            assert len(kinds & set(declared)) == 1, (adapter, key, declared)
+            named = [key, *declared.get("unless", ()), *(declared[k] for k in ("revision", "sha256", "open_clip",
+                                                                                "torchvision") if k in declared)]
+            assert set(named) <= keys, (adapter, key, sorted(set(named) - keys))
