@@ -291,7 +291,8 @@ def test_every_adapter_declares_its_sources(tmp_path):
 
 
 def test_entries_name_every_weights_loading_entry():
-    config = {"ieat": {"models": {"igpt": {"source": "published"}, "igpt-l": {"source": "images", "adapter": "igpt"}},
+    config = {"ieat": {"models": {"igpt": {"source": "published"}, "igpt-l": {"source": "images", "adapter": "igpt"},
+                                  "mine": {"source": "vectors", "adapter": "igpt"}},
                        "sweep": {"models": [{"arch": "ViT-B-32", "pretrained": "openai"}]}},
               "seat": {"models": {"minilm": {"adapter": "sentence", "path": "x"}}},
               "regions": {"detectors": {"bua-36": {"adapter": "bua", "weights": "random"}}}}

@@ -82,7 +82,9 @@ def entries(config):
         part = config.get(section) or {}
         if section == "ieat":  # the sweep's entries are open_clip's (the schema's default, for an unchecked config)
             sweep = [{"adapter": "open_clip", **e} for e in (part.get("sweep") or {}).get("models", [])]
-            specs = ieat_models({"models": part.get("models") or {}, "sweep": {"models": sweep}})
+            specs = {name: spec for name, spec in ieat_models({"models": part.get("models") or {},
+                                                               "sweep": {"models": sweep}}).items()
+                     if spec.get("source") == "images"}  # published and own vectors load no weights
         else:
             specs = part.get(key) or {}
         found.update({f"{section}/{name}": spec for name, spec in specs.items()
