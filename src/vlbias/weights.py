@@ -11,8 +11,8 @@ What an entry loads is declared once, in its adapter schema's ``family: weights:
     pretrained: {open_clip: arch}               # an open_clip pretrained tag of the entry's arch
     weights:    {torchvision: arch}             # a torchvision weights enum name (or random)
 
-A hub file list item ``a|b`` is the first of those the repository has, ``*.json`` every match; a
-hub value that is a local directory or ``package:<name>`` is local. ``weights: random`` is a source
+A hub file list item ``a|b`` is the first of those the repository has, ``*.json`` every match; with
+``or_local: true`` a value that is a local directory or ``package:<name>`` is local. ``weights: random`` is a source
 too (seed and config).
 
     entries(config)                                         # {"seat/minilm": spec, ...}
@@ -122,7 +122,7 @@ def remote_sources(spec, kind="models"):
             continue
         value = str(value)
         if "hub" in decl:
-            local = _local_dir(value)
+            local = _local_dir(value) if decl.get("or_local") else None
             sources[key] = ({"kind": "local", "path": str(local), "request": value} if local else
                             {"kind": "hub", "repo": value, "revision": spec.get(decl.get("revision", "revision")),
                              "files": list(decl["hub"])})
@@ -156,11 +156,11 @@ def package_dir(value):
 
 
 def _local_dir(value):
-    """The local directory a hub-or-local value names, or None for a hub id (``<org>/<name>``, not a
-    directory here)."""
+    """The local directory a hub-or-local value names (a directory, ``package:<name>``, a path that is
+    no hub id), or None for a hub id."""
     if value.startswith("package:"):
         return package_dir(value)[0]
-    return None if re.fullmatch(r"[\w.-]+/[\w.-]+", value) and not Path(value).is_dir() else Path(value)
+    return None if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", value) and not Path(value).is_dir() else Path(value)
 
 
 def _open_clip_source(arch, tag):
