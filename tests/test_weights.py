@@ -336,6 +336,9 @@ def test_the_command_lists_fetches_locks_and_updates(hub, igpt, tmp_path, monkey
     write_record(record, {"entry": "ieat/tiny-igpt", "sources": {}})  # the workflow's, of another fetch
     vlbias("tiny-igpt")
     assert read_record(record)["sources"]["model_id"]["commit"] == first  # locked: main's move ignored
+    # the config's relative cache stays relative: a cluster's nodes may mount the project elsewhere
+    assert read_record(record)["sources"]["model_id"]["local"] == f"results/cache/hub/models--openai--tiny-igpt/" \
+                                                                  f"snapshots/{first}"
     written = record.stat().st_mtime_ns
     vlbias("tiny-igpt")
     assert record.stat().st_mtime_ns == written  # the same record: the model jobs need not run again

@@ -352,6 +352,10 @@ def hub_download(repo, revision, patterns, *, cache_dir=None, pin=None):
             commit, files = info.sha, _choose(patterns, [s.rfilename for s in info.siblings or []], repo, revision)
         paths = {f: Path(hf_hub_download(repo, f, revision=commit, cache_dir=cache_dir, endpoint=endpoint))
                  for f in files}
+        if cache_dir is not None and not Path(cache_dir).is_absolute():
+            # as given (huggingface_hub makes them absolute): a cluster's nodes may mount the
+            # working directory elsewhere
+            paths = {f: Path(os.path.relpath(path)) for f, path in paths.items()}
     except InputError:
         raise
     except Exception as e:  # hub, HTTP and cache errors alike: the files are not to be had
