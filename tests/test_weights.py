@@ -346,6 +346,13 @@ def test_the_command_lists_fetches_locks_and_updates(hub, igpt, tmp_path, monkey
     assert read_record(record)["sources"]["model_id"]["commit"] == second
     assert yaml.safe_load(Path("config/weights.lock.yaml").read_text())["ieat/tiny-igpt"]["sources"][
         "model_id"]["commit"] == second
+    # an entry that cannot be fetched is named; the others are fetched all the same
+    config["ieat"]["models"]["gone"] = {"source": "images", **RUN, "checkpoint": "absent.safetensors"}
+    Path("config/config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["weights"]) == 2
+    out, err = capsys.readouterr()
+    assert "ieat/gone: absent.safetensors: no such file or directory" in err and "ieat/url-igpt: 1 file(s)" in out
+    assert "1 of 5 entries failed: ieat/gone" in err  # tiny-clip, minilm, the two igpt, gone
 
 
 def test_torchvision_weights_come_through_torch_hub_checked_by_their_name(hub, tmp_path, monkeypatch):
