@@ -66,7 +66,8 @@ ARCHITECTURES = {"clip": (CLIPModel, CLIPConfig), "siglip": (SiglipModel, Siglip
 PADDINGS = ("longest", "max_length")
 # model types trained on texts padded to the full length (the SigLIP model card: padding="max_length")
 MAX_LENGTH_PADDED = ("siglip", "siglip2")
-# what a processor's save_pretrained writes (image processor, tokenizer): fetched with a hub model, hashed
+# what a processor's save_pretrained writes (image processor, tokenizer), hashed into .info (a hub model's
+# are fetched with it: its schema's weights declaration)
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "spiece.model")
 
@@ -86,8 +87,7 @@ class DualEncoder:
             raise InputError("hf_dual entry", "set `model_id` (with `revision`), `path`, `checkpoint` or "
                                               "`weights: random`")
         model_class, config_class = ARCHITECTURES.get(architecture, (AutoModel, None))
-        model, source, model_dir = load_model(spec, "hf_dual", model_class, config_class, {}, None,
-                                              files=list(PROCESSOR_FILES))
+        model, source, model_dir = load_model(spec, "hf_dual", model_class, config_class, {})
         if not (callable(getattr(model, "get_image_features", None))
                 and callable(getattr(model, "get_text_features", None))):
             raise InputError(f"'{source['model_id']}'", f"{type(model).__name__} has no get_image_features and "
