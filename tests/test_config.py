@@ -151,20 +151,30 @@ IGPT = {"source": "images", "adapter": "igpt", "model_id": "openai/imagegpt-larg
      "key 'ieat/sweep/models/0': its name 'simclr' is taken by 'ieat/models/simclr' (set `name`)"),
     (lambda c: c["ieat"]["sweep"].update(models=[{"pretrained": "openai"}]),
      "key 'ieat/sweep/models/0': 'arch' is a required property"),
+    (lambda c: c["ieat"]["sweep"].update(models=[{"adapter": "sentence", "path": "x"}]),
+     "key 'ieat/sweep/models/0/adapter': adapter 'sentence' embeds no images"),
+    (lambda c: c["ieat"]["sweep"].update(models=[{"adapter": "hf_dual", "model_id": "x/y", "revison": "main"}]),
+     "key 'ieat/sweep/models/0/revison': unknown key (did you mean 'revision'?)"),
 ])
 def test_ieat_models_outputs_sweep_and_modalities(change, expected):
     found = problems(change)
     assert any(p.startswith(expected) for p in found), found
 
 
-def test_sweep_entries_become_named_open_clip_models():
+def test_sweep_entries_become_named_models():
     config = copy.deepcopy(CONFIG)
     config["ieat"]["sweep"]["models"] = [{"arch": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
                                          {"arch": "ViT-B-32", "checkpoint": "/w/My Weights.safetensors"},
-                                         {"arch": "RN50", "weights": "random", "name": "rn"}]
+                                         {"arch": "RN50", "weights": "random", "name": "rn"},
+                                         {"adapter": "hf_dual", "model_id": "openai/clip-vit-base-patch32",
+                                          "revision": "main"},
+                                         {"adapter": "hf_dual", "path": "/m/Tiny SigLIP"},
+                                         {"adapter": "hf_dual", "architecture": "siglip", "weights": "random",
+                                          "seed": 2, "processor": "p"}]
     check_config(config, SCHEMA, root=REPO)
     models = ieat_models(config["ieat"])
-    assert list(models)[-3:] == ["vit-b-32-laion2b_s34b_b79k", "vit-b-32-my-weights", "rn"]
+    assert list(models)[-6:] == ["vit-b-32-laion2b_s34b_b79k", "vit-b-32-my-weights", "rn", "clip-vit-base-patch32",
+                                 "tiny-siglip", "siglip-random2"]
     assert models["rn"] == {"source": "images", "adapter": "open_clip", "arch": "RN50", "weights": "random",
                             "name": "rn"}
     names = table_models(models)

@@ -1,6 +1,7 @@
 """iEAT from pixels through the real Snakefile: tiny random iGPT (two layers and the logits from one
-pass), SimCLRv2 and open_clip models beside the published vectors in Tables 1-3, a user's own
-vectors (iEAT and SEAT), a cross-modal test, and the open_clip sweep's table and heatmap."""
+pass), SimCLRv2, open_clip and transformers CLIP (hf_dual) models beside the published vectors in
+Tables 1-3, a user's own vectors (iEAT and SEAT), the transformers CLIP in SEAT too, a cross-modal
+test, and the sweep's table and heatmap: an open_clip and a transformers SigLIP model side by side."""
 
 import copy
 
@@ -8,10 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from test_hf_dual import CONFIGS, TEXT, VISION, tiny_dual_dir
 from test_workflow import make_project, planned_jobs, snakemake, write_yaml
 
 from vlbias.io.fetch import read_manifest
 from vlbias.io.store import read_provenance, read_set
+from vlbias.models.hf_dual import write_processor
 from vlbias.stats import effect_size
 
 pytestmark = pytest.mark.workflow
@@ -29,6 +32,11 @@ IGPT = {"source": "images", "adapter": "igpt", "weights": "random", "seed": 0, "
 SIMCLR = {"source": "images", "adapter": "simclr", "depth": 50, "width": 1, "sk": 0, "weights": "random",
           "image_size": 32, "batch_size": 8, "paper": "pub",
           "images": {"size": 32, "crop": "top-left", "resample": "area", "decoder": "opencv"}}  # toy images enlarged
+# transformers dual encoders: a CLIP from a model directory (save_pretrained: weights and processor), a
+# SigLIP with random weights and a processor directory (vlbias.models.hf_dual.write_processor)
+HF_CLIP = {"source": "images", "adapter": "hf_dual", "path": "models/tiny-clip", "batch_size": 4}
+HF_SIGLIP = {"adapter": "hf_dual", "architecture": "siglip", "weights": "random", "config": CONFIGS["siglip"],
+             "processor": "models/tiny-siglip-processor", "batch_size": 4}
 WORDS = {"A": ["joy", "love", "peace"], "B": ["pain", "hate", "war"]}
 
 
@@ -53,20 +61,21 @@ def make(root):
                          for s in "XYAB" for w in yaml.safe_load(p.read_text())[s]["items"]})
     mine = vectors_csv(root / "mine.csv", images + WORDS["A"] + WORDS["B"])
     vectors_csv(root / "mine-seat.csv", seat_words, seed=1, dim=4)
-    ieat["models"] |= copy.deepcopy({"tiny-clip": CLIP, "tiny-igpt": IGPT, "tiny-simclr": SIMCLR,
+    ieat["models"] |= copy.deepcopy({"tiny-clip": CLIP, "hf-clip": HF_CLIP, "tiny-igpt": IGPT, "tiny-simclr": SIMCLR,
                                      "mine": {"source": "vectors", "vectors": "mine.csv", "model_id": "my vectors",
                                               "dim": 5}})
     ieat["tables"] = {
-        "table1": {"caption": "toy Table 1", "models": ["pub", "tiny-igpt/layer1", "tiny-simclr", "tiny-clip", "mine"],
+        "table1": {"caption": "toy Table 1", "models": ["pub", "tiny-igpt/layer1", "tiny-simclr", "tiny-clip", "hf-clip",
+                                                      "mine"],
                    "tests": ["flower-insect", "insect-flower"]},
         "table2": {"caption": "toy Table 2", "models": ["pub", "tiny-igpt/layer0"], "tests": ["flower-insect"]},
         "table3": {"caption": "toy Table 3", "models": ["pub", "tiny-igpt/logits"], "tests": ["flower-insect"]},
-        "cross": {"caption": "cross-modal", "models": ["tiny-clip", "mine"], "tests": ["flower-insect-text-attributes"]},
+        "cross": {"caption": "cross-modal", "models": ["tiny-clip", "hf-clip", "mine"], "tests": ["flower-insect-text-attributes"]},
     }
     ieat["sweep"] = {"caption": "toy sweep", "tests": "all",
-                     "models": copy.deepcopy([{k: v for k, v in CLIP.items() if k != "source"},
-                                              {**{k: v for k, v in CLIP.items() if k != "source"}, "seed": 1}])}
-    config["seat"]["models"] = {"mine": {"source": "vectors", "vectors": "mine-seat.csv", "model_id": "my words"}}
+                     "models": copy.deepcopy([{k: v for k, v in CLIP.items() if k != "source"}, HF_SIGLIP])}
+    config["seat"]["models"] = {"mine": {"source": "vectors", "vectors": "mine-seat.csv", "model_id": "my words"},
+                                "hf-clip": {k: v for k, v in HF_CLIP.items() if k != "source"}}
     (root / "resources/published.tsv").write_text("table\ttest\tmodel\tn_t\tn_a\td\tp\tiat_d\n"
                                                   "table1\tflower-insect\tpub\t5\t4\t1.00\t0.01\t\n"
                                                   "table3\tflower-insect\tpub\t5\t4\t0.50\t0.10\t\n")
@@ -78,6 +87,9 @@ def make(root):
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("ieat-project")
     _, mine = make(root)
+    # the transformers models' files (dry runs need none)
+    tiny_dual_dir(root / HF_CLIP["path"], "clip")
+    write_processor(root / HF_SIGLIP["processor"], "siglip", VISION["image_size"], TEXT["max_position_embeddings"])
     snakemake(root)
     return root, mine
 
@@ -89,7 +101,7 @@ def table(root, name):
 def test_tables_1_to_3_put_the_recomputed_models_beside_the_published(project):
     root, _ = project
     t1, t2, t3 = (table(root, t) for t in ("table1", "table2", "table3"))
-    assert list(t1["model"]) == ["pub", "tiny-igpt/layer1", "tiny-simclr", "tiny-clip", "mine"] * 2
+    assert list(t1["model"]) == ["pub", "tiny-igpt/layer1", "tiny-simclr", "tiny-clip", "hf-clip", "mine"] * 2
     assert list(t2["model"]) == ["pub", "tiny-igpt/layer0"] and list(t3["model"]) == ["pub", "tiny-igpt/logits"]
     for t in (t1, t2, t3):
         assert (t["status"] == "ok").all() and t["d"].astype(float).abs().le(2).all()
@@ -99,7 +111,7 @@ def test_tables_1_to_3_put_the_recomputed_models_beside_the_published(project):
     # the paper's printed numbers beside the published column and the recomputed columns reproducing it
     first = t1[t1["test"] == "flower-insect"].set_index("model")["d_paper"]
     assert first.to_dict() == {"pub": "1.00", "tiny-igpt/layer1": "1.00", "tiny-simclr": "1.00", "tiny-clip": "",
-                               "mine": ""}
+                               "hf-clip": "", "mine": ""}
     assert t3.set_index("model")["d_paper"].to_dict() == {"pub": "0.50", "tiny-igpt/logits": "0.50"}
     assert "| Flower-Insect | tiny-igpt/layer1 |" in (root / "results/ieat/table1.md").read_text()
 
@@ -146,16 +158,21 @@ def test_own_vectors_give_the_statistics_of_the_file(project):
     assert float(row.d) == pytest.approx(effect_size(np.array(X), np.array(Y), np.array(A), np.array(B)))
     prov = read_provenance(root / "results/embeddings/ieat/mine.h5")
     assert prov["vectors_file"] == "mine.csv" and len(prov["vectors_sha256"]) == 64
-    seat = pd.read_csv(root / "results/seat/mine/table.csv")
-    assert set(seat["test"]) == {"weat-toy", "sent-toy"} and (seat["status"] == "ok").all()
+    for model in ("mine", "hf-clip"):  # a user's vectors and a transformers CLIP's text tower
+        seat = pd.read_csv(root / f"results/seat/{model}/table.csv")
+        assert set(seat["test"]) == {"weat-toy", "sent-toy"} and (seat["status"] == "ok").all()
 
 
 def test_a_cross_modal_test_on_clip_and_on_own_vectors(project):
     root, _ = project
     cross = table(root, "cross").set_index("model")
     assert (cross["status"] == "ok").all() and (cross["n_a"].astype(int) == 3).all()
-    assert list(read_set(root / "results/embeddings/ieat/tiny-clip.h5", "flower-insect-text-attributes/A")[1]) \
-        == WORDS["A"]
+    for model in ("tiny-clip", "hf-clip"):
+        vectors, ids = read_set(root / f"results/embeddings/ieat/{model}.h5", "flower-insect-text-attributes/A")
+        assert list(ids) == WORDS["A"] and vectors.shape == (3, 16 if model == "tiny-clip" else 8)
+    prov = read_provenance(root / "results/embeddings/ieat/hf-clip.h5")
+    assert (prov["adapter"], prov["architecture"], prov["weights"]) == ("hf_dual", "CLIPModel", "pretrained")
+    assert len(prov["weights_sha256"]) == 64 and prov["padding"] == "longest"
 
 
 def test_the_sweep_writes_one_table_and_a_heatmap(project):
@@ -163,10 +180,11 @@ def test_the_sweep_writes_one_table_and_a_heatmap(project):
     sweep = table(root, "sweep")
     tests = sorted(p.stem for p in (root / "resources/stimuli/ieat").glob("*.yaml"))
     assert sorted(set(sweep["test"])) == tests
-    assert list(dict.fromkeys(sweep["model"])) == ["tiny-vit-random0", "tiny-vit-random1"]
+    # an open_clip model and a transformers SigLIP (hf_dual) side by side
+    assert list(dict.fromkeys(sweep["model"])) == ["tiny-vit-random0", "siglip-random0"]
     assert (sweep["status"] == "ok").all() and len(sweep) == 2 * len(tests)
     md = (root / "results/ieat/sweep.md").read_text()
-    assert "| test | tiny-vit-random0 | tiny-vit-random1 |" in md and "Flower-Insect (text attributes)" in md
+    assert "| test | tiny-vit-random0 | siglip-random0 |" in md and "Flower-Insect (text attributes)" in md
     assert (root / "results/ieat/sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -186,8 +204,8 @@ def test_a_second_run_does_nothing(project):
     (lambda c: c["ieat"]["models"]["tiny-igpt"].update(paper={"layer2": "pub"}),
      "key 'ieat/models/tiny-igpt/paper': layer2: not an output of 'tiny-igpt' (it has: layer0, layer1, logits)"),
     (lambda c: c["ieat"]["models"]["mine"].pop("vectors"), "key 'ieat/models/mine': 'vectors' is a required property"),
-    (lambda c: c["ieat"]["sweep"]["models"][1].update(seed=0),
-     "key 'ieat/sweep/models/1': its name 'tiny-vit-random0' is taken by 'ieat/sweep/models/0' (set `name`)"),
+    (lambda c: c["ieat"]["sweep"]["models"].append(copy.deepcopy(c["ieat"]["sweep"]["models"][0])),
+     "key 'ieat/sweep/models/2': its name 'tiny-vit-random0' is taken by 'ieat/sweep/models/0' (set `name`)"),
     (lambda c: c["ieat"]["sweep"]["models"][0].update(pretraind="openai"),
      "key 'ieat/sweep/models/0/pretraind': unknown key (did you mean 'pretrained'?)"),
     (lambda c: c["ieat"]["models"]["tiny-clip"].update(images={"size": 32, "crop": "top"}),

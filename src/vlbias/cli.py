@@ -336,25 +336,36 @@ def weights(args):
             raise UsageError(f"no weights entry {', '.join(unknown)}; configured: {', '.join(found) or 'none'}")
         names = [k for k in found if k in args.names or k.split("/", 1)[1] in args.names]
     lock = w.Lock(config.get("weights_lock") or LOCK)
+    failed = []
     for name in names:
-        spec = found[name]
-        if args.dry_run:
-            pins = (lock.entry(name) or {}).get("sources") or {}
-            sources = w.remote_sources(spec, w.kind_of(name))
-            print(f"{name} ({spec['adapter']})")
-            for key, source in sources.items():
-                print("\n".join(_describe(key, source, None if args.update else pins.get(key))))
-            continue
-        record = w.fetch(name, spec, cache=config["cache"], lock_path=lock.path, update=args.update)
-        files = [f for s in record["sources"].values() for f in s["files"].values()]
-        print(f"{name}: {len(files)} file(s), {_size(sum(f['size'] for f in files))}, verified")
-        path = w.record_path(name)
-        # the workflow's record, where it differs: rewritten, so that its model jobs run again
-        if path.is_file() and w.read_record(path) != record:
-            w.write_record(path, record)
-    if not args.dry_run and names:
+        try:
+            _weights_entry(w, name, found[name], config, lock, args)
+        except InputError as e:  # said, and the other entries fetched all the same
+            print(f"vlbias weights: error: {name}: {e}", file=sys.stderr)
+            failed.append(name)
+    if not args.dry_run and len(failed) < len(names):
         print(f"lock: {lock.path}")
-    return 0
+    if failed:
+        print(f"vlbias weights: {len(failed)} of {len(names)} entries failed: {', '.join(failed)}", file=sys.stderr)
+    return 2 if failed else 0
+
+
+def _weights_entry(w, name, spec, config, lock, args):
+    """List (--dry-run) or fetch one entry's weights."""
+    if args.dry_run:
+        pins = (lock.entry(name) or {}).get("sources") or {}
+        sources = w.remote_sources(spec, w.kind_of(name))
+        print(f"{name} ({spec['adapter']})")
+        for key, source in sources.items():
+            print("\n".join(_describe(key, source, None if args.update else pins.get(key))))
+        return
+    record = w.fetch(name, spec, cache=config["cache"], lock_path=lock.path, update=args.update)
+    files = [f for s in record["sources"].values() for f in s["files"].values()]
+    print(f"{name}: {len(files)} file(s), {_size(sum(f['size'] for f in files))}, verified")
+    path = w.record_path(name)
+    # the workflow's record, where it differs: rewritten, so that its model jobs run again
+    if path.is_file() and w.read_record(path) != record:
+        w.write_record(path, record)
 
 
 # --- the parser -------------------------------------------------------------------------------------

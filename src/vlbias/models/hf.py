@@ -81,7 +81,6 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
     if spec.get("config"):
         raise InputError("config", "overrides apply to `weights: random` or a `checkpoint` only; a model "
                                    "directory or Hugging Face id brings its own config.json")
-    hub = declared_weights(family)["model_id"]
     if spec.get("path"):
         model_dir, model_id, commit = Path(spec["path"]), source["model_id"] or spec["path"], None
         if not model_dir.is_dir():
@@ -89,6 +88,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
     elif got := fetched(spec, "model_id"):  # fetched ahead into the snapshot directory it names now
         model_dir, model_id, commit = Path(spec["model_id"]), got["request"], got["commit"]
     else:
+        hub = declared_weights(family)["model_id"]  # the files the family loads, its default model
         model_id = source["model_id"] or hub.get("default")
         model_dir, commit = download(model_id, spec.get("revision"), hub["hub"])
     weights = weights_file(model_dir)

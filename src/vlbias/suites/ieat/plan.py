@@ -29,7 +29,7 @@ class IeatPlan:
         self.config = config
         self.ieat = ieat = config["ieat"]
         self.tables = ieat["tables"]
-        self.models = ieat_models(ieat)  # ieat/models and the sweep's open_clip entries
+        self.models = ieat_models(ieat)  # ieat/models and the sweep's entries
         self.sweep_models = [m for m in self.models if m not in ieat["models"]]
         self.table_models = table_models(self.models)  # the names tables use: {name: (entry, output or None)}
         self.published_models = [m for m, spec in self.models.items() if spec["source"] == "published"]
@@ -141,5 +141,5 @@ class IeatPlan:
                     what = "published vectors" if spec["source"] == "published" else f"adapter {spec['adapter']}"
                     raise InputError(path, f"sets {', '.join(texts)} are texts, and model '{model}' ({what}) embeds "
                                            "no texts: cross-modal tests need a model with a text tower in the images' "
-                                           "space (open_clip) or `source: vectors`")
+                                           "space (an adapter that embeds images and texts) or `source: vectors`")
         return paths

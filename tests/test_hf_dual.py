@@ -1,0 +1,122 @@
+"""The transformers dual encoders (vlbias.models.hf_dual): tiny random CLIP and SigLIP models from the
+real config classes give what the documented transformers calls give, whatever the batch."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoProcessor, CLIPConfig, CLIPModel, SiglipConfig, SiglipModel
+
+from vlbias.errors import InputError
+from vlbias.models import build
+from vlbias.models.hf_dual import write_processor
+
+TEXT = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "max_position_embeddings": 16}
+VISION = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "image_size": 32, "patch_size": 8}
+# config overrides of a tiny model per architecture: CLIP with OpenAI's vocabulary, SigLIP with the
+# byte-level stand-in's 258 ids (</s> = 256 pads and ends every text)
+CONFIGS = {"clip": {"projection_dim": 8, "text_config": TEXT, "vision_config": VISION},
+           "siglip": {"text_config": {**TEXT, "vocab_size": 258, "pad_token_id": 256, "eos_token_id": 256,
+                                      "bos_token_id": None}, "vision_config": VISION}}
+CLASSES = {"clip": (CLIPModel, CLIPConfig), "siglip": (SiglipModel, SiglipConfig)}
+# the padding each model card's example uses
+PADDING = {"clip": True, "siglip": "max_length"}
+SHORT = ["rose", "a tulip", "wasp!"]  # fewer tokens than the tiny text towers' 16 positions, either tokenizer
+TEXTS = [*SHORT, "This is a tulip in the garden.", "a very long sentence that runs past the sixteen positions of "
+         "the tiny text tower, so it is truncated"]
+
+
+def tiny_dual_dir(directory, architecture, seed=0):
+    """A model directory as save_pretrained writes it: a tiny random model and its processor."""
+    model_class, config_class = CLASSES[architecture]
+    torch.manual_seed(seed)
+    model_class(config_class(**CONFIGS[architecture])).save_pretrained(directory)
+    return write_processor(directory, architecture, VISION["image_size"], TEXT["max_position_embeddings"])
+
+
+@pytest.fixture(scope="module", params=["clip", "siglip"])
+def tiny(request, tmp_path_factory):
+    """(architecture, model directory, its encoder at batch size 4)."""
+    directory = tiny_dual_dir(tmp_path_factory.mktemp(request.param), request.param)
+    return request.param, directory, build({"adapter": "hf_dual", "path": str(directory), "batch_size": 4,
+                                            "device": "cpu"})
+
+
+def pixels(n, size=40, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def test_the_vectors_are_what_the_documented_calls_give(tiny):
+    architecture, directory, encoder = tiny
+    model = CLASSES[architecture][0].from_pretrained(directory).eval()
+    processor = AutoProcessor.from_pretrained(directory)
+    images = pixels(5)
+    with torch.inference_mode():
+        expected_images = model.get_image_features(**processor(images=[Image.fromarray(p) for p in images],
+                                                               return_tensors="pt")).pooler_output
+        # short texts alone too: with a text of the full length in the batch, both paddings agree
+        expected_texts = [model.get_text_features(**processor(text=texts, padding=PADDING[architecture],
+                                                              truncation=True, return_tensors="pt")).pooler_output
+                          for texts in (SHORT, TEXTS)]
+    np.testing.assert_allclose(encoder.encode_images(images), expected_images.numpy(), rtol=1e-5, atol=1e-6)
+    for texts, expected in zip((SHORT, TEXTS), expected_texts):
+        np.testing.assert_allclose(encoder.encode_texts(texts), expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert encoder.info["architecture"] == type(model).__name__ and encoder.info["weights"] == "pretrained"
+    assert len(encoder.info["weights_sha256"]) == 64 and "tokenizer.json" in encoder.info["processor_sha256"]
+
+
+def test_a_vector_does_not_depend_on_the_batch(tiny):
+    _, _, encoder = tiny
+    images = pixels(6, seed=1)
+    many = encoder.encode_images(images), encoder.encode_texts(TEXTS)
+    encoder.batch_size = 1
+    try:
+        one = encoder.encode_images(images), encoder.encode_texts(TEXTS)
+    finally:
+        encoder.batch_size = 4
+    for a, b in zip(one, many):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("architecture", ["clip", "siglip"])
+def test_random_weights_are_the_config_class_model_of_the_seed(tmp_path, architecture):
+    processor = write_processor(tmp_path, architecture, VISION["image_size"], TEXT["max_position_embeddings"])
+    spec = {"adapter": "hf_dual", "architecture": architecture, "weights": "random", "seed": 3,
+            "config": CONFIGS[architecture], "processor": str(processor), "device": "cpu"}
+    encoder = build(spec)
+    model_class, config_class = CLASSES[architecture]
+    torch.manual_seed(3)
+    model = model_class(config_class(**CONFIGS[architecture]))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), encoder.model.state_dict().values()))
+    assert encoder.info["seed"] == 3 and encoder.info["padding"] == {"clip": "longest", "siglip": "max_length"}[
+        architecture]
+    assert encoder.encode_texts(["rose"]).shape == encoder.encode_images(pixels(1)).shape == (1, encoder.dim)
+
+
+def test_a_checkpoint_loads_into_the_architecture_it_names(tmp_path):
+    from safetensors.torch import save_file
+
+    processor = write_processor(tmp_path / "processor", "clip", VISION["image_size"], TEXT["max_position_embeddings"])
+    spec = {"adapter": "hf_dual", "architecture": "clip", "config": CONFIGS["clip"], "processor": str(processor),
+            "device": "cpu"}
+    random = build({**spec, "weights": "random", "seed": 5})
+    save_file(random.model.state_dict(), tmp_path / "clip.safetensors")
+    loaded = build({**spec, "checkpoint": str(tmp_path / "clip.safetensors")})
+    assert loaded.info["weights"] == "checkpoint" and len(loaded.info["weights_sha256"]) == 64
+    np.testing.assert_array_equal(loaded.encode_texts(TEXTS), random.encode_texts(TEXTS))
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"architecture": None}, "hf_dual entry: `weights: random` and `checkpoint` need `architecture`"),
+    ({"processor": None}, "processor: `weights: random` and `checkpoint` need `processor:`"),
+    ({"architecture": "blip"}, "architecture 'blip': must be one of clip, siglip"),
+    ({"weights": None}, "hf_dual entry: set `model_id` (with `revision`), `path`, `checkpoint` or `weights: random`"),
+])
+def test_an_entry_without_what_it_needs_is_refused(tmp_path, change, message):
+    spec = {"adapter": "hf_dual", "architecture": "clip", "weights": "random", "config": CONFIGS["clip"],
+            "processor": str(tmp_path), "device": "cpu", **change}
+    with pytest.raises(InputError) as e:
+        build({k: v for k, v in spec.items() if v is not None})
+    assert str(e.value).startswith(message)
