@@ -135,6 +135,8 @@ class BlipEncoder(VLEncoder):
         """(TextBatch, pixel values (u, 3, s, s) of the batch's u distinct images, each caption's image index)."""
         text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
         text.input_ids[:, 0] = self.first_id
+        for tokens in text.tokens:
+            tokens[0] = self.first_token_name
         distinct, index = {}, []
         for j, entry in enumerate(regions):
             if id(entry) not in distinct:
