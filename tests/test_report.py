@@ -194,7 +194,7 @@ def test_page_in_a_headless_browser(browser, tmp_path):
     write_page(tmp_path / "page.html", "Results", [results_table_html(table(), "Table 1"),
                                                    figure_html("heatmap.png", "Effect sizes")])
     seen = browser.render(tmp_path / "page.html", screenshot=tmp_path / "page.png", size=(1000, 900))
-    assert "Test <One>" in seen.text and "0.62*" in seen.text and "Holm 8e-04" in seen.text
+    assert "Test <One>" in seen.text and "0.62*" in seen.text and "Holm 0.0008" in seen.text
     [figure] = seen.images
     assert figure["src"] == "heatmap.png" and figure["loaded"] and figure["visible"] and figure["width"] > 200
     with Image.open(seen.screenshot) as png:

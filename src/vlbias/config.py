@@ -392,8 +392,12 @@ def _grounded_references(config, detectors, tsv):
                 problems.append(f"key 'grounded/experiments/models/{i}': '{name}' and '{columns[column]}' both "
                                 f"fill column '{column}' under protocol '{protocol}'")
             columns[column] = name
+    problems += _extended_references(grounded, models)
     for name, spec in models.items():
-        if spec["detector"] not in detectors:
+        if "detector" not in spec:
+            if not embeds(spec["adapter"]):  # a dual encoder reads no regions: its column shows n/a
+                problems.append(f"key 'grounded/models/{name}': needs 'detector', the region store it reads")
+        elif spec["detector"] not in detectors:
             problems.append(f"key 'grounded/models/{name}/detector': '{spec['detector']}' is not a detector under "
                             f"'regions/detectors'{suggest(spec['detector'], detectors)}")
         for dataset, source in (spec.get("released_regions") or {}).items():
@@ -406,6 +410,24 @@ def _grounded_references(config, detectors, tsv):
     return problems
 
 
+def _extended_references(grounded, models):
+    """The extended tables' models exist, each column its own and none of the paper's."""
+    problems, paper = [], {models[m]["column"] for m in grounded.get("experiments", {}).get("models", [])
+                           if m in models} | set(grounded.get("experiments", {}).get("columns", []))
+    columns = {}
+    for i, name in enumerate((grounded.get("extended") or {}).get("models", [])):
+        if name not in models:
+            problems.append(f"key 'grounded/extended/models/{i}': '{name}' is not a model under "
+                            f"'grounded/models'{suggest(name, models)}")
+            continue
+        column = models[name]["column"]
+        if column in paper or column in columns:
+            problems.append(f"key 'grounded/extended/models/{i}': '{name}' fills column '{column}', which "
+                            f"{'is a column of the paper' if column in paper else 'another extended model fills'}")
+        columns[column] = name
+    return problems
+
+
 def _mlm_references(config, detectors):
     mlm, problems = config.get("mlm"), []
     if not mlm:
@@ -414,6 +436,10 @@ def _mlm_references(config, detectors):
     if mlm["reference"] not in models:
         problems.append(f"key 'mlm/reference': '{mlm['reference']}' is not a model under 'mlm/models'"
                         f"{suggest(mlm['reference'], models)}")
+    for name, spec in models.items():
+        if family(spec.get("adapter")).get("mlm_head") is False:  # declared in its schema (BLIP's retrieval model)
+            problems.append(f"key 'mlm/models/{name}': adapter '{spec['adapter']}' has no masked-language head: "
+                            "the masked-LM study does not apply to it")
     vl = [m for m in models if m != mlm["reference"]]
     _names(problems, ("mlm", "build"), mlm["build"], vl,
            "a vision-language model under 'mlm/models' (the reference is built with them)")
