@@ -297,8 +297,10 @@ def test_the_weights_of_the_shipped_config_are_those_of_its_targets(shipped, mon
 def test_the_grounded_weights_are_the_models_switched_on_and_their_detectors(small, shipped, monkeypatch):
     from vlbias.weights import record_path
 
-    # every model of the small project is on under some protocol, and reads one of its three detectors
-    models = small["grounded"]["experiments"]["models"]
+    # every model of the small project is on under some protocol or in the extended tables (but the dual
+    # encoder there, clip: its cells are n/a, no job loads it), and reads one of its three detectors
+    assert small["grounded"]["extended"]["models"] == ["blip", "clip"]
+    models = small["grounded"]["experiments"]["models"] + ["blip"]
     assert GroundedPlan(small).weights() == sorted(
         [record_path(f"grounded/{m}") for m in models]
         + [record_path(f"regions/{d}") for d in ("frcnn-tiny", "frcnn-tiny-36", "frcnn-tiny-b")])
@@ -309,6 +311,7 @@ def test_the_grounded_weights_are_the_models_switched_on_and_their_detectors(sma
     config["grounded"]["experiments"]["build"] = True
     records = GroundedPlan(config).weights()
     assert record_path("grounded/vilbert-12in1") not in records
-    assert {record_path(f"grounded/{m}") for m in config["grounded"]["experiments"]["models"]} <= set(records)
+    assert {record_path(f"grounded/{m}") for m in config["grounded"]["experiments"]["models"]
+            + config["grounded"]["extended"]["models"]} <= set(records)
     assert record_path(f"regions/{config['grounded']['models']['lxmert']['released_regions']['coco']}") not in records
     assert {record_path(f"regions/{d}") for d in ("bua-10-100", "detectron-fpn")} <= set(records)

@@ -167,10 +167,11 @@ class GroundedPlan:
 
     def weights(self):
         """The weights records the targets need: the model of every embedding job of every protocol's
-        tables, and the detector of each region store those jobs read (not a released TSV source)."""
+        tables (the extended ones too), and the detector of each region store those jobs read (not a
+        released TSV source)."""
         if not self.targets():
             return []
-        jobs = {(p, d, m) for p, t in self.table_targets.values() for d, m in self.jobs(p, t)[0]}
+        jobs = {(p, d, m) for p, t, x in self.table_targets.values() for d, m in self.jobs(p, t, x)[0]}
         detectors = (self.config.get("regions") or {}).get("detectors", {})
         stores = {self.embed_region_store(p, d, m) for p, d, m in jobs}
         return sorted({record_path(f"grounded/{m}") for _, _, m in jobs}
