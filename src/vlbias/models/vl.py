@@ -287,7 +287,7 @@ class VLEncoder:
                                                       spec.get("tokenizer_revision"))
         model, source = self._load(spec)
         self.model = model.eval().requires_grad_(False).to(self.device)
-        config = self.model.config
+        config = self._text_config(self.model.config)
         self.dim = int(config.hidden_size)
         # a text-only family (vlbias.models.bert_mlm) has no feature_dim_key: it reads no regions
         self.feature_dim = int(getattr(config, self.feature_dim_key)) if self.feature_dim_key else 0
@@ -345,6 +345,11 @@ class VLEncoder:
 
     def _visual_dim(self, config):
         return self.dim  # a two-stream family whose vision stream has another width overrides it
+
+    def _text_config(self, config):
+        """The config whose hidden_size, max_position_embeddings and vocab_size describe the caption's
+        side; a family whose config nests one per tower (FLAVA's text_config) returns that one."""
+        return config
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -482,6 +487,12 @@ class VLEncoder:
             vectors = torch.cat([vectors, vision[:, 0]], dim=-1)
         return vectors
 
+    def _mask_logits(self, text, visual, is_mask):
+        """Per caption of a batch the LM head's logits (m, V) at its m [MASK]s (``is_mask`` (b, L) bool);
+        a family with more than one head (FLAVA: with or without an image) picks per caption."""
+        states = self._language_states(text, *visual)
+        return [self._lm_head(states[j, is_mask[j]]) for j in range(len(states))]
+
     def mask_logprobs(self, captions, regions=None, mask=None, mask_terms=None, tokens=None, fill=None):
         """Per caption, float32 (m, V) log P(token | context) at its m [MASK] positions, in order.
 
@@ -516,10 +527,10 @@ class VLEncoder:
                         at = at[:len(fill[start + j])]
                         text.input_ids[j, at] = torch.as_tensor(fill[start + j], device=self.device)
                         is_mask[j, at] = False
-                states = self._language_states(text, *visual)
+                logits = self._mask_logits(text, visual, is_mask)
                 for j in range(stop - start):
                     if not is_mask[j].any():
                         raise InputError(f"caption '{captions[start + j]}'", "has no [MASK]")
-                    logp = torch.log_softmax(self._lm_head(states[j, is_mask[j]]).float(), dim=-1)
+                    logp = torch.log_softmax(logits[j].float(), dim=-1)
                     out.append((logp if columns is None else logp[:, columns]).cpu().numpy())
         return out
