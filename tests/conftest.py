@@ -35,6 +35,16 @@ TINY_VL = {
 }
 
 
+# A tiny random BLIP retrieval model (vlbias.models.blip; not in TINY_VL: it has no masked-language head):
+# a 32-pixel ViT of 8-pixel patches under a 2-layer text encoder with cross-attention
+TINY_BLIP = {"adapter": "blip", "weights": "random", "seed": 0, "device": "cpu",
+             "config": {"text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                        "intermediate_size": 37, "encoder_hidden_size": 24},
+                        "vision_config": {"hidden_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                          "intermediate_size": 29, "image_size": 32, "patch_size": 8},
+                        "image_text_hidden_size": 16}}
+
+
 @pytest.fixture(scope="session")
 def mirror():
     """The local data mirror (VLBIAS_MIRROR, else ../shared/data beside the repository)."""

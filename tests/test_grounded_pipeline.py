@@ -13,6 +13,8 @@ import pytest
 import yaml
 from PIL import Image
 
+from conftest import TINY_BLIP
+
 from vlbias.models import build
 from vlbias.models.vl import Visual
 from vlbias.regions import Regions
@@ -348,6 +350,10 @@ def tiny_project(root):
     models["visualbert-authors"] = {**models["visualbert"], "seed": 1, "detector": "frcnn-tiny-b",
                                     "visualbert": "authors", "image_feature_cap": 2}
     models["visualbert"]["visualbert"] = "paper"
+    # the extended tables' columns: BLIP (pixels; mask I the pixel fill of the detector's person boxes) and a
+    # dual encoder, whose cells say n/a (no embedding job)
+    models["blip"] = {**TINY_BLIP, "batch_size": 4, "detector": "frcnn-tiny", "column": "BLIP"}
+    models["clip"] = {"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random", "column": "CLIP"}
     groups = {"Gender": ["toy-a"], "Race": ["toy-b"]}
     config["grounded"] = {
         "images": {"datasets": {"google": {"manifest": "resources/manifests/google.tsv",
@@ -360,6 +366,7 @@ def tiny_project(root):
         "models": models,
         "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "vilbert", "lxmert", "vlbert"],
                         "threads": 1},
+        "extended": {"models": ["blip", "clip"], "datasets": {"BLIP": "google"}},
         "tables": {"table3": {"dataset": "google", "groups": groups},
                    "table4": {"dataset": "google", "groups": groups},
                    "table5": {"dataset": "google", "groups": groups, "level": "S"},

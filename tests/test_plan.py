@@ -48,17 +48,24 @@ def test_the_shipped_config_builds_no_grounded_tables_until_asked(shipped, monke
     tables = list(config["grounded"]["tables"])
     assert plan.targets() == ([table_path(t, e) for t in tables for e in EXTS]
                               + [table_path(f"{p}/{t}", e) for p in others for t in tables for e in EXTS]
+                              + [table_path(f"extended/{t}", e) for t in tables for e in EXTS]
                               + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
     # every table's jobs resolve (each test it names has a stimulus file), on the schema's defaults
     spec = plan.table_spec("table3")
     assert [c["label"] for c in spec["columns"]] == ["VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"]
     assert spec["alpha"] == 0.05 and spec["levels"] == ["W", "S", "C"]
+    # the extended tables: the paper's columns, then BLIP's (on COCO in Table 6), under the main protocol
+    extended = plan.table_spec("extended/table6")
+    assert [(c["label"], c["dataset"]) for c in extended["columns"]] == [
+        ("VisualBERT", "coco"), ("ViLBERT", "concap"), ("LXMERT", "coco"), ("VL-BERT", "concap"), ("BLIP", "coco")]
+    assert extended["protocol"] == main and extended["extended"] and extended["columns"][-1]["extended"]
 
 
 def test_the_small_config_plans_every_grounded_job(small):
     plan = GroundedPlan(small)
     assert plan.targets() == ([table_path(f"table{n}", e) for n in range(3, 8) for e in EXTS]
                               + [table_path(f"paper/table{n}", e) for n in range(3, 8) for e in EXTS]
+                              + [table_path(f"extended/table{n}", e) for n in range(3, 8) for e in EXTS]
                               + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
     # the protocol's visualbert switch picks the column's model
     assert plan.models_on("authors")["VisualBERT"] == "visualbert-authors"
@@ -74,6 +81,41 @@ def test_the_small_config_plans_every_grounded_job(small):
                                         for m in ("lxmert", "vilbert", "visualbert-authors", "vlbert")}
     assert set(plan.experiment_results()) == set(plan.main_results()) | {
         experiment_path("paper", "google", m) for m in ("lxmert", "vilbert", "visualbert", "vlbert")}
+
+
+def test_the_extended_tables_add_their_columns_to_the_main_protocols(small):
+    plan = GroundedPlan(small)
+    paper, extended = plan.table_spec("table5"), plan.table_spec("extended/table5")
+    assert extended["columns"][:4] == paper["columns"] and not paper["extended"]
+    assert extended["columns"][4:] == [
+        {"label": "BLIP", "model": "blip", "dataset": "google", "extended": True},
+        # a dual encoder: no job, its cells say why
+        {"label": "CLIP", "model": "clip", "dataset": "google", "extended": True, "not_applicable": "n/a: dual encoder"}]
+    assert extended["results"] == sorted(paper["results"] + [experiment_path("authors", "google", "blip")])
+    # Table 6's per-column datasets: BLIP's from grounded/extended/datasets, CLIP has none: an empty column
+    assert plan.table_spec("extended/table6")["columns"][4:] == [
+        {"label": "BLIP", "model": "blip", "dataset": "google", "extended": True},
+        {"label": "CLIP", "model": None, "dataset": None, "extended": True}]
+    # the figures and the comparison of the paper's tables never read an extended model's results
+    assert not any("blip" in f for f in plan.main_results() + plan.experiment_results())
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda g: g["extended"]["models"].append("blipp"), r"'grounded/extended/models/2': 'blipp' is not a model"),
+    (lambda g: g["models"]["blip"].update(column="LXMERT"), r"'blip' fills column 'LXMERT', which is a column of "
+                                                            r"the paper"),
+    (lambda g: g["models"]["clip"].update(column="BLIP"), r"'clip' fills column 'BLIP', which another extended"),
+    (lambda g: g["models"]["blip"].pop("detector"), r"'grounded/models/blip': needs 'detector'"),
+])
+def test_bad_extended_entries_are_input_errors(tmp_path, monkeypatch, change, message):
+    from test_grounded_pipeline import tiny_project
+
+    tiny_project(tmp_path)
+    with open(tmp_path / "config/config.yaml") as f:
+        config = yaml.safe_load(f)
+    change(config["grounded"])
+    with pytest.raises(InputError, match=message):
+        check_config(config, SCHEMA, root=tmp_path)
 
 
 def test_the_grounded_embedding_inputs_per_wildcard(small):

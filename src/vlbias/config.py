@@ -385,8 +385,12 @@ def _grounded_references(config, detectors, tsv):
                 problems.append(f"key 'grounded/experiments/models/{i}': '{name}' and '{columns[column]}' both "
                                 f"fill column '{column}' under protocol '{protocol}'")
             columns[column] = name
+    problems += _extended_references(grounded, models)
     for name, spec in models.items():
-        if spec["detector"] not in detectors:
+        if "detector" not in spec:
+            if not embeds(spec["adapter"]):  # a dual encoder reads no regions: its column shows n/a
+                problems.append(f"key 'grounded/models/{name}': needs 'detector', the region store it reads")
+        elif spec["detector"] not in detectors:
             problems.append(f"key 'grounded/models/{name}/detector': '{spec['detector']}' is not a detector under "
                             f"'regions/detectors'{suggest(spec['detector'], detectors)}")
         for dataset, source in (spec.get("released_regions") or {}).items():
@@ -396,6 +400,24 @@ def _grounded_references(config, detectors, tsv):
             elif dataset not in tsv[source]["files"]:
                 problems.append(f"key 'grounded/models/{name}/released_regions/{dataset}': 'regions/tsv/{source}/"
                                 f"files' names no TSV file for dataset '{dataset}'")
+    return problems
+
+
+def _extended_references(grounded, models):
+    """The extended tables' models exist, each column its own and none of the paper's."""
+    problems, paper = [], {models[m]["column"] for m in grounded.get("experiments", {}).get("models", [])
+                           if m in models} | set(grounded.get("experiments", {}).get("columns", []))
+    columns = {}
+    for i, name in enumerate((grounded.get("extended") or {}).get("models", [])):
+        if name not in models:
+            problems.append(f"key 'grounded/extended/models/{i}': '{name}' is not a model under "
+                            f"'grounded/models'{suggest(name, models)}")
+            continue
+        column = models[name]["column"]
+        if column in paper or column in columns:
+            problems.append(f"key 'grounded/extended/models/{i}': '{name}' fills column '{column}', which "
+                            f"{'is a column of the paper' if column in paper else 'another extended model fills'}")
+        columns[column] = name
     return problems
 
 

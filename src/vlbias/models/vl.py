@@ -283,8 +283,7 @@ class VLEncoder:
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
-        self.tokenizer, vocab_sha256 = load_tokenizer(spec.get("tokenizer") or DEFAULT_TOKENIZER,
-                                                      spec.get("tokenizer_revision"))
+        self.tokenizer, vocab_sha256 = self._load_tokenizer(spec)
         model, source = self._load(spec)
         self.model = model.eval().requires_grad_(False).to(self.device)
         config = self._text_config(self.model.config)
@@ -339,6 +338,11 @@ class VLEncoder:
         log.info("%s: %s (%s weights%s), dim %d, on %s", self.family, self.info["model_id"], source["weights"],
                  f" from {source['weights_file']}" if source["weights_file"] else "", self.dim, self.device)
 
+    def _text_config(self, config):
+        """The config whose hidden_size, max_position_embeddings and vocab_size are the caption
+        encoder's: the model's own, or (BLIP, FLAVA) its nested text config."""
+        return config
+
     def output_dim(self, level):
         """Size of the vectors ``embed`` returns at ``level``."""
         return self.dim + (self.visual_dim if self.ws_vector == "language+visual" and level != "C" else 0)
@@ -352,6 +356,10 @@ class VLEncoder:
         return config
 
     # --- loading ------------------------------------------------------------------------------
+
+    def _load_tokenizer(self, spec):
+        """(tokenizer, vocab sha256) of the entry's ``tokenizer`` (default: DEFAULT_TOKENIZER)."""
+        return load_tokenizer(spec.get("tokenizer") or DEFAULT_TOKENIZER, spec.get("tokenizer_revision"))
 
     def _checkpoint_state(self, state, model, path):
         """A checkpoint's state_dict with the model's names, less the entries the family documents as

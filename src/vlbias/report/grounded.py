@@ -25,7 +25,7 @@ several protocols (vlbias.suites.grounded.protocol), ``experiment3_summary`` the
 Section 5 quotes for experiment 3's first variant.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 
 import numpy as np
@@ -49,6 +49,8 @@ class Column:
     dataset: str | None
     block: str = ""
     experiment: str | None = None
+    not_applicable: str | None = None  # the text of every cell: the model gives no such result (a dual encoder)
+    published: bool = True  # the paper's column: its printed numbers beside ours (False: an extended model's)
 
 
 @dataclass
@@ -85,6 +87,8 @@ def test_names(rows):
 
 def _cell(results, column, test, experiment, level, mask):
     """The result row of one cell; "" when the column has no model; NA when there is no such result."""
+    if column.not_applicable:
+        return column.not_applicable
     if column.model is None:
         return ""
     return results.get((column.dataset, column.model, test, experiment, level, mask), NA)
@@ -94,7 +98,7 @@ def _add_row(layout, index, cells, printed, keys):
     """Append a row; with the paper's cells (``printed``: {key: (value, significant)}) record the
     printed cell of each column (``keys``: its key or None) and show "–" where the paper prints one."""
     if printed is not None:
-        shown = [printed.get(k) if k else None for k in keys]
+        shown = [printed.get(k) if k and c.published else None for k, c in zip(keys, layout.columns)]
         cells = [NA if p and p[0] in DASHES and c != "" else c for c, p in zip(cells, shown)]
         layout.printed = (layout.printed or []) + [shown]
     layout.rows.append((index, cells))
@@ -128,7 +132,7 @@ def masked_table(results, tests, columns, masks, level="S", names=None, alpha=0.
 
 
 def _block_columns(columns, experiments):
-    return [Column(c.label, c.model, c.dataset, EXPERIMENT_NAMES[e], e) for e in experiments for c in columns]
+    return [replace(c, block=EXPERIMENT_NAMES[e], experiment=e) for e in experiments for c in columns]
 
 
 def _level_mask_rows(levels, masks):
@@ -180,7 +184,8 @@ def counts_table(results, groups, columns, experiments, levels, masks, mask_leve
                     cells.append("")
                     keys.append(None)
                     continue
-                cells.append("" if c.model is None else _count(results, c, tests, c.experiment, at, m, alpha))
+                cells.append(c.not_applicable or ("" if c.model is None else
+                                                  _count(results, c, tests, c.experiment, at, m, alpha)))
                 keys.append((group, c.experiment, at, m if masked else "", c.label, c.dataset))
             _add_row(layout, [group, len(tests), level, mask], cells, printed, keys)
     return layout
@@ -222,7 +227,7 @@ def to_frame(layout):
                 v = _value(cell, layout.alpha)
                 rec |= ({f"{h} d": round(v[0], 4), f"{h} p": v[1], f"{h} {sig}": v[2]} if v else
                         {f"{h} d": _text(cell), f"{h} p": "", f"{h} {sig}": ""})
-            if layout.printed is not None:
+            if layout.printed is not None and c.published:
                 value, significant = layout.printed[i][j] or ("", "")
                 rec |= {f"{h} paper": value, f"{h} paper significant": significant}
         records.append(rec)
@@ -331,10 +336,30 @@ def paper_table(spec, rows, printed=None):
     """
     table = spec["table"]
     results, names = index_results(rows), test_names(rows)
-    columns = [Column(c["label"], c["model"], c["dataset"]) for c in spec["columns"]]
+    columns = [Column(c["label"], c["model"], c["dataset"], not_applicable=c.get("not_applicable"),
+                      published=not c.get("extended")) for c in spec["columns"]]
     tests = [(g, t) for g, ts in spec["groups"].items() for t in ts]
-    common = {"alpha": spec["alpha"], "caption": spec.get("caption") or CAPTIONS[table],
-              "label": f"tab:grounded-{table}", "printed": None if printed is None else printed_cells(printed, table)}
+    caption = spec.get("caption") or CAPTIONS[table]
+    added = [c.label for c in columns if not c.published]
+    if added:
+        caption += f"; extended with {', '.join(added)}"
+    common = {"alpha": spec["alpha"], "caption": caption,
+              "label": f"tab:grounded-{table}" + ("-extended" if added else ""),
+              "printed": None if printed is None else printed_cells(printed, table)}
+    layout = _paper_layout(table, spec, results, names, tests, columns, common)
+    if added:
+        layout.note = EXTENDED_NOTE.format(columns=", ".join(added)) + "".join(
+            f" {c.not_applicable}: {c.label} embeds images and texts apart; it gives no caption-and-image vector."
+            for c in columns if c.not_applicable)
+    return layout
+
+
+EXTENDED_NOTE = ("{columns}: models the paper did not test (this project's extension; no printed numbers). A model "
+                 "that reads pixels, not regions, has mask I as the pixel fill: the boxes of the regions masked "
+                 "painted with its processor's mean colour, not the paper's region masking (docs/grounded.md).")
+
+
+def _paper_layout(table, spec, results, names, tests, columns, common):
     if table in ("table3", "table4"):
         return experiment_table(results, tests, columns, {"table3": "1", "table4": "2"}[table], spec["levels"],
                                 names, **common)

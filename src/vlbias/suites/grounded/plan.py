@@ -6,16 +6,24 @@ config alone: the targets, every job's input and output paths, what each table j
     plan.table_spec("paper/table3")      # the table job's columns, groups, levels, results it reads
 
 Tables 3-7 of the main protocol (``grounded/protocol``) are results/grounded/<table>.*, those of
-every other protocol results/grounded/<protocol>/<table>.*.
+every other protocol results/grounded/<protocol>/<table>.*. The extended tables (``grounded/extended``:
+models the paper did not test, e.g. BLIP) are results/grounded/extended/<table>.*: the same layouts
+under the main protocol, the paper's columns and then a column per extended model, never mixed into
+the paper's own tables.
 """
 
 from pathlib import Path
 
 from vlbias.errors import InputError
+from vlbias.models.plan import embeds
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
 
 SOURCE = "config/config.yaml"
 TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
+EXTENDED = "extended"  # results/grounded/extended/<table>: the paper's layouts with the extended models
+# the cell of a model that gives no caption-and-image vector (an adapter that ``embeds`` images and texts
+# apart: a dual encoder, open_clip or transformers' CLIP/SigLIP); docs/grounded.md says why
+NOT_GROUNDED = "n/a: dual encoder"
 
 
 def embedding_path(protocol, dataset, model, ext="h5"):
@@ -47,7 +55,11 @@ class GroundedPlan:
         # {name: {switch: value}}; the config check has resolved each already
         self.protocols = {name: resolve(spec) for name, spec in (grounded.get("protocols") or {}).items()}
         self.main_protocol = grounded.get("protocol") or next(iter(self.protocols), None)
-        self.table_targets = {self.table_target(p, t): (p, t) for p in self.protocols for t in self.tables}
+        self.extended = grounded.get("extended") or {}
+        # {target: (protocol, table, extended)}
+        self.table_targets = {self.table_target(p, t): (p, t, False) for p in self.protocols for t in self.tables}
+        if self.extended.get("models") and self.main_protocol:
+            self.table_targets |= {f"{EXTENDED}/{t}": (self.main_protocol, t, True) for t in self.tables}
 
     def stimulus(self, dataset, test):
         return f"{self.grounded['stimuli']}/{dataset}/{test}.yaml"
@@ -69,35 +81,52 @@ class GroundedPlan:
         manifests = (self.config.get("regions") or {}).get("manifests") or {}
         return dataset in self.grounded["images"]["datasets"] or dataset in manifests
 
-    def jobs(self, protocol, table):
+    def extended_models(self):
+        """{column label: model name} of the extended tables' own columns, in the configured order."""
+        return {self.models[m]["column"]: m for m in self.extended.get("models", [])}
+
+    def jobs(self, protocol, table, extended=False):
         """The (dataset, model) embedding and experiment jobs ``table`` reads under ``protocol``, and its
-        columns; a test no dataset of the table has a stimulus file for is an InputError."""
+        columns; ``extended``: with a column per extended model after the paper's (its dataset, in a
+        table of per-column datasets, from ``grounded/extended/datasets``; none: an empty column). A
+        model that gives no grounded vector (NOT_GROUNDED) has no job: its column's ``not_applicable``
+        says so. A test no dataset of the table has a stimulus file for is an InputError."""
         spec = self.tables[table]
         on = self.models_on(protocol)
-        labels = spec.get("columns", self.experiments["columns"])
-        datasets = spec.get("datasets") or {c: spec["dataset"] for c in labels}
+        labels = list(spec.get("columns", self.experiments["columns"]))
+        datasets = dict(spec.get("datasets") or {c: spec["dataset"] for c in labels})
+        added = self.extended_models() if extended else {}
+        if added:
+            on, labels = {**on, **added}, labels + list(added)
+            datasets |= ({c: d for c, d in (self.extended.get("datasets") or {}).items() if c in added}
+                         if spec.get("datasets") else {c: spec["dataset"] for c in added})
         columns = []
         for label in labels:
             dataset = datasets.get(label)
             model = on.get(label) if dataset and self.dataset_on(dataset) else None
             columns.append({"label": label, "model": model, "dataset": dataset})
+            if label in added:  # no published numbers beside it
+                columns[-1]["extended"] = True
+            if model and embeds(self.models[model]["adapter"]):
+                columns[-1]["not_applicable"] = NOT_GROUNDED
         for group, tests in spec["groups"].items():
             for test in tests:
                 if not any(Path(self.stimulus(d, test)).exists() for d in set(datasets.values())):
                     raise InputError(SOURCE, f"key 'grounded/tables/{table}/groups/{group}' names '{test}', which "
                                              f"has no stimulus file in {self.grounded['stimuli']}/<dataset> for "
                                              f"{sorted(set(datasets.values()))}")
-        return sorted({(c["dataset"], c["model"]) for c in columns if c["model"]}), columns
+        return sorted({(c["dataset"], c["model"]) for c in columns
+                       if c["model"] and "not_applicable" not in c}), columns
 
     def table_spec(self, target):
         """Everything the table script needs: the columns (label, model, dataset), the groups of
         tests, levels, masks; and the experiment results it reads."""
-        protocol, table = self.table_targets[target]
+        protocol, table, extended = self.table_targets[target]
         spec = self.tables[table]
-        jobs, columns = self.jobs(protocol, table)
+        jobs, columns = self.jobs(protocol, table, extended)
         level = spec["level"]
         return {
-            "table": table, "protocol": protocol, "switches": self.protocols[protocol],
+            "table": table, "protocol": protocol, "switches": self.protocols[protocol], "extended": extended,
             "caption": spec.get("caption", ""), "columns": columns, "groups": spec["groups"],
             "levels": self.grounded["levels"],
             "masks": [m for m, at in self.grounded["masks"].items() if level in at], "level": level,
@@ -111,18 +140,22 @@ class GroundedPlan:
         """The tests of ``dataset`` that a table shows (and that have a stimulus file), sorted."""
         tests = set()
         for spec in self.tables.values():
-            if dataset in (spec.get("datasets") or {"": spec.get("dataset")}).values():
+            datasets = set((spec.get("datasets") or {"": spec.get("dataset")}).values())
+            if spec.get("datasets"):  # the extended columns' own (Table 6)
+                datasets |= set((self.extended.get("datasets") or {}).values())
+            if dataset in datasets:
                 tests |= {t for ts in spec["groups"].values() for t in ts}
         return sorted(t for t in tests if Path(self.stimulus(dataset, t)).exists())
 
     def experiment_results(self):
-        """Every experiment result file of every protocol's tables (the comparison reads them all)."""
-        return sorted({f for target in self.table_targets for f in self.table_spec(target)["results"]})
+        """Every experiment result file of every protocol's paper tables (the comparison reads them all)."""
+        return sorted({f for target, (*_, extended) in self.table_targets.items() if not extended
+                       for f in self.table_spec(target)["results"]})
 
     def main_results(self):
-        """The experiment results of the main protocol's tables (the figures read them)."""
-        return sorted({f for target, (protocol, _) in self.table_targets.items() if protocol == self.main_protocol
-                       for f in self.table_spec(target)["results"]})
+        """The experiment results of the main protocol's paper tables (the figures read them)."""
+        return sorted({f for target, (protocol, _, extended) in self.table_targets.items()
+                       if protocol == self.main_protocol and not extended for f in self.table_spec(target)["results"]})
 
     def targets(self):
         if not (self.grounded and self.experiments.get("build")):
