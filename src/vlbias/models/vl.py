@@ -350,11 +350,6 @@ class VLEncoder:
     def _visual_dim(self, config):
         return self.dim  # a two-stream family whose vision stream has another width overrides it
 
-    def _text_config(self, config):
-        """The config whose hidden_size, max_position_embeddings and vocab_size describe the caption's
-        side; a family whose config nests one per tower (FLAVA's text_config) returns that one."""
-        return config
-
     # --- loading ------------------------------------------------------------------------------
 
     def _load_tokenizer(self, spec):
