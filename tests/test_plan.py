@@ -54,10 +54,11 @@ def test_the_shipped_config_builds_no_grounded_tables_until_asked(shipped, monke
     spec = plan.table_spec("table3")
     assert [c["label"] for c in spec["columns"]] == ["VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"]
     assert spec["alpha"] == 0.05 and spec["levels"] == ["W", "S", "C"]
-    # the extended tables: the paper's columns, then BLIP's (on COCO in Table 6), under the main protocol
+    # the extended tables: the paper's columns, then BLIP's and FLAVA's (on COCO in Table 6), under the main protocol
     extended = plan.table_spec("extended/table6")
     assert [(c["label"], c["dataset"]) for c in extended["columns"]] == [
-        ("VisualBERT", "coco"), ("ViLBERT", "concap"), ("LXMERT", "coco"), ("VL-BERT", "concap"), ("BLIP", "coco")]
+        ("VisualBERT", "coco"), ("ViLBERT", "concap"), ("LXMERT", "coco"), ("VL-BERT", "concap"), ("BLIP", "coco"),
+        ("FLAVA", "coco")]
     assert extended["protocol"] == main and extended["extended"] and extended["columns"][-1]["extended"]
 
 
