@@ -1,27 +1,18 @@
 """FLAVA (vlbias.models.flava): its grounded vectors and masked-LM log-probabilities are those of the
 documented transformers calls (the image processor, FlavaModel, FlavaForPreTraining) on the same
-inputs; batching does not change them; what it refuses. A tiny random FlavaConfig (text, image and
-multimodal encoders of two layers, all 32 wide as FlavaForPreTraining's heads need, 32x32 images of
-2x2 patches) and the real bert-base-uncased vocabulary."""
+inputs; batching does not change them; what it refuses. A tiny random FlavaConfig (conftest.TINY_FLAVA)
+and the real bert-base-uncased vocabulary."""
 
 import numpy as np
 import pytest
 import torch
-from conftest import assert_batch_independent
+from conftest import TINY_FLAVA as TINY, assert_batch_independent
 from transformers import FlavaImageProcessor
 
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.vl import Visual, load_tokenizer
 
-TINY = {"adapter": "flava", "weights": "random", "seed": 0, "device": "cpu",
-        "config": {"hidden_size": 32, "projection_dim": 16,
-                   "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                   "intermediate_size": 37},
-                   "image_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                    "intermediate_size": 29, "image_size": 32, "patch_size": 16, "vocab_size": 64},
-                   "multimodal_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                         "intermediate_size": 41}}}
 CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
 WORDS = ["Lakisha", "man", "woman"]
 TERMS = ["Lakisha", "man", "woman"]

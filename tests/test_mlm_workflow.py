@@ -9,8 +9,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import REPO
-from test_flava import TINY as FLAVA
+from conftest import REPO, TINY_FLAVA
 from test_vl_models import TINY
 from test_vlbert import E2E
 from test_workflow import make_project, planned_jobs, snakemake, write_yaml
@@ -32,7 +31,7 @@ MODELS = {
     # features, which this tiny detector does not give; tests/test_vlbert.py tests that path)
     "vlbert": {**E2E, "detector": "frcnn-tiny"},
     # FLAVA reads the pixels of the images the detector's store holds (the images every model reads)
-    "flava": {**FLAVA, "detector": "frcnn-tiny"},
+    "flava": {**TINY_FLAVA, "detector": "frcnn-tiny"},
 }
 # (entity, gender, file, status): two purses with women, one with a man, a briefcase with a man (the
 # detector dominates the run time, so few images)
