@@ -184,6 +184,17 @@ def test_processor_comes_from_the_model_directory(encoder, tmp_path, tokenizer):
     np.testing.assert_allclose(loaded.embed(CAPTIONS[:1], IMAGES[:1], "S"), want.numpy(), atol=1e-5)
 
 
+def test_a_checkpoint_with_the_image_codebook_loads_without_it(tmp_path):
+    config = {**TINY["config"], "init_codebook": True,
+              "image_codebook_config": {"hidden_size": 8, "num_groups": 1, "num_blocks_per_group": 1, "vocab_size": 16}}
+    full = build({**TINY, "config": config})
+    assert full.model.image_codebook is not None
+    torch.save(full.model.state_dict(), tmp_path / "flava.pt")
+    loaded = build({**TINY, "weights": None, "checkpoint": str(tmp_path / "flava.pt")})
+    assert loaded.model.image_codebook is None and loaded.info["weights"] == "checkpoint"
+    np.testing.assert_allclose(loaded.embed(CAPTIONS, REGIONS, "S"), full.embed(CAPTIONS, REGIONS, "S"), atol=1e-6)
+
+
 @pytest.mark.parametrize("change,message", [
     ({"multimodal_config": {**TINY["config"]["multimodal_config"], "use_cls_token": False}},
      "use_cls_token: must be true"),
