@@ -155,6 +155,19 @@ def test_log_probabilities_are_the_pretraining_heads(encoder, tokenizer):
         np.testing.assert_allclose(g, want[:, tokenizer.convert_tokens_to_ids(["purse", "nurse"])], atol=1e-4)
 
 
+def test_no_image_blank_reads_the_multimodal_head_on_a_mean_colour_image(tokenizer):
+    blank = build({**TINY, "no_image": "blank"})
+    grey = np.full((32, 32, 3), [123, 117, 104], np.uint8)  # flava-full's mean x 255
+    want = pretraining_logprobs(blank, tokenizer, MASKED, [grey] * 3)
+    got = blank.mask_logprobs(MASKED, [None, IMAGES[0], None])
+    np.testing.assert_allclose(got[0], want[0], atol=1e-4)
+    np.testing.assert_allclose(got[2], want[2], atol=1e-4)
+    assert np.abs(got[1] - want[1]).max() > 1e-3  # a caption with its image reads that image
+    assert "blank image" in blank.info["no_image"] and "blank image" in blank.info["mlm_heads"]["no image"]
+    with pytest.raises(InputError, match="no_image 'none': must be one of text, blank"):
+        build({**TINY, "no_image": "none"})
+
+
 def test_log_probabilities_do_not_depend_on_the_batch(encoder):
     regions = [REGIONS[0], None, IMAGES[1]]
     try:

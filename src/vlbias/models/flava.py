@@ -48,6 +48,10 @@ Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk), per caption by w
                 FlavaForPreTraining returns as ``mmm_text_logits``. This is lp_VL(E | g, I) of S_L and S_V.
 So S_V (image against no image) compares the two heads, as VL-BERT's compares its image input with
 its text-only pre-training input; S_L and S_PT each read one head. The images are not masked.
+``no_image: blank`` (default ``text``) reads "no image" instead as the multimodal encoder and
+``mmm_text_head`` given a blank image (every pixel the processor's mean colour, which it normalises
+to zero), so that S_V compares one head with and without the image's content; S_PT then compares
+that head, not FLAVA's text-only one, with BERT.
 """
 
 import numpy as np
@@ -58,7 +62,7 @@ from vlbias.errors import InputError
 from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.pixels import fill_regions, mean_colour
-from vlbias.models.vl import VLEncoder, _field, encode_text
+from vlbias.models.vl import Visual, VLEncoder, _field, encode_text
 
 # what the image processor does to the pixels the model reads (the rest configures codebook targets)
 PROCESSOR_KEYS = ("size", "crop_size", "do_resize", "do_center_crop", "resample", "do_rescale", "rescale_factor",
@@ -76,9 +80,10 @@ class FlavaEncoder(VLEncoder):
     feature_dim_key = None
     needs_pixels = True
     supports_image_masking = True
-    no_image = ("text only: the text encoder and its masked-language head (mlm_head), FLAVA's unimodal "
-                "text pre-training; with an image, the multimodal encoder and its masked-multimodal text "
-                "head (mmm_text_head)")
+    NO_IMAGE = {"text": "text only: the text encoder and its masked-language head (mlm_head), FLAVA's unimodal "
+                        "text pre-training",
+                "blank": "a blank image (the processor's mean colour) through the multimodal encoder and its "
+                         "masked-multimodal text head (mmm_text_head)"}
 
     def __init__(self, spec):
         super().__init__(spec)
@@ -91,14 +96,23 @@ class FlavaEncoder(VLEncoder):
             raise InputError("config multimodal_config.hidden_size", f"must equal text_config.hidden_size "
                                                                      f"({config.text_config.hidden_size})")
         self.fill = mean_colour(self.processor.image_mean)
+        no_image = spec.get("no_image", "text")
+        if no_image not in self.NO_IMAGE:
+            raise InputError(f"no_image '{no_image}'", f"must be one of {', '.join(self.NO_IMAGE)}")
+        self.no_image = self.NO_IMAGE[no_image]
+        size = config.image_config.image_size
+        # a caption without an image reads this one (blank), or none (text)
+        self.blank = None if no_image == "text" else Visual(np.zeros((0, 0), np.float32), image_size=(size, size),
+                                                            image=np.full((size, size, 3), self.fill, np.uint8))
         self.image_masking = (f"the regions' boxes painted with the processor's mean colour {self.fill.tolist()} "
                               "before it runs (this project's extension: vlbias.models.pixels)")
         self.info.update({
             "output": "multimodal encoder states; W/S: the multimodal [CLS] (index 0), C: first sub-token of the "
                       "word at its position after the image tokens",
-            "image_masking": self.image_masking, "needs_pixels": True,
-            "mlm_heads": {"no image": "mlm_head on the text encoder", "image": "mmm_text_head on the multimodal "
-                                                                               "encoder"},
+            "image_masking": self.image_masking, "needs_pixels": True, "no_image": self.no_image,
+            "mlm_heads": {"no image": "mlm_head on the text encoder" if self.blank is None else
+                          "mmm_text_head on the multimodal encoder, a blank image",
+                          "image": "mmm_text_head on the multimodal encoder"},
             "processor": {k: v for k, v in self.processor.to_dict().items() if k in PROCESSOR_KEYS},
         })
 
@@ -140,6 +154,7 @@ class FlavaEncoder(VLEncoder):
         text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
         images, which, seen = [], [], {}  # an image passed for several captions is processed and encoded once
         for j, entry in enumerate(regions):
+            entry = self.blank if entry is None else entry
             if entry is not None and id(entry) not in seen:
                 seen[id(entry)] = len(images)
                 images.append(self._image(entry, first + j, mask))
