@@ -302,6 +302,28 @@ def test_table7_counts_significant_tests_per_group():
     assert "| Race | 1 | W | T | 0 |" in to_markdown(paper_table({**SPEC, "table": "table7"}, ROWS))
 
 
+def test_extended_columns_show_no_printed_numbers_and_a_dual_encoder_says_n_a():
+    columns = COLUMNS + [{"label": "BLIP", "model": "bl", "dataset": "google", "extended": True},
+                         {"label": "CLIP", "model": "clip", "dataset": "google", "extended": True,
+                          "not_applicable": "n/a: dual encoder"}]
+    rows = ROWS + [row("g1", "bl", "1", lv, d=0.9, p=0.5) for lv in ("W", "S")]
+    # the paper prints a number for a column labelled BLIP: an extended column never shows it
+    printed = [{"table": "table3", "half": "Gender", "test": "g1", "experiment": "1", "level": "W", "mask": "",
+                "model": m, "dataset": "google", "value": v, "significant": ""}
+               for m, v in (("VisualBERT", "0.57"), ("BLIP", "0.11"))]
+    layout = paper_table({**SPEC, "table": "table3", "columns": columns}, rows, printed)
+    df = to_frame(layout)
+    assert df.loc[0, "VisualBERT paper"] == "0.57" and "BLIP paper" not in df and "CLIP paper" not in df
+    assert df.loc[0, "BLIP d"] == 0.9 and (df["CLIP d"] == "n/a: dual encoder").all()
+    md = to_markdown(layout)
+    assert "| 0.90 (0.500) | n/a: dual encoder |" in md and "[0.11]" not in md and "[0.57]" in md
+    assert "extended with BLIP, CLIP" in layout.caption and "BLIP, CLIP: models the paper did not test" in md
+    assert "n/a: dual encoder: CLIP embeds images and texts apart" in md
+    counts = to_frame(paper_table({**SPEC, "table": "table7", "columns": columns}, rows))
+    assert (counts["Experiment 1 CLIP significant"] == "n/a: dual encoder").all()
+    assert counts.loc[counts["group"] == "Gender", "Experiment 1 BLIP tests"].tolist() == [1, 1]  # g1 at W, S
+
+
 # --- the real Snakefile on a tiny project ------------------------------------------------------
 
 DETECTOR = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 2, "max_boxes": 4,
@@ -311,6 +333,8 @@ TABLES = ([f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex", "htm
              for ext in ("csv", "md", "tex", "html")]
           + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
 FIGURES = ["results/grounded/heatmap.png", "results/grounded/published.png"]
+# the extended tables (BLIP and a dual encoder beside the paper's models), built in the same run
+EXTENDED = [f"results/grounded/extended/table{n}.{ext}" for n in (3, 4, 5, 6, 7) for ext in ("csv", "md", "html")]
 # a few printed cells of the toy tests, in the transcription's format (resources/published/grounded_tables.tsv)
 PRINTED = """table	half	test	label	experiment	level	mask	model	dataset	quantity	value	significant
 table3	Gender	toy-a	Toy A	1	W		VisualBERT	google	d	0.57	
@@ -407,7 +431,7 @@ def project(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("grounded_tables")
     tiny_project(root)
-    snakemake(root, *TABLES, *FIGURES)
+    snakemake(root, *TABLES, *EXTENDED, *FIGURES)
     return root
 
 
@@ -444,6 +468,38 @@ def test_the_full_table_set_is_built(project):
         assert f.attrs["detector"] == "frcnn-tiny" and len(f.attrs["region_store_sha256"]) == 64
         assert sorted(f) == ["toy-a", "toy-b"] and f.attrs["protocol"] == "authors"
         assert json.loads(f.attrs["switches"])["token_mask"] == "word"
+
+
+@pytest.mark.workflow
+def test_the_extended_tables_put_blip_beside_the_paper_models(project):
+    paper, extended = read_table(project, "table3.csv"), read_table(project, "extended/table3.csv")
+    assert not any(c.startswith(("BLIP", "CLIP")) for c in paper)  # never mixed into the paper's tables
+    for column in ("VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"):  # the same results, the printed numbers beside
+        assert extended[f"{column} d"].tolist() == paper[f"{column} d"].tolist()
+        assert extended[f"{column} paper"].tolist() == paper[f"{column} paper"].tolist()
+    assert all(v not in ("", NA) for v in extended["BLIP d"]) and "BLIP paper" not in extended
+    assert (extended["CLIP d"] == "n/a: dual encoder").all()
+    t5 = read_table(project, "extended/table5.csv")
+    assert all(v not in ("", NA) for v in t5["BLIP d"])  # T, and I as the pixel fill
+    t6, t7 = read_table(project, "extended/table6.csv"), read_table(project, "extended/table7.csv")
+    assert t6.loc[0, "Experiment 3 (masking) BLIP d"] not in ("", NA) and t7["Experiment 1 BLIP tests"].ne("").all()
+    page = (project / "results/grounded/extended/table3.html").read_text()
+    assert "extended with BLIP, CLIP" in page and "n/a: dual encoder" in page
+    # mask I painted the boxes of the regions labelled person (the authors' image_mask: labels): exactly the
+    # pairs whose image has one changed (the random toy detector may label none: tests/test_blip.py shows the fill)
+    from vlbias.models.vl import visual_from_store
+
+    with h5py.File(project / "results/embeddings/grounded/authors/google/blip.h5") as f, \
+            RegionStore(project / "results/regions/google/frcnn-tiny.h5") as store:
+        assert json.loads(f.attrs["info"])["image_masking"].startswith("pixel fill")
+        changed, person = [], []
+        for test in ("toy-a", "toy-b"):
+            for role in ROLES:
+                none, masked = f[f"{test}/S/none/{role}/embeddings"][()], f[f"{test}/S/I/{role}/embeddings"][()]
+                changed += [not np.allclose(a, b, atol=1e-6) for a, b in zip(none, masked)]
+                person += [visual_from_store(store, i.decode(), ("person",)).is_person.any()
+                           for i in f[f"{test}/S/I/{role}/image"][()]]
+        assert changed == person
 
 
 def read_table(project, name):

@@ -22,7 +22,6 @@ from vlbias.models.vl import Visual, VLEncoder
 @register("bert_mlm")
 class BertMaskedLM(VLEncoder):
     family = "bert_mlm"
-    default_model_id = "bert-base-uncased"
     config_class = BertConfig
     model_class = BertForMaskedLM
     base_config = {}  # BertConfig's defaults are bert-base-uncased

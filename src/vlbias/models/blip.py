@@ -49,7 +49,6 @@ DECODER_TOKEN, ENCODER_TOKEN = "[DEC]", "[ENC]"
 @register("blip")
 class BlipEncoder(VLEncoder):
     family = "blip"
-    default_model_id = "Salesforce/blip-itm-base-coco"
     config_class = BlipConfig
     model_class = BlipForImageTextRetrieval
     base_config = {}
@@ -111,8 +110,7 @@ class BlipEncoder(VLEncoder):
             config["vision_config"] = {"initializer_range": 0.02, **(config.get("vision_config") or {})}
             spec = {**spec, "config": config}
         model, source, self._model_dir = load_model(spec, self.family, self.model_class, self.config_class,
-                                                    self.base_config, self.default_model_id,
-                                                    files=["preprocessor_config.json"])
+                                                    self.base_config)
         return model, source
 
     # --- inputs -------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ Config entry keys (every adapter built on a transformers model class reads them)
     path              a local model directory (config.json + model.safetensors or pytorch_model.bin)
     model_id          a Hugging Face id (default: the family's published model), downloaded at
                       ``revision`` (required: a commit hash pins the weights)
+
+The hub files a family loads, and its default model, are its schema's ``family: weights:`` (read by
+vlbias.models.plan.weights; vlbias.weights fetches them ahead of the job and localizes the entry).
 """
 
 import re
@@ -19,6 +22,8 @@ import torch
 from vlbias.errors import InputError
 from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_state_dict, some
+from vlbias.models.plan import weights as declared_weights
+from vlbias.weights import as_written, fetched, hub_download
 
 
 def build_config(config_class, base, overrides):
@@ -31,11 +36,11 @@ def build_config(config_class, base, overrides):
     return config_class(**{**base, **overrides})
 
 
-def load_model(spec, family, model_class, config_class, base_config, default_model_id, files=(), map_state=None):
+def load_model(spec, family, model_class, config_class, base_config, map_state=None):
     """(model, provenance for .info, model directory or None) from the entry's weights keys.
 
-    ``files``: further file patterns a hub download brings besides the weights and config.json
-    (e.g. an image processor's configuration); the model directory is returned to read them.
+    ``family``: the adapter, whose declaration names the hub files and the default model (the model
+    directory is returned to read the files besides the weights, e.g. an image processor's).
     ``map_state(state, model, path)``: a checkpoint's state_dict with the model's names (for a family
     whose original code named its parameters otherwise).
     """
@@ -72,20 +77,20 @@ def load_model(spec, family, model_class, config_class, base_config, default_mod
             raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                    f"unexpected {some(unexpected)}")
         return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
-                       "checkpoint": str(spec["checkpoint"]), "weights_file": str(path), "weights_sha256": digest}, None
+                       "checkpoint": str(as_written(spec, "checkpoint")), "weights_file": str(path), "weights_sha256": digest}, None
     if spec.get("config"):
         raise InputError("config", "overrides apply to `weights: random` or a `checkpoint` only; a model "
                                    "directory or Hugging Face id brings its own config.json")
+    hub = declared_weights(family)["model_id"]
     if spec.get("path"):
         model_dir, model_id, commit = Path(spec["path"]), source["model_id"] or spec["path"], None
         if not model_dir.is_dir():
             raise InputError(model_dir, "no such model directory")
+    elif got := fetched(spec, "model_id"):  # fetched ahead into the snapshot directory it names now
+        model_dir, model_id, commit = Path(spec["model_id"]), got["request"], got["commit"]
     else:
-        model_id = source["model_id"] or default_model_id
-        model_dir = download(model_id, spec.get("revision"), ["config.json", "model.safetensors", *files])
-        if not (model_dir / "model.safetensors").is_file():  # older repositories: read with weights_only
-            model_dir = download(model_id, spec.get("revision"), ["config.json", "pytorch_model.bin", *files])
-        commit = model_dir.name  # the snapshot folder is named after the commit `revision` resolved to
+        model_id = source["model_id"] or hub.get("default")
+        model_dir, commit = download(model_id, spec.get("revision"), hub["hub"])
     weights = weights_file(model_dir)
     model = model_class.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32,
                                         use_safetensors=weights.suffix == ".safetensors", weights_only=True)
@@ -114,17 +119,12 @@ def checkpoint_file(spec):
 
 
 def download(repo_id, revision, patterns):
-    """The snapshot directory of a Hugging Face repository at ``revision``, with the files matching ``patterns``."""
-    from huggingface_hub import snapshot_download
-
+    """(snapshot directory, commit) of a Hugging Face repository at ``revision``, with the files
+    ``patterns`` name (vlbias.weights.hub_download: ``a|b`` the first present, globs)."""
     if not revision:
         raise InputError(f"'{repo_id}'", "a Hugging Face id needs a revision: the commit hash that pins it")
-    try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
-    except Exception as e:  # hub, HTTP and cache errors alike mean: the files are not reachable
-        raise InputError(f"'{repo_id}'", f"could not be downloaded from the Hugging Face hub at revision "
-                                         f"'{revision}' ({e}); give a local copy instead or run with network "
-                                         "access") from e
+    model_dir, commit, _ = hub_download(repo_id, revision, patterns)
+    return model_dir, commit
 
 
 def weights_file(model_dir):

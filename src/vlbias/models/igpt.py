@@ -80,8 +80,7 @@ class IGPTEncoder:
         self.norm = spec.get("norm", "std")
         if self.norm not in NORMS:
             raise InputError(f"norm '{self.norm}'", f"must be one of {', '.join(NORMS)}")
-        model, source, model_dir = load_model(spec, "igpt", ImageGPTForCausalImageModeling, ImageGPTConfig, {},
-                                              "openai/imagegpt-large", files=["preprocessor_config.json"])
+        model, source, model_dir = load_model(spec, "igpt", ImageGPTForCausalImageModeling, ImageGPTConfig, {})
         self.model = model.eval().requires_grad_(False).to(self.device)
         config = self.model.config
         self.n_px = math.isqrt(config.n_positions)

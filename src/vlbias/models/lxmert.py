@@ -27,7 +27,6 @@ from vlbias.models.vl import Visual, VLEncoder
 @register("lxmert")
 class LxmertEncoder(VLEncoder):
     family = "lxmert"
-    default_model_id = "unc-nlp/lxmert-base-uncased"
     config_class = LxmertConfig
     model_class = LxmertForPreTraining
     base_config = {}  # LxmertConfig's defaults are lxmert-base-uncased

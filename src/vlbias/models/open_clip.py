@@ -19,7 +19,8 @@ Config entry keys:
                   or random init otherwise gets open_clip's defaults (OpenAI mean/std, bicubic)
     tokenizer     the open_clip tokenizer of the text tower, a name for ``open_clip.get_tokenizer``
                   (default: ``arch``'s own; OpenAI's BPE ships with open_clip, Hugging Face
-                  tokenizers of other archs need the network or the Hugging Face cache)
+                  tokenizers of other archs need the network or the Hugging Face cache: they are
+                  not fetched ahead by vlbias.weights)
     batch_size, device, threads   see vlbias.models.runtime
     model_id, revision            recorded in ``.info`` (default: arch, and the tag's source)
 """
@@ -43,6 +44,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import register, runtime
 from vlbias.registry import one_weights_source
+from vlbias.weights import fetched
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +78,12 @@ class OpenClipEncoder:
         self.device, self.batch_size = runtime(spec)
         create = dict(force_preprocess_cfg=spec.get("preprocess"), **model_kwargs)
 
-        seed, path, revision = None, None, spec.get("revision")
-        if tag is not None:
+        seed, path, revision, commit = None, None, spec.get("revision"), None
+        if got := fetched(spec, "pretrained"):  # the tag's file fetched ahead (vlbias.weights): no network
+            path, tag, tag_cfg, commit = Path(tag), got["request"], got["config"], got["commit"]
+            model = _from_file(arch, path, tag_cfg, create)
+            revision = revision or got["origin"]
+        elif tag is not None:
             model, path, tag_cfg = _from_tag(arch, tag, create)
             revision = revision or tag_cfg.get("hf_hub") or tag_cfg.get("url")
         elif checkpoint is not None:
@@ -121,6 +127,7 @@ class OpenClipEncoder:
             "weights_file": str(path) if path else None,
             "weights_sha256": sha256_file(path) if path else None,
             "revision": revision,
+            "commit": commit,
             "weights": "random-init" if random_init else "pretrained",
             "seed": seed,
             # what the model runs, whether from the arch, the tag or model_cfg
@@ -207,6 +214,14 @@ def _from_tag(arch, tag, create):
     model = open_clip.create_model(arch, pretrained=tag, force_quick_gelu=tag_cfg.get("quick_gelu", False),
                                    **create)
     return model, path, tag_cfg
+
+
+def _from_file(arch, path, tag_cfg, create):
+    """The model of an open_clip tag from its file, fetched ahead: what ``_from_tag`` builds (the tag's
+    QuickGELU and preprocessing, the entry's ``preprocess`` over them) with no download."""
+    preprocess = {k: v for k, v in tag_cfg.items() if k != "quick_gelu"} | (create["force_preprocess_cfg"] or {})
+    return open_clip.create_model(arch, pretrained=str(path), force_quick_gelu=tag_cfg.get("quick_gelu", False),
+                                  **{**create, "force_preprocess_cfg": preprocess})
 
 
 def _add_model_config(arch, model_cfg):

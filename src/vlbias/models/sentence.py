@@ -24,8 +24,6 @@ Config entry keys:
     model_id    recorded in ``.info`` (default: the Hugging Face id, or the id the model's README loads)
 """
 
-import importlib
-import importlib.metadata
 import json
 import logging
 import re
@@ -40,8 +38,9 @@ from transformers import AutoModel, AutoTokenizer
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import sha256_file
-from vlbias.models import register, runtime
+from vlbias.models import plan, register, runtime
 from vlbias.models.bert_layers import BertModel
+from vlbias.weights import fetched, hub_download, package_dir
 
 log = logging.getLogger(__name__)
 
@@ -163,18 +162,10 @@ def resolve(spec):
     path, revision = spec.get("path"), spec.get("revision")
     if not isinstance(path, str) or not path:
         raise InputError("path", "a sentence encoder needs `path`: a directory, package:<name> or a Hugging Face id")
+    if got := fetched(spec, "path"):  # a hub model fetched ahead (vlbias.weights): `path` is its snapshot now
+        return Path(path), spec.get("model_id") or got["request"], revision, got["commit"]
     if path.startswith("package:"):
-        package = path.removeprefix("package:")
-        try:
-            module = importlib.import_module(package)
-        except ModuleNotFoundError as e:
-            raise InputError(path, f"python package '{package}' is not installed") from e
-        model_dir = Path(module.get_model_path() if hasattr(module, "get_model_path")
-                         else Path(module.__file__).parent / "model")
-        if not model_dir.is_dir():
-            raise InputError(path, f"the package has no model directory ({model_dir})")
-        dist = importlib.metadata.packages_distributions().get(package, [package])[0]
-        installed = f"{dist}=={importlib.metadata.version(dist)}"
+        model_dir, installed = package_dir(path)
         if revision and revision != installed:
             raise InputError(path, f"revision '{revision}' requested but {installed} is installed")
         return model_dir, spec.get("model_id") or _readme_model_id(model_dir) or path, installed, None
@@ -187,18 +178,14 @@ def resolve(spec):
 
 
 def _download(repo_id, revision, model_id):
-    """A Hugging Face hub model, downloaded into (or found in) the hub cache."""
-    from huggingface_hub import snapshot_download
-
+    """A Hugging Face hub model, downloaded into (or found in) the hub cache: the files the schema
+    declares (configs, tokenizer files and safetensors weights; not the ONNX/OpenVINO/pickle copies)."""
     try:
-        # configs, tokenizer files and safetensors weights; not the ONNX/OpenVINO/pickle copies
-        model_dir = Path(snapshot_download(repo_id, revision=revision,
-                                           allow_patterns=["*.json", "*.txt", "*.model", "model.safetensors"]))
-    except Exception as e:  # hub, HTTP and cache errors alike mean: the model is not reachable
-        raise InputError(repo_id, f"not a local directory, and it could not be downloaded from the Hugging Face "
-                                  f"hub ({e}); set `path:` to a local copy or run with network access") from e
-    # the snapshot folder is named after the commit that `revision` resolved to
-    return model_dir, model_id or repo_id, revision, model_dir.name
+        model_dir, commit, _ = hub_download(repo_id, revision, plan.weights("sentence")["path"]["hub"])
+    except InputError as e:  # "'<id>': could not be downloaded ..."
+        raise InputError(repo_id, f"not a local directory, and it {str(e).split(': ', 1)[1]}; set `path:` to a "
+                                  "local copy") from e
+    return model_dir, model_id or repo_id, revision, commit
 
 
 def _sentence_transformers_config(model_dir):

@@ -333,7 +333,6 @@ def vilbert_inputs(feats, boxes, vmask, count=None):
 @register("vilbert")
 class ViLBertEncoder(VLEncoder):
     family = "vilbert"
-    default_model_id = None
     original_checkpoints = CHECKPOINTS
     ignored_checkpoint_keys = TASK_HEADS
     config_class = ViLBertConfig

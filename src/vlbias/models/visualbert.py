@@ -70,7 +70,6 @@ def original_state_dict(state, expected, source):
 @register("visualbert")
 class VisualBertEncoder(VLEncoder):
     family = "visualbert"
-    default_model_id = "uclanlp/visualbert-vqa-coco-pre"
     config_class = VisualBertConfig
     model_class = VisualBertForPreTraining
     base_config = {"visual_embedding_dim": 2048}  # the COCO model's detector features (the class default is 512)

@@ -83,6 +83,7 @@ from vlbias.models import plan, runtime
 from vlbias.models.hf import download, load_model
 from vlbias.models.sentence import resolve
 from vlbias.regions import regions_with_labels
+from vlbias.weights import as_written, fetched
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def load_tokenizer(source, revision=None):
     if source.startswith("package:") or Path(source).is_dir():
         model_dir = resolve({"path": source, "revision": revision})[0]
     else:  # a Hugging Face id: its tokenizer files only, not the weights
-        model_dir = download(source, revision, ["*.json", "*.txt"])
+        model_dir, _ = download(source, revision, plan.weights("_vl")["tokenizer"]["hub"])
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     if not tokenizer.is_fast:
         raise InputError(source, "needs a fast tokenizer (tokenizer.json), for character offsets")
@@ -263,8 +264,8 @@ def _field(entry, name):
 class VLEncoder:
     """What VisualBERT and LXMERT (and the text-only bert_mlm) share; a family module subclasses it and sets:
 
-    family, default_model_id, config_class, model_class, base_config (config keys of the published
-    model that differ from the config class's defaults), feature_dim_key (the config key of the
+    family (the adapter: its schema declares the default model), config_class, model_class, base_config
+    (config keys of the published model that differ from the config class's defaults), feature_dim_key (the config key of the
     region feature size; None for a text-only model), uses_boxes, supports_image_masking, image_masking, no_image;
     and implements ``_language_states(text, *visual)`` and ``_lm_head(states)``, where ``visual`` is
     what ``_batch`` gives beside the text (by default features, boxes and the region mask).
@@ -284,6 +285,7 @@ class VLEncoder:
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
         self.tokenizer, vocab_sha256 = self._load_tokenizer(spec)
+        tokenizer = fetched(spec, "tokenizer")
         model, source = self._load(spec)
         self.model = model.eval().requires_grad_(False).to(self.device)
         config = self._text_config(self.model.config)
@@ -318,7 +320,9 @@ class VLEncoder:
             **source,
             "architecture": self.model.__class__.__name__,
             "config": spec.get("config") or None,
-            "tokenizer": spec.get("tokenizer") or DEFAULT_TOKENIZER,
+            # a hub tokenizer fetched ahead (vlbias.weights) is named as written, with its commit
+            "tokenizer": as_written(spec, "tokenizer") or DEFAULT_TOKENIZER,
+            "tokenizer_commit": tokenizer and tokenizer["commit"],
             "vocab_sha256": vocab_sha256,
             "output": "language stream hidden states; W/S: [CLS]"
                       + (" + the vision stream's first state" if self.ws_vector == "language+visual" else "")
@@ -370,7 +374,7 @@ class VLEncoder:
                                                     "model. The published weights: " +
                              "; ".join(f"{name}: {url}" for name, url in self.original_checkpoints.items()))
         model, source, _ = load_model(spec, self.family, self.model_class, self.config_class, self.base_config,
-                                      self.default_model_id, map_state=self._checkpoint_state)
+                                      map_state=self._checkpoint_state)
         return model, source
 
     # --- inputs -------------------------------------------------------------------------------

@@ -369,7 +369,6 @@ def resized_size(width, height, min_size, max_size):
 @register("vlbert")
 class VLBertEncoder(VLEncoder):
     family = "vlbert"
-    default_model_id = None
     original_checkpoints = CHECKPOINTS
     config_class = VLBertConfig
     model_class = VLBertForPretraining

@@ -76,6 +76,7 @@ from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
 from vlbias.registry import one_weights_source
+from vlbias.weights import as_written, fetched
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +348,10 @@ class BottomUpAttention:
                                                       "attribute")
 
         state, revision, commit, seed = None, spec.get("revision"), None, None
-        if model_id is not None:
+        if got := fetched(spec, "model_id"):  # fetched ahead (vlbias.weights): model_id is its snapshot now
+            path, model_id, commit = Path(model_id) / "pytorch_model.bin", got["request"], got["commit"]
+            state = read_state_dict(path)
+        elif model_id is not None:
             path = _hub_weights(model_id, revision)
             commit = path.parent.name  # the hub cache keeps files under snapshots/<commit>/
             state = read_state_dict(path)
@@ -372,8 +376,8 @@ class BottomUpAttention:
         self.settings = {
             "adapter": "bua", "model_id": model_id, "revision": revision, "commit": commit, "checkpoint": checkpoint,
             "weights": self.weights, "seed": seed, "num_classes": num_classes, "num_attributes": num_attributes,
-            "objects_vocab": spec.get("objects_vocab"), "objects_vocab_sha256": objects_sha,
-            "attributes_vocab": spec.get("attributes_vocab"), "attributes_vocab_sha256": attributes_sha,
+            "objects_vocab": as_written(spec, "objects_vocab"), "objects_vocab_sha256": objects_sha,
+            "attributes_vocab": as_written(spec, "attributes_vocab"), "attributes_vocab_sha256": attributes_sha,
             "min_size": self.min_size, "max_size": self.max_size, "input": "BGR minus caffe mean",
             "rpn": {"pre_nms_topk": RPN_PRE_NMS_TOPK, "post_nms_topk": post_nms_topk, "nms": RPN_NMS},
             "pooler": f"RoIPool {POOLER_RESOLUTION}x{POOLER_RESOLUTION}", "nms_thresholds": list(NMS_THRESHOLDS),

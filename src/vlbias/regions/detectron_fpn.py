@@ -80,6 +80,7 @@ from vlbias.io.weights import read_numpy_pickle, read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
 from vlbias.registry import one_weights_source
+from vlbias.weights import as_written, fetched
 from vlbias.regions.bua import ConvNorm, stage
 
 log = logging.getLogger(__name__)
@@ -330,7 +331,10 @@ class DetectronFPNDetector:
             random_init_(model, seed)
             self.weights = "random"
         else:
-            path = _cached_download(url, spec.get("sha256"), spec.get("cache")) if url else Path(checkpoint)
+            if fetched(spec, "url"):  # fetched ahead (vlbias.weights): `url` names the local file now
+                path, url = Path(url), as_written(spec, "url")
+            else:
+                path = _cached_download(url, spec.get("sha256"), spec.get("cache")) if url else Path(checkpoint)
             if not path.is_file():
                 raise InputError(checkpoint, "checkpoint file not found")
             if path.suffix == ".pkl":

@@ -46,6 +46,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
+from vlbias.weights import as_written, fetched
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ ARCHS = {
     "fasterrcnn_resnet50_fpn_v2": (detection.fasterrcnn_resnet50_fpn_v2,
                                    detection.FasterRCNN_ResNet50_FPN_V2_Weights),
 }
+DEFAULT_ARCH = "fasterrcnn_resnet50_fpn"
 
 
 @dataclass
@@ -67,11 +69,11 @@ class Prepared:
 @register("torchvision")
 class TorchvisionFasterRCNN:
     def __init__(self, spec):
-        arch = spec.get("arch", "fasterrcnn_resnet50_fpn")
+        arch = spec.get("arch", DEFAULT_ARCH)
         if arch not in ARCHS:
             raise InputError(f"arch '{arch}'", f"not a torchvision Faster R-CNN (known: {', '.join(ARCHS)})")
         factory, weights_enum = ARCHS[arch]
-        weights, checkpoint = spec.get("weights"), spec.get("checkpoint")
+        weights, checkpoint, got = as_written(spec, "weights"), spec.get("checkpoint"), fetched(spec, "weights")
         if (weights is not None) == (checkpoint is not None):
             raise InputError(f"arch '{arch}'", "set exactly one of `weights: COCO_V1`, `weights: random` "
                                                "or `checkpoint: <file>`")
@@ -89,12 +91,17 @@ class TorchvisionFasterRCNN:
             except KeyError:
                 raise InputError(f"weights '{weights}'", f"not a weight set of {arch} (known: "
                                  f"{', '.join(w.name for w in weights_enum)}, or random)") from None
+            hub_dir = torch.hub.get_dir()
+            if got:  # fetched ahead (vlbias.weights) into a torch hub folder: torchvision finds the file there
+                torch.hub.set_dir(spec["weights"])
             try:
                 model = factory(weights=enum, progress=False, **build)
+                path = Path(torch.hub.get_dir(), "checkpoints", os.path.basename(enum.url))
             except Exception as e:  # URLError, HTTPError, hash mismatch: the weights are not reachable
                 raise InputError(f"weights '{weights}'", f"could not obtain {enum.url} ({e}); set `checkpoint:` "
                                  "to a local weights file or run once with network access") from e
-            path = Path(torch.hub.get_dir(), "checkpoints", os.path.basename(enum.url))
+            finally:
+                torch.hub.set_dir(hub_dir)
             self.weights, num_classes, names = sha256_file(path), len(coco), coco[1:]
         else:
             num_classes = int(spec.get("num_classes", 91))
