@@ -225,3 +225,10 @@ def test_grounded_pairs_need_their_image(encoder):
     no_pixels = Visual(np.zeros((1, 0), np.float32), np.float32([[0, 0, 1, 1]]), np.array([False]), (4, 4))
     with pytest.raises(InputError, match=r"regions\[1\]: FLAVA reads the image's pixels"):
         encoder.embed(CAPTIONS[:2], [IMAGES[0], no_pixels], "S")
+
+
+def test_the_hub_download_brings_the_image_processor():
+    from vlbias.weights import remote_sources
+
+    hub = remote_sources({"adapter": "flava", "revision": "r1"})["model_id"]
+    assert (hub["repo"], hub["revision"]) == ("facebook/flava-full", "r1") and "preprocessor_config.json" in hub["files"]

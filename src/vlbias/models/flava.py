@@ -72,7 +72,6 @@ PROCESSOR_KEYS = ("size", "crop_size", "do_resize", "do_center_crop", "resample"
 @register("flava")
 class FlavaEncoder(VLEncoder):
     family = "flava"
-    default_model_id = "facebook/flava-full"
     config_class = FlavaConfig
     model_class = FlavaForPreTraining
     base_config = {"init_codebook": False}
@@ -121,8 +120,7 @@ class FlavaEncoder(VLEncoder):
 
     def _load(self, spec):
         model, source, model_dir = load_model(spec, self.family, self.model_class, self.config_class,
-                                              self.base_config, self.default_model_id,
-                                              files=["preprocessor_config.json"], map_state=self._checkpoint_state)
+                                              self.base_config, map_state=self._checkpoint_state)
         if model_dir is not None and (model_dir / "preprocessor_config.json").is_file():
             self.processor = FlavaImageProcessor.from_pretrained(model_dir, local_files_only=True)
         else:  # flava-full's processing at the model's image size
