@@ -271,6 +271,8 @@ class VLEncoder:
     what ``_batch`` gives beside the text (by default features, boxes and the region mask).
     A two-stream family also declares ``ws_vectors: [language, language+visual]`` in its schema file
     (vlbias.models.plan, as its ``feeds``) and overrides ``_streams`` to return the vision stream's states too (and ``_visual_dim`` if its width differs).
+    A family whose masked-LM head depends on the caption's input (FLAVA: with or without an image)
+    overrides ``_mask_logits`` instead of ``_language_states`` and ``_lm_head``.
     """
 
     original_checkpoints = None  # {name: URL}: the family's weights are original checkpoint files, not a hub model
