@@ -1,13 +1,16 @@
 """Benchmark: the grounded embedding stage, and the whole grid of grounded tests through the engine.
 
 1. Embedding: (caption, image) pairs per second of each VL adapter (visualbert, lxmert, vilbert,
-   vlbert) with random weights, tiny (hidden 32, 2 layers) and base-sized (the published
-   architectures: the config classes' default sizes, 768 hidden, VisualBERT 12 layers, LXMERT
-   9/5/5 layers, ViLBERT bert_base_6layer_6conect: 12 language layers, 6 vision layers of 1024,
-   6 co-attention layers; VL-BERT base with precomputed features: 12 layers over caption and
-   boxes), on real captions of a grounded stimulus (sentence level) paired with images of 36
-   regions of 2048-d random features (and boxes; VL-BERT adds the whole-image box, ViLBERT the
-   global token), levels S ([CLS]) and C (first sub-token of a contextual word), at each of
+   vlbert, and blip of the extended tables) with random weights, tiny (hidden 32, 2 layers) and
+   base-sized (the published architectures: the config classes' default sizes, 768 hidden,
+   VisualBERT 12 layers, LXMERT 9/5/5 layers, ViLBERT bert_base_6layer_6conect: 12 language
+   layers, 6 vision layers of 1024, 6 co-attention layers; VL-BERT base with precomputed features:
+   12 layers over caption and boxes; BLIP: BlipConfig's, blip-itm-base's ViT-B/16 at 384 pixels
+   under a 12-layer text encoder with cross-attention), on real captions of a grounded stimulus
+   (sentence level) paired with images of 36 regions of 2048-d random features (and boxes; VL-BERT
+   adds the whole-image box, ViLBERT the global token; BLIP reads the 640x480 RGB pixels instead,
+   through its processor, each distinct image of a batch once: 16 images cycle over the pairs),
+   levels S ([CLS]; BLIP [ENC]) and C (first sub-token of a contextual word), at each of
    ``--batch-sizes``, with the speed-up over batch size 1. The fastest of ``--repeats`` (the
    first pass also warms up each new input shape).
 2. Statistics: every (test, model, level, experiment[, mask]) of the stimulus files, i.e. all
@@ -19,7 +22,7 @@
 
     python benchmarks/grounded_embed.py [--sizes tiny,base] [--batch-sizes 1,8,32] [--pairs 256,32]
         [--repeats 2] [--threads N] [--device cpu] [--datasets google,coco,concap] [--n-samples N]
-        [--models visualbert,lxmert,vilbert,vlbert] [--only embed|grid]
+        [--models visualbert,lxmert,vilbert,vlbert,blip] [--only embed|grid]
 """
 
 import argparse
@@ -48,12 +51,16 @@ SIZES = {
                     "v_intermediate_size": 37, "bi_hidden_size": 32, "bi_num_attention_heads": 2,
                     "v_biattention_id": [0, 1], "t_biattention_id": [0, 1]},
         "vlbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37},
+        "blip": {"text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                 "intermediate_size": 37, "encoder_hidden_size": 32},
+                 "vision_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                   "intermediate_size": 37, "image_size": 64, "patch_size": 16}},
     },
     # the config classes' defaults (+ VisualBERT's 2048-d features)
-    "base": {"visualbert": {}, "lxmert": {}, "vilbert": {}, "vlbert": {}},
+    "base": {"visualbert": {}, "lxmert": {}, "vilbert": {}, "vlbert": {}, "blip": {}},
 }
-# the masks each model takes (VisualBERT was never pre-trained with masked regions: no I)
-MODELS = {"visualbert": ("T",), "lxmert": ("T", "I"), "vilbert": ("T", "I"), "vlbert": ("T", "I")}
+# the masks each model takes (VisualBERT was never pre-trained with masked regions: no I; BLIP's I: the pixel fill)
+MODELS = {"visualbert": ("T",), "lxmert": ("T", "I"), "vilbert": ("T", "I"), "vlbert": ("T", "I"), "blip": ("T", "I")}
 LEVELS = {"W": "word", "S": "sentence", "C": "sentence"}  # embedding level -> stimulus level
 CAPTIONS_FROM = REPO / "resources/stimuli/grounded/google/weat6.yaml"
 N_REGIONS, FEATURE_DIM, GRID_DIM = 36, 2048, 768
@@ -61,13 +68,15 @@ IMAGE_SIZE = (480, 640)  # (height, width): VL-BERT reads its boxes in pixels
 
 
 def images(n, rng):
-    """n images of N_REGIONS random regions: 2048-d features, boxes inside the image, some persons."""
+    """n images of N_REGIONS random regions: 2048-d features, boxes inside the image, some persons;
+    and random RGB pixels, for a model that reads them (BLIP)."""
     out = []
     for _ in range(n):
         xy = np.sort(rng.random((N_REGIONS, 2, 2)), axis=1)
         boxes = np.concatenate([xy[:, 0], xy[:, 1]], axis=1).astype(np.float32)  # x1, y1, x2, y2
         out.append(Visual(features=rng.random((N_REGIONS, FEATURE_DIM), dtype=np.float32) * 4,
-                          boxes_norm=boxes, is_person=rng.random(N_REGIONS) < 0.2, image_size=IMAGE_SIZE))
+                          boxes_norm=boxes, is_person=rng.random(N_REGIONS) < 0.2, image_size=IMAGE_SIZE,
+                          image=rng.integers(0, 256, (*IMAGE_SIZE, 3), dtype=np.uint8)))
     return out
 
 

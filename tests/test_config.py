@@ -119,6 +119,8 @@ def test_an_unknown_top_level_key_is_one_short_line():
      "key 'mlm/reference': 'bert-base' is not a model under 'mlm/models' (did you mean 'bert'?)"),
     (lambda c: c["mlm"].update(build=["bert"]),
      "key 'mlm/build/0': 'bert' is not a vision-language model under 'mlm/models'"),
+    (lambda c: c["mlm"]["models"].update(blip={"adapter": "blip", "weights": "random", "detector": "bua-36"}),
+     "key 'mlm/models/blip': adapter 'blip' has no masked-language head"),
 ])
 def test_a_name_that_exists_nowhere_is_named_by_its_key(change, expected):
     found = problems(change)

@@ -429,6 +429,10 @@ def _mlm_references(config, detectors):
     if mlm["reference"] not in models:
         problems.append(f"key 'mlm/reference': '{mlm['reference']}' is not a model under 'mlm/models'"
                         f"{suggest(mlm['reference'], models)}")
+    for name, spec in models.items():
+        if family(spec.get("adapter")).get("mlm_head") is False:  # declared in its schema (BLIP's retrieval model)
+            problems.append(f"key 'mlm/models/{name}': adapter '{spec['adapter']}' has no masked-language head: "
+                            "the masked-LM study does not apply to it")
     vl = [m for m in models if m != mlm["reference"]]
     _names(problems, ("mlm", "build"), mlm["build"], vl,
            "a vision-language model under 'mlm/models' (the reference is built with them)")

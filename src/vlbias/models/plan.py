@@ -6,6 +6,7 @@ read from what each family declares once, in its schema file (``vlbias/schemas/m
       outputs: {hidden: "layer{layer}", logits: logits}   # the vectors per image, one store each (iGPT)
       ws_vectors: [language, language+visual]   # the W/S vectors a vision-language family can give
       feeds: {<protocol switch>: [its own value, the other]}   # how a vision-language family is fed
+      mlm_head: false           # a vision-language family without a masked-language head (the MLM study refuses it)
       renamed: {<old key>: <what to write now>}
       weights: {<key>: what it names}   # the weights an entry loads (vlbias.weights), merged over includes
 

@@ -1,4 +1,4 @@
-"""Vision-language encoders (VisualBERT, LXMERT, ViLBERT, VL-BERT): a caption and an image's regions -> embeddings.
+"""Vision-language encoders (VisualBERT, LXMERT, ViLBERT, VL-BERT; BLIP on pixels): a caption and an image's regions -> embeddings.
 
     encoder = build({"adapter": "lxmert", "model_id": "unc-nlp/lxmert-base-uncased", "revision": "<commit>"})
     encoder.embed(captions, regions, "S")                               # float32 (n, encoder.output_dim("S"))

@@ -14,7 +14,10 @@ and ``True`` in the CSV's ``p<alpha`` column. A column no model fills (ViLBERT, 
 land, a model switched off) stays empty; "–" marks a cell that does not apply (image masking on
 VisualBERT, a level the test does not define) or that the paper prints as "–" (our value, if any,
 stays in the rows file and the comparison view); "skipped" a test that could not run (its row in
-the experiment results says why).
+the experiment results says why). The extended tables (results/grounded/extended) add columns of
+models the paper did not test (a column's ``extended``): no printed number beside them, a note
+saying what their mask I is; a model that gives no grounded vector (a dual encoder) shows its
+``not_applicable`` text in every cell.
 
 With the paper's transcription (resources/published/grounded_tables.tsv, ``read_printed``) every
 cell also shows the printed number, in brackets, starred where the paper highlights it
