@@ -44,6 +44,18 @@ TINY_BLIP = {"adapter": "blip", "weights": "random", "seed": 0, "device": "cpu",
                                           "intermediate_size": 29, "image_size": 32, "patch_size": 8},
                         "image_text_hidden_size": 16}}
 
+# A tiny random FLAVA (vlbias.models.flava): text, image and multimodal encoders of two layers, all 32 wide
+# (FlavaForPreTraining's heads read the multimodal states with the text and image widths), 32x32 images of 2x2
+# patches, a small image vocabulary (its masked-image heads)
+TINY_FLAVA = {"adapter": "flava", "weights": "random", "seed": 0, "device": "cpu",
+              "config": {"hidden_size": 32, "projection_dim": 16,
+                         "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                         "intermediate_size": 37},
+                         "image_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                          "intermediate_size": 29, "image_size": 32, "patch_size": 16, "vocab_size": 64},
+                         "multimodal_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                               "intermediate_size": 41}}}
+
 
 @pytest.fixture(scope="session")
 def mirror():

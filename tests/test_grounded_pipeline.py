@@ -13,7 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import TINY_BLIP
+from conftest import TINY_BLIP, TINY_FLAVA
 
 from vlbias.models import build
 from vlbias.models.vl import Visual
@@ -333,7 +333,7 @@ TABLES = ([f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex", "htm
              for ext in ("csv", "md", "tex", "html")]
           + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
 FIGURES = ["results/grounded/heatmap.png", "results/grounded/published.png"]
-# the extended tables (BLIP and a dual encoder beside the paper's models), built in the same run (Table 4,
+# the extended tables (BLIP, FLAVA and a dual encoder beside the paper's models), built in the same run (Table 4,
 # Table 3's layout on experiment 2, left out to save a job)
 EXTENDED = [f"results/grounded/extended/table{n}.{ext}" for n in (3, 5, 6, 7) for ext in ("csv", "md", "html")]
 # a few printed cells of the toy tests, in the transcription's format (resources/published/grounded_tables.tsv)
@@ -378,6 +378,7 @@ def tiny_project(root):
     # the extended tables' columns: BLIP (pixels; mask I the pixel fill of the detector's person boxes) and a
     # dual encoder, whose cells say n/a (no embedding job)
     models["blip"] = {**TINY_BLIP, "batch_size": 4, "detector": "frcnn-tiny", "column": "BLIP"}
+    models["flava"] = {**TINY_FLAVA, "batch_size": 4, "detector": "frcnn-tiny", "column": "FLAVA"}
     models["clip"] = {"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random", "column": "CLIP"}
     groups = {"Gender": ["toy-a"], "Race": ["toy-b"]}
     config["grounded"] = {
@@ -391,7 +392,7 @@ def tiny_project(root):
         "models": models,
         "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "vilbert", "lxmert", "vlbert"],
                         "threads": 1},
-        "extended": {"models": ["blip", "clip"], "datasets": {"BLIP": "google"}},
+        "extended": {"models": ["blip", "flava", "clip"], "datasets": {"BLIP": "google", "FLAVA": "google"}},
         "tables": {"table3": {"dataset": "google", "groups": groups},
                    "table4": {"dataset": "google", "groups": groups},
                    "table5": {"dataset": "google", "groups": groups, "level": "S"},
@@ -474,7 +475,7 @@ def test_the_full_table_set_is_built(project):
 @pytest.mark.workflow
 def test_the_extended_tables_put_blip_beside_the_paper_models(project):
     paper, extended = read_table(project, "table3.csv"), read_table(project, "extended/table3.csv")
-    assert not any(c.startswith(("BLIP", "CLIP")) for c in paper)  # never mixed into the paper's tables
+    assert not any(c.startswith(("BLIP", "FLAVA", "CLIP")) for c in paper)  # never mixed into the paper's tables
     for column in ("VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"):  # the same results, the printed numbers beside
         assert extended[f"{column} d"].tolist() == paper[f"{column} d"].tolist()
         assert extended[f"{column} paper"].tolist() == paper[f"{column} paper"].tolist()
@@ -485,7 +486,7 @@ def test_the_extended_tables_put_blip_beside_the_paper_models(project):
     t6, t7 = read_table(project, "extended/table6.csv"), read_table(project, "extended/table7.csv")
     assert t6.loc[0, "Experiment 3 (masking) BLIP d"] not in ("", NA) and t7["Experiment 1 BLIP tests"].ne("").all()
     page = (project / "results/grounded/extended/table3.html").read_text()
-    assert "extended with BLIP, CLIP" in page and "n/a: dual encoder" in page
+    assert "extended with BLIP, FLAVA, CLIP" in page and "n/a: dual encoder" in page
     # mask I painted the boxes of the regions labelled person (the authors' image_mask: labels): exactly the
     # pairs whose image has one changed (the random toy detector may label none: tests/test_blip.py shows the fill)
     from vlbias.models.vl import visual_from_store
@@ -501,6 +502,21 @@ def test_the_extended_tables_put_blip_beside_the_paper_models(project):
                 person += [visual_from_store(store, i.decode(), ("person",)).is_person.any()
                            for i in f[f"{test}/S/I/{role}/image"][()]]
         assert changed == person
+
+
+@pytest.mark.workflow
+def test_the_extended_tables_have_a_flava_column(project):
+    for name in ("table3", "table5"):  # table5: T, and I as the pixel fill
+        table = read_table(project, f"extended/{name}.csv")
+        assert all(v not in ("", NA) for v in table["FLAVA d"]) and "FLAVA paper" not in table, name
+    t6, t7 = read_table(project, "extended/table6.csv"), read_table(project, "extended/table7.csv")
+    assert t6.loc[0, "Experiment 3 (masking) FLAVA d"] not in ("", NA) and t7["Experiment 1 FLAVA tests"].ne("").all()
+    missing = pd.read_csv(project / "results/grounded/extended/table3.missing.tsv", sep="\t", dtype=str)
+    assert "not obtained" in set(missing.loc[missing["model"] == "flava", "reason"].str[:12])
+    with h5py.File(project / "results/embeddings/grounded/authors/google/flava.h5") as f:
+        info = json.loads(f.attrs["info"])
+        assert info["output"].startswith("multimodal encoder states; W/S: the multimodal [CLS] (index 0)")
+        assert "mean colour" in info["image_masking"] and info["token_mask"] == "word"  # the authors' protocol
 
 
 def read_table(project, name):

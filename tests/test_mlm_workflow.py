@@ -1,7 +1,7 @@
 """The real Snakefile builds the masked-entity association tables and figures: a tiny project
 (tests/test_workflow.py's) with the shipped stimuli, a few generated images through the regions
 rule (torchvision's Faster R-CNN on random weights at a tiny size), and tiny random VL-BERT (the
-paper's model), VisualBERT, LXMERT and BERT models with the real bert-base-uncased vocabulary."""
+paper's model), VisualBERT, LXMERT, FLAVA and BERT models with the real bert-base-uncased vocabulary."""
 
 import numpy as np
 import pandas as pd
@@ -9,7 +9,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import REPO
+from conftest import REPO, TINY_FLAVA
 from test_vl_models import TINY
 from test_vlbert import E2E
 from test_workflow import make_project, planned_jobs, snakemake, write_yaml
@@ -30,6 +30,8 @@ MODELS = {
     # VL-BERT end to end: its own region features from the pixels (the prec model reads 2048-d bottom-up
     # features, which this tiny detector does not give; tests/test_vlbert.py tests that path)
     "vlbert": {**E2E, "detector": "frcnn-tiny"},
+    # FLAVA reads the pixels of the images the detector's store holds (the images every model reads)
+    "flava": {**TINY_FLAVA, "detector": "frcnn-tiny"},
 }
 # (entity, gender, file, status): two purses with women, one with a man, a briefcase with a man (the
 # detector dominates the run time, so few images)
@@ -72,7 +74,7 @@ def project(tmp_path_factory):
 
 def test_tables_and_figures_are_built(project):
     out = project / "results/mlm"
-    for model in ("vlbert", "visualbert", "lxmert"):
+    for model in ("vlbert", "visualbert", "lxmert", "flava"):
         for table in ("scores", "bias", "contradictions", "entities"):
             assert all((out / model / f"{table}.{ext}").stat().st_size for ext in ("csv", "md", "tex", "html"))
         for figure in ("figure2", "figure3", "figure4", "figure5a", "figure5b"):
@@ -135,3 +137,16 @@ def test_default_target_builds_only_what_build_lists(project):
     finally:
         config["mlm"]["build"] = []
         write_yaml(project / "config/config.yaml", config)
+
+
+def test_flava_reads_its_two_heads_on_the_same_images(project):
+    path = project / "results/mlm/logprobs/flava.tsv"
+    info = next(c for c in path.read_text().splitlines() if c.startswith("# info:"))
+    assert '"no image": "mlm_head on the text encoder"' in info and '"image": "mmm_text_head' in info
+    rows = read_manifest(path)
+    assert len(rows) == 3 * 46 + 4 * 4 and all(float(r["logprob"]) < 0 for r in rows)
+    status = {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/flava.images.tsv")}
+    assert status == {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/lxmert.images.tsv")}
+    scores = pd.read_csv(project / "results/mlm/flava/scores.csv").set_index(["entity", "gender"])
+    assert scores.loc[("purse", "female"), ["n_L", "n_V"]].tolist() == [3, 2]
+    assert scores["S_PT"].notna().all() and np.isfinite(scores.loc[("purse", "female"), "S_V"])

@@ -271,6 +271,8 @@ class VLEncoder:
     what ``_batch`` gives beside the text (by default features, boxes and the region mask).
     A two-stream family also declares ``ws_vectors: [language, language+visual]`` in its schema file
     (vlbias.models.plan, as its ``feeds``) and overrides ``_streams`` to return the vision stream's states too (and ``_visual_dim`` if its width differs).
+    A family whose masked-LM head depends on the caption's input (FLAVA: with or without an image)
+    overrides ``_mask_logits`` instead of ``_language_states`` and ``_lm_head``.
     """
 
     original_checkpoints = None  # {name: URL}: the family's weights are original checkpoint files, not a hub model
@@ -494,6 +496,12 @@ class VLEncoder:
             vectors = torch.cat([vectors, vision[:, 0]], dim=-1)
         return vectors
 
+    def _mask_logits(self, text, visual, is_mask):
+        """Per caption of a batch the LM head's logits (m, V) at its m [MASK]s (``is_mask`` (b, L) bool);
+        a family with more than one head (FLAVA: with or without an image) picks per caption."""
+        states = self._language_states(text, *visual)
+        return [self._lm_head(states[j, is_mask[j]]) for j in range(len(states))]
+
     def mask_logprobs(self, captions, regions=None, mask=None, mask_terms=None, tokens=None, fill=None):
         """Per caption, float32 (m, V) log P(token | context) at its m [MASK] positions, in order.
 
@@ -528,10 +536,10 @@ class VLEncoder:
                         at = at[:len(fill[start + j])]
                         text.input_ids[j, at] = torch.as_tensor(fill[start + j], device=self.device)
                         is_mask[j, at] = False
-                states = self._language_states(text, *visual)
+                logits = self._mask_logits(text, visual, is_mask)
                 for j in range(stop - start):
                     if not is_mask[j].any():
                         raise InputError(f"caption '{captions[start + j]}'", "has no [MASK]")
-                    logp = torch.log_softmax(self._lm_head(states[j, is_mask[j]]).float(), dim=-1)
+                    logp = torch.log_softmax(logits[j].float(), dim=-1)
                     out.append((logp if columns is None else logp[:, columns]).cpu().numpy())
         return out
