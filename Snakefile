@@ -42,17 +42,23 @@ include: "workflow/rules/regions.smk"
 include: "workflow/rules/mlm.smk"
 include: "workflow/rules/grounded_tables.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/weights.smk"
 
 
-# on a cluster (profiles/slurm) these run on the submitting node: the first three download (compute
-# nodes often have no network), the others only copy vectors between files (seconds; no queue wait)
+# on a cluster (profiles/slurm) these run on the submitting node: the first four download (compute
+# nodes often have no network; the model jobs load offline from what weights_fetch fetched), the
+# others copy vectors between files or plot a table's numbers (seconds; no queue wait)
 localrules:
+    weights_fetch,
     grounded_images,
     ieat_images,
     ieat_published_embeddings,
     ieat_output_store,
     ieat_vectors,
     seat_vectors,
+    ieat_figures,
+    seat_figures,
+    grounded_figures,
 
 
 report: "workflow/report/workflow.rst"

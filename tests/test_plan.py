@@ -268,3 +268,55 @@ def test_the_mlm_jobs_of_the_shipped_config(shipped, monkeypatch, tmp_path):
     config["regions"]["manifests"]["mlm"] = str(tmp_path / "m.tsv")
     detector = config["mlm"]["models"]["lxmert"]["detector"]
     assert MlmPlan(config).logprobs_inputs("lxmert")["store"] == f"results/regions/mlm/{detector}.h5"
+
+
+# --- the weights records the targets need (rule weights; vlbias.weights) --------------------------------
+
+
+def test_the_weights_of_the_shipped_config_are_those_of_its_targets(shipped, monkeypatch):
+    from vlbias.regions.plan import RegionsPlan
+    from vlbias.suites.ieat.plan import IeatPlan
+    from vlbias.suites.mlm.plan import MlmPlan
+    from vlbias.weights import record_path
+    from vlbias.suites.seat.plan import weights as seat_weights
+
+    monkeypatch.chdir(REPO)
+    # igpt-l and simclr-r152 are configured, but no table reads them yet: nothing to fetch
+    assert IeatPlan(shipped).weights() == []
+    assert GroundedPlan(shipped).weights() == MlmPlan(shipped).weights() == RegionsPlan(shipped).weights() == []
+    assert seat_weights(shipped) == [record_path(f"seat/{m}") for m in shipped["seat"]["models"]]
+    config = copy.deepcopy(shipped)
+    config["ieat"]["tables"]["table3"]["models"].append("igpt-l/logits")  # an output names its entry
+    config["ieat"]["specificity"]["models"].append("simclr-r152")
+    assert IeatPlan(config).weights() == [record_path("ieat/igpt-l"), record_path("ieat/simclr-r152")]
+    # mlm: the built model, the reference its report reads, and the detector of its region store
+    config["mlm"]["build"] = ["lxmert"]
+    detector = config["mlm"]["models"]["lxmert"]["detector"]
+    assert MlmPlan(config).weights() == sorted([record_path("mlm/lxmert"), record_path("mlm/bert"),
+                                                record_path(f"regions/{detector}")])
+    config["regions"]["build"] = [{"dataset": "mlm", "detector": "bua-36"}]
+    assert RegionsPlan(config).weights() == [record_path("regions/bua-36")]
+
+
+def test_the_grounded_weights_are_the_models_switched_on_and_their_detectors(small, shipped, monkeypatch):
+    from vlbias.weights import record_path
+
+    # every model of the small project is on under some protocol or in the extended tables (but the dual
+    # encoder there, clip: its cells are n/a, no job loads it), and reads one of its three detectors
+    extended = small["grounded"]["extended"]["models"]
+    assert "clip" in extended and small["grounded"]["models"]["clip"]["adapter"] == "open_clip"
+    models = small["grounded"]["experiments"]["models"] + [m for m in extended if m != "clip"]
+    assert GroundedPlan(small).weights() == sorted(
+        [record_path(f"grounded/{m}") for m in models]
+        + [record_path(f"regions/{d}") for d in ("frcnn-tiny", "frcnn-tiny-36", "frcnn-tiny-b")])
+    # the shipped config: vilbert-12in1 is configured but off; LXMERT's released COCO features are a
+    # TSV file (regions/tsv), no detector's weights
+    monkeypatch.chdir(REPO)
+    config = copy.deepcopy(shipped)
+    config["grounded"]["experiments"]["build"] = True
+    records = GroundedPlan(config).weights()
+    assert record_path("grounded/vilbert-12in1") not in records
+    assert {record_path(f"grounded/{m}") for m in config["grounded"]["experiments"]["models"]
+            + config["grounded"]["extended"]["models"]} <= set(records)
+    assert record_path(f"regions/{config['grounded']['models']['lxmert']['released_regions']['coco']}") not in records
+    assert {record_path(f"regions/{d}") for d in ("bua-10-100", "detectron-fpn")} <= set(records)

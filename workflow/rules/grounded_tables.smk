@@ -17,6 +17,7 @@ grounded_tests_targets = GROUNDED_PLAN.targets
 
 rule grounded_embed:
     input:
+        weights=record_path("grounded/{model}"),
         stimuli=lambda w: GROUNDED_PLAN.embed_stimuli(w.protocol, w.dataset, w.model),
         regions=lambda w: GROUNDED_PLAN.embed_regions(w.protocol, w.dataset, w.model),
         manifest=lambda w: regions_manifest(w.dataset),

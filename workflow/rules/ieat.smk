@@ -52,6 +52,7 @@ rule ieat_images:
 
 rule ieat_embed_images:
     input:
+        weights=record_path("ieat/{model}"),
         images=lambda w: f"{image_store(w.model)}/images.h5",
         stimuli=lambda w: text_stimuli(w.model),
     output:

@@ -22,6 +22,7 @@ rule mlm_all:
 rule mlm_logprobs:
     input:
         unpack(lambda w: MLM_PLAN.logprobs_inputs(w.model)),
+        weights=record_path("mlm/{model}"),
     output:
         logprobs=logprobs_path("{model}"),
         images=report(

@@ -15,6 +15,7 @@ regions_targets = REGIONS_PLAN.targets
 
 rule regions:
     input:
+        weights=record_path("regions/{detector}"),
         manifest=lambda w: regions_manifest(w.dataset),
     output:
         store="results/regions/{dataset}/{detector}.h5",

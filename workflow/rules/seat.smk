@@ -8,6 +8,7 @@ seat_targets = partial(seat_plan.targets, config)
 
 rule seat_embed:
     input:
+        weights=record_path("seat/{model}"),
         stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
     output:
         "results/embeddings/seat/{model}.h5",

@@ -10,11 +10,14 @@ from vlbias.regions.store import RegionStore
 from vlbias.suites.grounded.jobs import MISSING_COLUMNS, cache_fingerprint, embed_tests
 from vlbias.suites.grounded.protocol import label_offset
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
+from vlbias.weights import localize, provenance, read_record
 
 setup_logging(snakemake.log[0])
 w, spec, switches = snakemake.wildcards, snakemake.params.spec, snakemake.params.switches
 stimuli = [load_grounded_stimulus(p, caption_indices=switches["caption_indices"]) for p in snakemake.input.stimuli]
-encoder = build({**spec, "threads": snakemake.params.threads})
+# the verified files of the weights record, offline: a compute node needs no network
+record = read_record(snakemake.input.weights)
+encoder = build({**localize(spec, record), "threads": snakemake.params.threads})
 info = encoder.info
 with RegionStore(snakemake.input.regions) as store, \
         RecordCache(Path(snakemake.params.cache, "embeddings", cache_fingerprint(encoder))) as cache:
@@ -27,7 +30,8 @@ with RegionStore(snakemake.input.regions) as store, \
                "revision": info["revision"] or "", "commit": info["commit"] or "", "weights": info["weights"],
                "weights_sha256": info["weights_sha256"] or "", "detector": snakemake.params.region_store,
                "region_store": snakemake.input.regions, "region_store_sha256": sha256_file(snakemake.input.regions),
-               "region_weights": str(store.attrs.get("weights", ""))})
+               "region_weights": str(store.attrs.get("weights", "")),
+               "weights_record": json.dumps(provenance(record), sort_keys=True)})
 write_manifest(snakemake.output.missing, dropped, MISSING_COLUMNS)
 logging.getLogger("grounded_embed").info("%s: %d (caption, image) pairs left out (listed in %s)",
                                          snakemake.output.h5, len(dropped), snakemake.output.missing)

@@ -10,13 +10,16 @@ from vlbias.suites.mlm.scores import logprob_table, write_logprob_table
 from vlbias.suites.mlm.stimuli import load_mlm_stimulus, read_image_manifest
 from vlbias.models import build
 from vlbias.regions.store import RegionStore
+from vlbias.weights import localize, provenance, read_record
 
 setup_logging(snakemake.log[0])
 log = logging.getLogger("mlm_logprobs")
 case_study, entities = (load_mlm_stimulus(p) for p in snakemake.input.stimuli)
 stimuli = list({s.id: s for s in (case_study, entities)}.values())  # the same file twice is one stimulus
 
-model = build({**snakemake.params.spec, "threads": snakemake.params.threads})
+# the verified files of the weights record, offline: a compute node needs no network
+record = read_record(snakemake.input.weights)
+model = build({**localize(snakemake.params.spec, record), "threads": snakemake.params.threads})
 
 # the case study's images: every manifest row gets a status; only images with regions are queried
 status, visuals, images = [], {}, None
@@ -41,6 +44,7 @@ with RecordCache(Path(snakemake.params.cache, "mlm", fingerprint(model.info))) a
 info = json.dumps(model.info, sort_keys=True, default=str)
 write_logprob_table(snakemake.output.logprobs, df,
                     comments=[f"model: {snakemake.wildcards.model}", f"info: {info}",
+                              f"weights: {json.dumps(provenance(record), sort_keys=True)}",
                               "logprob: ln P([MASK] = entity | caption, image); multi-piece entities by the chain rule"])
 note = ("text-only model: no images" if snakemake.params.text_only else
         "no image manifest configured (mlm: images)" if "manifest" not in snakemake.input.keys() else

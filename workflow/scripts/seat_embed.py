@@ -5,9 +5,13 @@ from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
 from vlbias.models import build
 from vlbias.suites.seat import embed_stimuli
+from vlbias.weights import localize, provenance, read_record
 
 setup_logging(snakemake.log[0])
-encoder = build({**snakemake.params.spec, "threads": snakemake.params.threads})
+# the verified files of the weights record, offline: a compute node needs no network
+record = read_record(snakemake.input.weights)
+encoder = build({**localize(snakemake.params.spec, record), "threads": snakemake.params.threads})
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
 with RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(encoder.info))) as cache:
-    embed_stimuli(stimuli, encoder, snakemake.output[0], snakemake.params.provenance, cache)
+    embed_stimuli(stimuli, encoder, snakemake.output[0],
+                  {**snakemake.params.provenance, "weights_record": provenance(record)}, cache)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import Source, read_manifest
+from vlbias.weights import record_path
 
 SOURCE = "config/config.yaml"
 
@@ -33,6 +34,11 @@ class RegionsPlan:
     def targets(self):
         return [store_path(pair["dataset"], pair["detector"], ext) for pair in self.regions.get("build", [])
                 for ext in ("h5", "persons.tsv")]
+
+    def weights(self):
+        """The weights records the targets need: the detectors of regions/build (not the TSV sources)."""
+        return sorted({record_path(f"regions/{p['detector']}") for p in self.regions.get("build", [])
+                       if p["detector"] in self.detectors})
 
     def tsv_file(self, source, dataset):
         """The TSV file of ``source`` for ``dataset`` (regions/tsv/<source>/files)."""

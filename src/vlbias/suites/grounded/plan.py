@@ -17,6 +17,7 @@ from pathlib import Path
 from vlbias.errors import InputError
 from vlbias.models.plan import embeds
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
+from vlbias.weights import record_path
 
 SOURCE = "config/config.yaml"
 TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
@@ -163,6 +164,18 @@ class GroundedPlan:
         targets = [table_path(target, ext) for target in self.table_targets for ext in TABLE_EXTS]
         return targets + ([table_path("comparison", ext) for ext in ("csv", "md")] if self.grounded.get("published")
                           else [])
+
+    def weights(self):
+        """The weights records the targets need: the model of every embedding job of every protocol's
+        tables (the extended ones too), and the detector of each region store those jobs read (not a
+        released TSV source)."""
+        if not self.targets():
+            return []
+        jobs = {(p, d, m) for p, t, x in self.table_targets.values() for d, m in self.jobs(p, t, x)[0]}
+        detectors = (self.config.get("regions") or {}).get("detectors", {})
+        stores = {self.embed_region_store(p, d, m) for p, d, m in jobs}
+        return sorted({record_path(f"grounded/{m}") for _, _, m in jobs}
+                      | {record_path(f"regions/{s}") for s in stores if s in detectors})
 
     # --- the embedding job of one (protocol, dataset, model) ----------------------------------------
 

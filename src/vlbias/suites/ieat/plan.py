@@ -16,6 +16,7 @@ from vlbias.io.fetch import read_manifest
 from vlbias.io.stimuli import check_categories, load_stimulus
 from vlbias.models.plan import outputs
 from vlbias.suites.plan import stimulus_ids
+from vlbias.weights import record_path
 
 
 def table_path(table, ext="csv"):
@@ -57,6 +58,13 @@ class IeatPlan:
         if self.sweep_models:
             targets += [table_path("sweep", ext) for ext in ("csv", "md", "png", "missing.tsv")]
         return targets
+
+    def weights(self):
+        """The weights records the targets need: those of the image models a table, the sweep or the
+        specificity check reads (an entry only configured, e.g. for a table it is not in yet, needs none)."""
+        read = [m for t in self.tables.values() for m in t["models"]] + self.ieat["specificity"]["models"]
+        used = {self.table_models[m][0] for m in read} | set(self.sweep_models)
+        return [record_path(f"ieat/{m}") for m in self.image_models if m in used]
 
     def image_store_settings(self, images):
         """(store name, {size, crop, resample, decoder}) of an image store: ``ieat/images`` with ``images`` over it."""

@@ -3,6 +3,7 @@ one log-probability job per model (its inputs per wildcard), one report job per 
 
 from vlbias.io.fetch import read_manifest
 from vlbias.regions.plan import RegionsPlan, store_path
+from vlbias.weights import record_path
 
 TABLES = ["scores", "bias", "contradictions", "entities"]
 FIGURES = ["figure2", "figure3", "figure4", "figure5a", "figure5b"]
@@ -48,3 +49,11 @@ class MlmPlan:
 
     def targets(self):
         return [t for model in self.mlm.get("build", []) for t in self.outputs(model)]
+
+    def weights(self):
+        """The weights records the targets need: each built model's and the reference's, and the
+        detector of each built vision-language model when images are configured (read for their regions)."""
+        built = self.mlm.get("build", [])
+        models = set(built) | ({self.reference} if built else set())
+        detectors = {self.models[m]["detector"] for m in built if m != self.reference and self.manifest()}
+        return sorted([record_path(f"mlm/{m}") for m in models] + [record_path(f"regions/{d}") for d in detectors])

@@ -1,6 +1,7 @@
 """What the SEAT/WEAT workflow builds (workflow/rules/seat.smk), planned from the checked config."""
 
 from vlbias.suites.plan import stimulus_ids
+from vlbias.weights import record_path
 
 
 def table_path(model, ext="csv"):
@@ -15,3 +16,8 @@ def seat_tests(config):
 
 def targets(config):
     return [table_path(model, ext) for model in config["seat"]["models"] for ext in ("csv", "md", "html")]
+
+
+def weights(config):
+    """The weights records the SEAT targets need: every model entry but a user's vectors."""
+    return [record_path(f"seat/{m}") for m, spec in config["seat"]["models"].items() if spec["source"] != "vectors"]

@@ -1,0 +1,32 @@
+# Weights as inputs (vlbias.weights): one job per model or detector entry fetches what the entry
+# loads into the cache, checked against the weights lock (config key `weights_lock`), and writes its
+# record; every job that loads the entry reads that record and loads offline from the verified
+# files. A local rule: on a cluster it runs on the submitting node, where the network is.
+# `snakemake weights` fetches what the configured targets need; `snakemake -n weights` lists it.
+
+from vlbias.weights import entries
+
+WEIGHTS_ENTRIES = entries(config)  # {"<section>/<name>": entry}
+
+
+rule weights_fetch:
+    output:
+        record_path("{section}/{entry}"),
+    log:
+        "results/logs/weights_fetch/{section}/{entry}.log",
+    wildcard_constraints:
+        section=alternatives(sorted({name.split("/", 1)[0] for name in WEIGHTS_ENTRIES})),
+        entry=alternatives(sorted({name.split("/", 1)[1] for name in WEIGHTS_ENTRIES})),
+    params:
+        name=lambda w: f"{w.section}/{w.entry}",
+        spec=lambda w: WEIGHTS_ENTRIES[f"{w.section}/{w.entry}"],
+        lock=config["weights_lock"],
+        cache=config["cache"],
+    script:
+        "../scripts/weights_fetch.py"
+
+
+rule weights:
+    input:
+        sorted(set(IEAT_PLAN.weights() + seat_plan.weights(config) + GROUNDED_PLAN.weights()
+                   + REGIONS_PLAN.weights() + MLM_PLAN.weights())),
