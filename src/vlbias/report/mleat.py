@@ -1,0 +1,178 @@
+"""ML-EAT figures and table (vlbias.stats.mleat; Wolfe, Hiniker & Howe 2024): an EAT-Map per test and
+a pattern summary per table.
+
+    r = mleat(X, Y, A, B, n_samples=100_000, seed=0)
+    plot_eat_map(r, "insect-flower.png", "Insect-Flower on SimCLR", labels={"X": "Flower", ...})
+    rows = [{"test": ..., "name": ..., "model": ..., **r.row()}, ...]
+    df = mleat_frame(rows)                                 # the table, columns in order
+    plot_pattern_summary(df, "patterns.png", "iEAT Table 1")
+
+The EAT-Map is four quadrants, a row per target concept (X above Y) and a column per attribute
+concept (A left of B), the layout of an IAT's four pairings. Quadrant TC shows Level 3 (μ_TC, the line;
+μ_TC ± σ_TC, the band) and the data of Level 2 (a point per attribute stimulus c of C at
+s(c, T) = mean_t cos(c, t), so a row's two quadrants are the two groups d_T compares). A quadrant is
+shaded where Level 2 found T associated with C (the pattern's pairs): red where the pair goes with
+the test (X–A, Y–B), blue where against it (X–B, Y–A), the colours of the d heatmap
+(vlbias.report.figures). Level 2's d_T and p_T head each row; Level 1's d and p, the pattern and the
+cosine flag head the figure.
+
+The summary draws every (test, model) as a small copy of the map's shading (2 × 2 squares: X above
+Y, A left of B) beside Level 1's d with its stars; a test whose cosines are uninformative sits on a
+yellow cell.
+"""
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
+
+from vlbias.report.figures import save_png, stars
+from vlbias.report.formats import missing
+from vlbias.stats.mleat import ATTRIBUTES, COLUMNS, PATTERNS, QUADRANTS, TARGETS, UNDEFINED
+
+WITH, AGAINST, OFF = "#c53a32", "#3b75af", "0.86"  # a pair with the test, against it, not significant
+WITH_LIGHT, AGAINST_LIGHT = "#f6d2cf", "#cfe0f1"  # the EAT-Map's quadrant shading
+FLAGGED = "#fff0b3"
+DESCRIPTIONS = dict(PATTERNS.values())
+META = ("test", "name", "model", "X", "Y", "A", "B")  # the identifying columns a results row carries
+
+
+def lit(pattern):
+    """The quadrants ("XA", ...) a pattern names: where Level 2 found the target with the attribute."""
+    if missing(pattern) or pattern in ("none", UNDEFINED):
+        return set()
+    return set(str(pattern).split("-"))
+
+
+def congruent(quadrant):
+    """Whether a (target, attribute) pair goes with the test's hypothesis: X with A, Y with B."""
+    return quadrant in ("XA", "YB")
+
+
+def mleat_frame(rows):
+    """Result rows (each the identifying columns of ``META`` it has and an MLEATResult.row()) as a table,
+    its columns in order: identity first, then vlbias.stats.mleat.COLUMNS."""
+    df = pd.DataFrame(list(rows))
+    return df.reindex(columns=[c for c in META if c in df] + COLUMNS)
+
+
+def _p(p):
+    """"p = 0.012", "p < 0.001"."""
+    return "p n/a" if missing(p) else (f"p = {p:.3f}" if p >= 0.001 else "p < 0.001")
+
+
+def plot_eat_map(result, path, title="", labels=None):
+    """The EAT-Map of one vlbias.stats.mleat.MLEATResult (module docstring), written to ``path`` as PNG.
+
+    ``labels``: the concepts' names ({"X": "Flower", "Y": "Insect", "A": "Pleasant", "B": "Unpleasant"});
+    the set symbols where absent. Each quadrant's Axes has the gid "XA", "XB", "YA" or "YB". Returns the
+    Figure.
+    """
+    labels = {s: s for s in (*TARGETS, *ATTRIBUTES)} | dict(labels or {})
+    l1, l2, l3 = result.level1, result.level2, result.level3
+    shaded = lit(result.pattern)
+    points = {t + c: np.asarray(getattr(l2[t], "s_" + c.lower()), dtype=float) for t in TARGETS for c in ATTRIBUTES}
+    spans = [v for q in QUADRANTS for v in (*points[q], l3[q].mean - np.nan_to_num(l3[q].std),
+                                            l3[q].mean + np.nan_to_num(l3[q].std))]
+    lo, hi = min(spans), max(spans)
+    pad = 0.08 * max(hi - lo, 1e-3)
+
+    fig = Figure(figsize=(6.6, 5.6), layout="constrained")
+    axes = fig.subplots(2, 2, sharey=True)
+    for i, t in enumerate(TARGETS):
+        for j, c in enumerate(ATTRIBUTES):
+            q, ax = t + c, axes[i][j]
+            ax.set_gid(q)
+            ax.set_facecolor((WITH_LIGHT if congruent(q) else AGAINST_LIGHT) if q in shaded else "white")
+            m, s = l3[q].mean, l3[q].std
+            if np.isfinite(s):
+                ax.axhspan(m - s, m + s, color="0.55", alpha=0.18, linewidth=0, gid="std")
+            ax.axhline(m, color="0.15", linewidth=1.2, gid="mean")
+            v = points[q]
+            x = np.linspace(-0.3, 0.3, len(v)) if len(v) > 1 else np.zeros(len(v))
+            ax.scatter(x, v, s=14, color="0.25", alpha=0.75, linewidth=0, gid="points", zorder=3)
+            ax.text(0.03, 0.97, f"μ = {m:.3f}\nσ = {s:.3f}" if np.isfinite(s) else f"μ = {m:.3f}",
+                    transform=ax.transAxes, ha="left", va="top", fontsize=8, gid="level3")
+            ax.set_xlim(-0.5, 0.5)
+            ax.set_ylim(lo - pad, hi + pad)
+            ax.set_xticks([])
+            ax.tick_params(labelsize=7)
+            if i == 0:
+                ax.set_title(f"{c}: {labels[c]}", fontsize=9)
+            if j == 0:
+                d, p = l2[t].d, l2[t].p
+                level2 = f"Level 2: d = {d:.2f}{stars(p)}, {_p(p)}" if np.isfinite(d) else f"Level 2: {l2[t].status}"
+                ax.set_ylabel(f"{t}: {labels[t]}\n{level2}", fontsize=8)
+    level1 = f"d = {l1.d:.2f}{stars(l1.p)}, {_p(l1.p)}" if np.isfinite(l1.d) else l1.status
+    head = f"{title}\n" if title else ""
+    pattern = f"pattern {result.pattern}" + (f": {DESCRIPTIONS[result.pattern]}" if result.pattern in DESCRIPTIONS
+                                              else "")
+    flag = (f"\ncosine similarity uninformative: every μ ≥ {result.saturation:g}"
+            if result.cosine_uninformative else "")
+    fig.suptitle(f"{head}Level 1: {level1}\n{pattern}{flag}", fontsize=9)
+    fig.supxlabel(f"points: s(c, T) = mean cos(c, t) over t ∈ T, one per attribute stimulus; line μ, band μ ± σ "
+                  f"(all cosines of T with C); shaded: Level 2 p < {result.alpha:g} ({result.null} null)",
+                  fontsize=6.5, color="0.3")
+    save_png(fig, path)
+    return fig
+
+
+def plot_pattern_summary(rows, path, title):
+    """Every (test, model) of a table's ML-EAT rows (mleat_frame; columns test, model, pattern, l1_d,
+    l1_p, cosine_uninformative, and name where present) as a small 2 × 2 map of its pattern beside
+    Level 1's d with stars; a row per test in first order of appearance, a column per model. A row
+    without a pattern (a skipped test) is a blank map marked "skipped". Each square is a Rectangle with
+    the gid "<test>|<model>|<quadrant>", each cell's background "<test>|<model>|cell". Returns the
+    Figure.
+    """
+    rows = rows.reset_index(drop=True)
+    if rows.duplicated(["test", "model"]).any():
+        dup = rows[rows.duplicated(["test", "model"], keep=False)][["test", "model"]].drop_duplicates()
+        raise ValueError(f"two rows for (test, model): {dup.to_records(index=False).tolist()}")
+    tests = list(dict.fromkeys(rows["test"]))
+    models = list(dict.fromkeys(rows["model"]))
+    names = dict(zip(rows["test"], rows["name"] if "name" in rows else rows["test"]))
+    width, side, gap = 3.0, 0.34, 0.04  # a cell's width; a square's side and the gap between squares
+
+    labels = 0.065 * max((len(str(names[t])) for t in tests), default=0)
+    fig = Figure(figsize=(labels + 1.2 + 1.25 * len(models), 1.5 + 0.26 * len(tests)), layout="constrained")
+    ax = fig.add_subplot()
+    for r in rows.itertuples(index=False):
+        i, j = tests.index(r.test), models.index(r.model)
+        x0, y0 = j * width + 0.15, i + 0.5 - side - gap / 2
+        flagged = not missing(r.cosine_uninformative) and str(r.cosine_uninformative) == "True"
+        ax.add_patch(Rectangle((j * width + 0.05, i + 0.05), width - 0.1, 0.9, facecolor=FLAGGED if flagged else "none",
+                               edgecolor="none", gid=f"{r.test}|{r.model}|cell"))
+        skipped = missing(r.pattern)
+        on = lit(r.pattern)
+        for k, q in enumerate(QUADRANTS):  # XA top left, XB top right, YA bottom left, YB bottom right
+            colour = (WITH if congruent(q) else AGAINST) if q in on else ("white" if skipped else OFF)
+            ax.add_patch(Rectangle((x0 + (k % 2) * (side + gap), y0 + (k // 2) * (side + gap)), side, side,
+                                   facecolor=colour, edgecolor="0.6" if skipped else "none", linewidth=0.5,
+                                   gid=f"{r.test}|{r.model}|{q}"))
+        d = pd.to_numeric(pd.Series([r.l1_d]), errors="coerce")[0]
+        p = pd.to_numeric(pd.Series([r.l1_p]), errors="coerce")[0]
+        if skipped:
+            label = "skipped"
+        elif r.pattern == UNDEFINED:
+            label = "undefined"
+        else:
+            label = f"{d:.2f}{stars(p)}" if np.isfinite(d) else "d n/a"
+        ax.text(x0 + 2 * side + gap + 0.15, i + 0.5, label, va="center", ha="left", fontsize=7.5,
+                gid=f"{r.test}|{r.model}|d")
+    ax.set_xlim(0, width * len(models))
+    ax.set_ylim(len(tests), 0)
+    ax.set_xticks([j * width + width / 2 for j in range(len(models))], models, fontsize=8)
+    ax.set_yticks([i + 0.5 for i in range(len(tests))], [names[t] for t in tests], fontsize=7.5)
+    ax.tick_params(top=True, bottom=False, labeltop=True, labelbottom=False, length=0)
+    ax.spines[:].set_visible(False)
+    ax.set_title(title, fontsize=10)
+    handles = [Patch(color=WITH, label="Level 2: X with A or Y with B (with the test)"),
+               Patch(color=AGAINST, label="Level 2: X with B or Y with A (against it)"),
+               Patch(color=OFF, label="not significant"),
+               Patch(color=FLAGGED, label="cosine similarity uninformative"),
+               Line2D([], [], linestyle="", label="each map: X above Y, A left of B; number: Level 1 d, stars its p")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=7, frameon=False)
+    save_png(fig, path)
+    return fig
