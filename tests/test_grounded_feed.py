@@ -198,8 +198,37 @@ def test_vilbert_authors_feed_pads_attends_and_masks_in_place():
         encoder.embed(CAPTIONS[:1], [regions(35, 1)[0]], "S")
     with pytest.raises(InputError, match="37 tokens long, more than the 36"):
         encoder.embed([" ".join(["nurse"] * 35)], [visual], "S")
+    (ids, *_), = captured(encoder, "bert", lambda: encoder.embed([" ".join(["nurse"] * 34)], [visual], "S"))
+    assert ids.shape == (1, 36) and (ids[0, 1:35] == ids[0, 1]).all()  # 36 tokens: read whole, no [PAD]
     with pytest.raises(InputError, match="vilbert_padding 'none': must be one of masked, attended"):
         build({**VILBERT_AUTHORS, "vilbert_padding": "none"})
+
+
+def test_vilbert_attended_padding_attends_the_padding_regions_too():
+    """Row 8 alone (their model call without masks): an image with fewer regions than its batch's
+    longest attends to its zero padding rows, so its vector is the model's on the padded rows."""
+    encoder = build({**VILBERT_AUTHORS, "vilbert_image_mask": "regions"})
+    small, large = regions(3, 7)[0], regions(5, 8)[0]
+    (ids, features, locations, attention_mask, image_mask, _), = captured(
+        encoder, "bert", lambda: encoder.embed(CAPTIONS[:2], [small, large], "S"))
+    assert image_mask.shape == (2, 6) and image_mask.all() and attention_mask.all()
+    # the small image's rows as the model reads them: the global token (the mean of its 3 regions),
+    # its regions, two zero rows at zero boxes
+    feats = np.zeros((6, 2048), np.float32)
+    feats[0], feats[1:4] = small.features.mean(0), small.features
+    boxes = np.zeros((6, 5), np.float32)
+    boxes[0] = [0, 0, 1, 1, 1]
+    b = small.boxes_norm
+    boxes[1:4] = np.concatenate([b, ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[:, None]], axis=1)
+    np.testing.assert_allclose(features[0], feats, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(locations[0], boxes, rtol=1e-6, atol=1e-7)
+    with torch.inference_mode():
+        t, v = encoder.model.bert(ids[:1], torch.from_numpy(feats)[None], torch.from_numpy(boxes)[None],
+                                  torch.ones_like(ids[:1]), torch.ones((1, 6)))
+    together = encoder.embed(CAPTIONS[:2], [small, large], "S")
+    np.testing.assert_allclose(together[0], torch.cat([t[0, 0], v[0, 0]]).numpy(), atol=1e-5)
+    alone = encoder.embed(CAPTIONS[:1], [small], "S")  # no padding rows: another vector
+    assert np.abs(alone[0] - together[0]).max() > 1e-3
 
 
 def vilbert_authors_batch(root, tmp_path, pairs):
