@@ -424,7 +424,7 @@ def real_pairs(n, counts, seed):
 
 
 def test_vlbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
-    """24 real captions of 7 to 12 tokens with 10, 36, 52 and 100 boxes in turn, in their loader's
+    """24 real captions of 7 to 11 tokens with 10, 36, 52 and 100 boxes in turn, in their loader's
     batches of 8 (three; ours of 5): what reaches the model and the W, S, C and I vectors."""
     pairs = real_pairs(24, (10, 36, 52, 100), 30)
     labels = ("engineer", "CEO", "people", "person", "woman", "women", "man", "men")

@@ -268,6 +268,25 @@ def test_region_source_picks_the_released_store_where_the_entry_names_one():
     assert region_store(resolve("authors"), {"detector": "bua-10-100"}, "coco") == "bua-10-100"
 
 
+def test_vilbert_reads_the_authors_36_generate_tsv_boxes_under_authors():
+    """The shipped config: under `authors` ViLBERT reads, on Google Images and Conceptual Captions, the
+    store LXMERT reads on Google Images, generate_tsv's regions at exactly 36 boxes (the features the
+    authors extracted with jiasenlu's fork: every image has 36, none is left out); under `paper`, 10 to 36."""
+    from conftest import REPO
+
+    from vlbias.suites.grounded.protocol import region_store, resolve
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    models, detectors = config["grounded"]["models"], config["regions"]["detectors"]
+    for dataset in ("google", "concap"):
+        store = region_store(resolve("authors"), models["vilbert"], dataset)
+        assert detectors[store] | {"min_boxes": 36, "max_boxes": 36, "selection": "generate_tsv"} == detectors[store]
+        assert store == region_store(resolve("authors"), models["lxmert"], "google")
+        paper = detectors[region_store(resolve("paper"), models["vilbert"], dataset)]
+        assert (paper["min_boxes"], paper["max_boxes"], paper["conf"], paper["selection"]) == (10, 36, 0.2,
+                                                                                              "generate_tsv")
+
+
 @pytest.mark.workflow
 def test_the_workflow_reads_a_tsv_source_into_the_grounded_job_under_released(tmp_path):
     """The real Snakefile on the grounded tiny project: a regions/tsv source for its dataset, named by
@@ -329,8 +348,11 @@ def test_the_config_check_names_a_wrong_tsv_source_by_its_key():
     assert "key 'regions/tsv/bua-36': 'bua-36' is also a detector" in said
     assert "key 'regions/build/0': 'regions/tsv/lxmert-obj36/files' names no TSV file for dataset 'google'" in said
     assert ("key 'grounded/models/lxmert/released_regions/coco': 'lxmert-obj63' is not a source under 'regions/tsv' "
-            "(did you mean 'lxmert-obj36'?)") in said
+            "nor a detector (did you mean 'lxmert-obj36'?)") in said
     assert "key 'grounded/models/lxmert/released_regions/google': 'regions/tsv/lxmert-obj36/files'" in said
+    # a detector's store is one too (ViLBERT's: the authors' 36 generate_tsv boxes; the shipped config passes)
+    assert shipped["grounded"]["models"]["vilbert"]["released_regions"] == {"google": "bua-36", "concap": "bua-36"}
+    check_config(copy.deepcopy(shipped), schema, root=REPO)
     config = copy.deepcopy(shipped)
     config["regions"]["tsv"]["lxmert-obj36"]["fields"] = "lxmert-order"
     with pytest.raises(ConfigError, match="key 'regions/tsv/lxmert-obj36/fields'"):

@@ -26,8 +26,10 @@ read with ``weights_only=True`` (tensors, numbers and containers only) and loade
 name; the published ones are on Google Drive (CHECKPOINTS): download by hand, give ``checkpoint:``.
 
 Input, as VL-BERT's pre-training fed it: [CLS] caption [SEP], then one token per box, then [END].
-The boxes are the whole image (0, 0, w-1, h-1) first, then the detector's (best first; VL-BERT
-sorted them by score), in the resized image's pixels, clamped to it. A box's visual feature is
+The boxes are the whole image (0, 0, w-1, h-1) first, then the region store's in its order (VL-BERT
+sorted them by their highest class probability, background included, which a store does not keep;
+object tokens share one position, so the order acts only where ``seq_len`` cuts the list), in the
+resized image's pixels, clamped to it. A box's visual feature is
 obj_downsample(sin/cos embedding of its position, its 2048-d region feature); the whole-image box's
 region feature is the mean of the region features (precomputed) or its own RoI feature (end to
 end). Every caption token carries the whole-image box's visual feature. Object tokens share the
