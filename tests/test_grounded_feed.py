@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, TINY_VL, assert_batch_independent
+from conftest import REPO, TINY_VL, assert_batch_independent, random_visual
 
 from vlbias.errors import InputError
 from vlbias.models import build
@@ -44,13 +44,8 @@ WORDS = ["man", "woman", "person"]
 
 def regions(k, seed, size=(60, 80)):
     """(Visual, pixel boxes) of k random regions, class ids cycling so that people fall on every index."""
-    rng = np.random.default_rng(seed)
-    h, w = size
-    xy = np.sort(rng.random((k, 2, 2)), axis=1) * [w, h]
-    pixels = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
-    class_ids = rng.integers(0, len(VOCAB), k)
-    return Visual(rng.standard_normal((k, 2048)).astype(np.float32), (pixels / [w, h, w, h]).astype(np.float32),
-                  regions_with_labels(class_ids, VOCAB, PEOPLE), size, class_ids=class_ids), pixels
+    visual, pixels = random_visual(k, seed, size=size, num_classes=len(VOCAB))
+    return replace(visual, is_person=regions_with_labels(visual.class_ids, VOCAB, PEOPLE)), pixels
 
 
 def record(image_id, visual, pixels):
@@ -488,6 +483,28 @@ def test_vlbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
 
 # --- the embedding job ---------------------------------------------------------------------------
 
+def random_store(path, counts, seed, skipped=()):
+    """A region store of the images of ``counts`` ({image id: number of regions}), random 2048-d regions of
+    a 10 x 10 image labelled "person" or "thing"; ``skipped`` listed as undecodable."""
+    from vlbias.regions import Regions
+    from vlbias.regions.store import write_region_store
+
+    rng = np.random.default_rng(seed)
+    detector = types.SimpleNamespace(name="toy", feature_dim=2048, class_names=["person", "thing"],
+                                     attribute_names=None, person_classes=frozenset({"person"}), weights="random",
+                                     settings={"adapter": "toy", "min_boxes": min(counts.values()),
+                                               "max_boxes": max(counts.values()), "conf": 0.0})
+    with write_region_store(path, detector, {"detector": "toy"}) as w:
+        for image_id in skipped:
+            w.skip(image_id, "undecodable")
+        for image_id, k in counts.items():
+            xy = np.sort(rng.random((k, 2, 2)) * 9, axis=1)
+            w.add([(image_id, Regions(boxes=xy.reshape(k, 4)[:, [0, 2, 1, 3]].astype(np.float32),
+                                      features=rng.standard_normal((k, 2048)).astype(np.float32),
+                                      class_ids=rng.integers(0, 2, k), class_scores=np.ones(k, np.float32),
+                                      image_size=(10, 10)))])
+
+
 def test_the_embedding_job_masks_every_run_leaves_unreadable_pairs_out_and_keys_the_feed(tmp_path):
     """ViLBERT `in_place` (row 9): the job hands the encoder the regions mask I hides in every run,
     lists the pairs of images with fewer than 36 regions as left out, and the cache key holds the feed."""
@@ -495,26 +512,14 @@ def test_the_embedding_job_masks_every_run_leaves_unreadable_pairs_out_and_keys_
 
     from vlbias.io.cache import RecordCache
     from vlbias.models.vl import visual_from_store
-    from vlbias.regions import Regions
-    from vlbias.regions.store import RegionStore, write_region_store
+    from vlbias.regions.store import RegionStore
     from vlbias.suites.grounded.jobs import embed_tests, read_embeddings
     from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
     doc = stimulus_doc("toy-a")
     stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "google/toy-a.yaml", doc))
     ids, short = image_ids(doc), "toy-a/targ1/x0.jpg"
-    rng = np.random.default_rng(0)
-    detector = types.SimpleNamespace(name="toy", feature_dim=2048, class_names=["person", "thing"],
-                                     attribute_names=None, person_classes=frozenset({"person"}), weights="random",
-                                     settings={"adapter": "toy", "min_boxes": 35, "max_boxes": 36, "conf": 0.0})
-    with write_region_store(tmp_path / "store.h5", detector, {"detector": "toy"}) as w:
-        for image_id in ids:
-            k = 35 if image_id == short else 36
-            xy = np.sort(rng.random((k, 2, 2)) * 9, axis=1)
-            w.add([(image_id, Regions(boxes=xy.reshape(k, 4)[:, [0, 2, 1, 3]].astype(np.float32),
-                                      features=rng.standard_normal((k, 2048)).astype(np.float32),
-                                      class_ids=rng.integers(0, 2, k), class_scores=np.ones(k, np.float32),
-                                      image_size=(10, 10)))])
+    random_store(tmp_path / "store.h5", {i: 35 if i == short else 36 for i in ids}, 0)
     authors = build({**VILBERT_AUTHORS, "batch_size": 4})
     with RegionStore(tmp_path / "store.h5") as store, RecordCache(tmp_path / "cache") as cache:
         dropped = embed_tests([stimulus], authors, store, tmp_path / "authors.h5", ["S"], {"I": ["S"]},
@@ -541,8 +546,7 @@ def test_the_embedding_job_pads_vlbert_boxes_in_the_authors_batches(tmp_path):
 
     from vlbias.io.cache import RecordCache
     from vlbias.models.vl import visual_from_store
-    from vlbias.regions import Regions
-    from vlbias.regions.store import RegionStore, write_region_store
+    from vlbias.regions.store import RegionStore
     from vlbias.suites.grounded.jobs import embed_tests, read_embeddings
     from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
@@ -550,21 +554,8 @@ def test_the_embedding_job_pads_vlbert_boxes_in_the_authors_batches(tmp_path):
     doc["levels"]["sentence"]["images"]["X"]["pairs"] = {f"x{i}.jpg": [i % 2] for i in range(4)}
     stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "google/toy-a.yaml", doc))
     counts = {"toy-a/targ1/x0.jpg": 3, "toy-a/targ1/x2.jpg": 6, "toy-a/targ1/x3.jpg": 2}  # x1: not in the store
-    rng = np.random.default_rng(1)
-    detector = types.SimpleNamespace(name="toy", feature_dim=2048, class_names=["person", "thing"],
-                                     attribute_names=None, person_classes=frozenset({"person"}), weights="random",
-                                     settings={"adapter": "toy", "min_boxes": 2, "max_boxes": 6, "conf": 0.0})
-    with write_region_store(tmp_path / "store.h5", detector, {"detector": "toy"}) as w:
-        for image_id in image_ids(doc):
-            if image_id == "toy-a/targ1/x1.jpg":
-                w.skip(image_id, "undecodable")
-                continue
-            k = counts.get(image_id, 4)
-            xy = np.sort(rng.random((k, 2, 2)) * 9, axis=1)
-            w.add([(image_id, Regions(boxes=xy.reshape(k, 4)[:, [0, 2, 1, 3]].astype(np.float32),
-                                      features=rng.standard_normal((k, 2048)).astype(np.float32),
-                                      class_ids=rng.integers(0, 2, k), class_scores=np.ones(k, np.float32),
-                                      image_size=(10, 10)))])
+    random_store(tmp_path / "store.h5", {i: counts.get(i, 4) for i in image_ids(doc) if i != "toy-a/targ1/x1.jpg"}, 1,
+                 skipped=["toy-a/targ1/x1.jpg"])
     encoder = build({**VLBERT_AUTHORS, "authors_batch_size": 2})
     with RegionStore(tmp_path / "store.h5") as store, RecordCache(tmp_path / "cache") as cache:
         embed_tests([stimulus], encoder, store, tmp_path / "a.h5", ["S"], {}, cache=cache)
