@@ -35,6 +35,31 @@ TINY_VL = {
 }
 
 
+# What the tiny vision-language models are fed (tests/test_vl_models.py, test_vilbert.py, test_vlbert.py):
+# captions with a multi-piece name, a long sentence and a single word, and the word of each for level C
+VL_CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
+VL_WORDS = ["Lakisha", "man", "woman"]
+
+
+def random_visual(k, seed, persons=(), size=(48, 64), image=False, num_classes=None):
+    """(Visual, float32 (k, 4) pixel boxes) of k random regions of an image of ``size`` (height, width):
+    boxes x1 <= x2, y1 <= y2 inside it, 2048-d standard-normal features, ``persons`` the indices
+    flagged is_person; with ``image`` random pixels, with ``num_classes`` random class ids."""
+    import numpy as np
+
+    from vlbias.models.vl import Visual
+
+    rng = np.random.default_rng(seed)
+    h, w = size
+    xy = np.sort(rng.random((k, 2, 2)), axis=1) * [w, h]  # [:, 0] <= [:, 1]
+    pixels = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
+    class_ids = rng.integers(0, num_classes, k) if num_classes else None
+    features = rng.standard_normal((k, 2048)).astype(np.float32)
+    rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8) if image else None
+    return Visual(features, (pixels / [w, h, w, h]).astype(np.float32), np.isin(np.arange(k), persons), size, rgb,
+                  class_ids), pixels
+
+
 # A tiny random BLIP retrieval model (vlbias.models.blip; not in TINY_VL: it has no masked-language head):
 # a 32-pixel ViT of 8-pixel patches under a 2-layer text encoder with cross-attention
 TINY_BLIP = {"adapter": "blip", "weights": "random", "seed": 0, "device": "cpu",

@@ -30,6 +30,7 @@ from PIL import Image
 
 from vlbias.errors import InputError
 from vlbias.regions import build
+from vlbias.regions.blob import image_scale
 from vlbias.regions.detectron_fpn import (
     COCO_CLASSES,
     DetectronFPNDetector,
@@ -37,7 +38,6 @@ from vlbias.regions.detectron_fpn import (
     _cached_download,
     cell_anchors,
     decode,
-    image_scale,
     roi_levels,
 )
 

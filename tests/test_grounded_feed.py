@@ -18,6 +18,7 @@ and tests/test_vlbert.py).
 
 import base64
 import os
+from dataclasses import replace
 import pickle
 import sys
 import types
@@ -26,12 +27,12 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_VL
+from conftest import REPO, TINY_VL, assert_batch_independent, random_visual
 
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.sentence import resolve
-from vlbias.models.vl import Visual
+from vlbias.models.vl import Visual, encode_text
 from vlbias.regions import regions_with_labels
 from vlbias.suites.grounded.protocol import PRESETS, encoder_options
 
@@ -43,13 +44,8 @@ WORDS = ["man", "woman", "person"]
 
 def regions(k, seed, size=(60, 80)):
     """(Visual, pixel boxes) of k random regions, class ids cycling so that people fall on every index."""
-    rng = np.random.default_rng(seed)
-    h, w = size
-    xy = np.sort(rng.random((k, 2, 2)), axis=1) * [w, h]
-    pixels = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
-    class_ids = rng.integers(0, len(VOCAB), k)
-    return Visual(rng.standard_normal((k, 2048)).astype(np.float32), (pixels / [w, h, w, h]).astype(np.float32),
-                  regions_with_labels(class_ids, VOCAB, PEOPLE), size, class_ids=class_ids), pixels
+    visual, pixels = random_visual(k, seed, size=size, num_classes=len(VOCAB))
+    return replace(visual, is_person=regions_with_labels(visual.class_ids, VOCAB, PEOPLE)), pixels
 
 
 def record(image_id, visual, pixels):
@@ -198,8 +194,37 @@ def test_vilbert_authors_feed_pads_attends_and_masks_in_place():
         encoder.embed(CAPTIONS[:1], [regions(35, 1)[0]], "S")
     with pytest.raises(InputError, match="37 tokens long, more than the 36"):
         encoder.embed([" ".join(["nurse"] * 35)], [visual], "S")
+    (ids, *_), = captured(encoder, "bert", lambda: encoder.embed([" ".join(["nurse"] * 34)], [visual], "S"))
+    assert ids.shape == (1, 36) and (ids[0, 1:35] == ids[0, 1]).all()  # 36 tokens: read whole, no [PAD]
     with pytest.raises(InputError, match="vilbert_padding 'none': must be one of masked, attended"):
         build({**VILBERT_AUTHORS, "vilbert_padding": "none"})
+
+
+def test_vilbert_attended_padding_attends_the_padding_regions_too():
+    """Row 8 alone (their model call without masks): an image with fewer regions than its batch's
+    longest attends to its zero padding rows, so its vector is the model's on the padded rows."""
+    encoder = build({**VILBERT_AUTHORS, "vilbert_image_mask": "regions"})
+    small, large = regions(3, 7)[0], regions(5, 8)[0]
+    (ids, features, locations, attention_mask, image_mask, _), = captured(
+        encoder, "bert", lambda: encoder.embed(CAPTIONS[:2], [small, large], "S"))
+    assert image_mask.shape == (2, 6) and image_mask.all() and attention_mask.all()
+    # the small image's rows as the model reads them: the global token (the mean of its 3 regions),
+    # its regions, two zero rows at zero boxes
+    feats = np.zeros((6, 2048), np.float32)
+    feats[0], feats[1:4] = small.features.mean(0), small.features
+    boxes = np.zeros((6, 5), np.float32)
+    boxes[0] = [0, 0, 1, 1, 1]
+    b = small.boxes_norm
+    boxes[1:4] = np.concatenate([b, ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[:, None]], axis=1)
+    np.testing.assert_allclose(features[0], feats, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(locations[0], boxes, rtol=1e-6, atol=1e-7)
+    with torch.inference_mode():
+        t, v = encoder.model.bert(ids[:1], torch.from_numpy(feats)[None], torch.from_numpy(boxes)[None],
+                                  torch.ones_like(ids[:1]), torch.ones((1, 6)))
+    together = encoder.embed(CAPTIONS[:2], [small, large], "S")
+    np.testing.assert_allclose(together[0], torch.cat([t[0, 0], v[0, 0]]).numpy(), atol=1e-5)
+    alone = encoder.embed(CAPTIONS[:1], [small], "S")  # no padding rows: another vector
+    assert np.abs(alone[0] - together[0]).max() > 1e-3
 
 
 def vilbert_authors_batch(root, tmp_path, pairs):
@@ -281,10 +306,10 @@ def test_vlbert_authors_feed_boxes_padding_and_zeroed_rows():
     assert list(visual.is_person) == [False, True, False, True, False]
     seen = captured(encoder, "encode", lambda: encoder.embed(CAPTIONS[:1], [visual], "S", mask="I"))
     (ids, text_mask, boxes, box_mask, masked), kw = seen[0]
-    assert boxes.shape == (1, 64 - 7, 6) and box_mask.all() and not masked.any()  # row 11: up to seq_len, real
+    assert boxes.shape == (1, 5, 6) and box_mask.all() and not masked.any()  # row 11: alone in its batch, no padding
     persons = visual.is_person  # row 12: the rows at the persons' indices zeroed, whatever box the sort put there
-    assert not boxes[0, :5][torch.from_numpy(persons), :4].any() and not boxes[0, 5:, :4].any()
-    assert not kw["features"][0, 5:].any() and not kw["features"][0, :5][torch.from_numpy(persons)].any()
+    assert not boxes[0, :5][torch.from_numpy(persons), :4].any()
+    assert not kw["features"][0, :5][torch.from_numpy(persons)].any()
     assert (boxes[0, :, 4:] == torch.tensor([80.0, 60.0])).all()  # row 10: the image's own pixels, no resize
     # row 10: no whole-image box; the others are the regions by class id, descending (their float32 reading)
     pixels = np.minimum(visual.boxes_norm * [80, 60, 80, 60], [79, 59, 79, 59])  # clamped to the image
@@ -305,8 +330,44 @@ def test_vlbert_authors_feed_boxes_padding_and_zeroed_rows():
         build({**VLBERT_AUTHORS, "config": {**TINY_VL["vlbert"]["config"], "image_feat_precomputed": False}})
 
 
-def vlbert_authors_batch(root, tmp_path, pairs, labels):
-    """Their VL-BERT BiasDataset, collate and mask_input_features on (caption, Visual, pixels) pairs."""
+def test_vlbert_attended_padding_pads_to_the_longest_box_list_of_the_authors_batch():
+    """Row 11: their collate pads each image to the longest box list of its batch (the pairs in their
+    order, ``authors_batch_size`` at a time), each list as cut beside its caption to seq_len 64, and
+    the model attends to the zero boxes; our own batches do not matter."""
+    encoder = build({**VLBERT_AUTHORS, "authors_batch_size": 2})
+    # 7-token captions; batches {0, 1} and {2, 3}: 5 and 9 boxes, then 100 (cut to 64 - 7 = 57) and 3
+    visuals = [regions(k, seed)[0] for k, seed in ((5, 20), (9, 21), (100, 22), (3, 23))]
+    captions = [*CAPTIONS, "a man is a cook"]
+    entries, keys = encoder.in_authors_batches(captions, visuals)
+    assert keys == [9, 9, 57, 57] and [e.batch_boxes for e in entries] == keys
+    assert encoder.in_authors_batches(captions, [visuals[0], None, visuals[2], visuals[3]])[1] == [5, None, 57, 57]
+    ((ids, text_mask, boxes, box_mask, masked), kw), = captured(encoder, "encode",
+                                                             lambda: encoder.embed(captions, visuals, "S"))
+    assert box_mask.sum(1).tolist() == [9, 9, 57, 57] and not masked.any()
+    # pair 0: its 5 boxes, then 4 zero boxes (of its image's size) with zero features; pair 3: 54 of them
+    assert not boxes[0, 5:9, :4].any() and (boxes[0, 5:9, 4:] == torch.tensor([80.0, 60.0])).all()
+    assert not kw["features"][0, 5:9].any() and not kw["features"][3, 3:57].any()
+    # its vector is the model's on those 9 boxes, all attended
+    with torch.inference_mode():
+        states, _ = encoder.model.encode(ids[:1], text_mask[:1], boxes[:1, :9], torch.ones((1, 9), dtype=torch.bool),
+                                         torch.zeros((1, 9), dtype=torch.bool), features=kw["features"][:1, :9])
+    together = encoder.embed(captions, visuals, "S")
+    np.testing.assert_allclose(together[0], states[0, 0].numpy(), atol=1e-5)
+    assert np.abs(encoder.embed(captions[:1], visuals[:1], "S")[0] - together[0]).max() > 1e-3  # alone: unpadded
+    # entries that carry their batch's length are read as given, whatever the call's other pairs
+    np.testing.assert_allclose(encoder.embed(captions[:1], entries[:1], "S"), together[:1], atol=1e-5)
+    mixed = [replace(visuals[0], batch_boxes=57), visuals[1]]  # the second worked out from the call: 9
+    ((_, _, _, box_mask, _), _), = captured(encoder, "encode", lambda: encoder.embed(captions[:2], mixed, "S"))
+    assert box_mask.sum(1).tolist() == [57, 9]
+    assert_batch_independent(encoder, captions, visuals, [("S", {}), ("S", {"mask": "I"})], 3)
+    masked_feed = build({**VLBERT_AUTHORS, "vlbert_box_padding": "masked"})
+    assert masked_feed.in_authors_batches(captions, visuals) == (visuals, [None] * 4)
+
+
+def vlbert_authors_batch(root, tmp_path, pairs, labels, batch_size=None):
+    """Their VL-BERT BiasDataset, collate and mask_input_features on (caption, Visual, pixels) pairs:
+    per batch (their BiasDataLoader's DataLoader: their order, no shuffle, ``batch_size`` pairs, all in
+    one by default) the named tensors, and the boxes as masked."""
     tsv = tmp_path / "features"
     tsv.mkdir(exist_ok=True)
     names = ["image_id", "image_h", "image_w", "num_boxes", "boxes", "features", "cls_prob", "classes"]
@@ -320,10 +381,12 @@ def vlbert_authors_batch(root, tmp_path, pairs, labels):
         dataset = BiasDataset(str(tmp_path), features, {str(i): c for i, (c, _, _) in enumerate(pairs)},
                               {f"img{i}.jpg": [i] for i in range(len(pairs))},
                               tokenizer=BertTokenizer.from_pretrained(str(vocab_dir()), do_lower_case=True))
-        batch = dataset.collate_fn([dataset[i] for i in range(len(pairs))])
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size or len(pairs), shuffle=False,
+                                             collate_fn=dataset.collate_fn, drop_last=False)
         wrapper = types.SimpleNamespace(obj_list=["background", *VOCAB], contextual_words_with_people=list(labels))
-        masked = dataset_wrappers.VLBERTDatasetWrapper.mask_input_features(wrapper, batch[1].clone(), batch[-1])
-        return dict(zip(dataset.data_names, batch)), masked
+        return [(dict(zip(dataset.data_names, batch)),
+                 dataset_wrappers.VLBERTDatasetWrapper.mask_input_features(wrapper, batch[1].clone(), batch[-1]))
+                for batch in loader]
 
 
 def authors_vlbert_states(encoder, text, boxes, im_info):
@@ -339,40 +402,108 @@ def authors_vlbert_states(encoder, text, boxes, im_info):
     return states
 
 
+def real_pairs(n, counts, seed):
+    """n real captions of mixed lengths (heilman_gender_double_bind_likable's long X captions, occ_gender's
+    short A_x ones), each with its first contextual word, paired with random regions of ``counts`` boxes in turn."""
+    from vlbias.suites.grounded.jobs import _words_pattern, contextual_span
+    from vlbias.suites.grounded.stimulus import load_grounded_stimulus
+
+    captions = []
+    for test, role in (("heilman_gender_double_bind_likable", "X"), ("occ_gender", "A_x")):
+        stimulus = load_grounded_stimulus(f"{REPO}/resources/stimuli/grounded/google/{test}.yaml")
+        words = _words_pattern(stimulus.levels["sentence"]["contextual_words"])
+        for caption in dict.fromkeys(c for c, _ in stimulus.pairs("sentence", role)):
+            captions.append((caption, contextual_span(caption, words)))
+    captions = captions[:n // 3] + captions[-(n - n // 3):]
+    return [(c, span, *regions(counts[i % len(counts)], seed + i)) for i, (c, span) in enumerate(captions)]
+
+
 def test_vlbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
-    pairs = [(c, *regions(k, seed)) for c, k, seed in zip(CAPTIONS, (70, 20, 40), (4, 5, 6))]
-    labels = ("nurse", "doctor", "people", "person", "woman", "women", "man", "men")
-    ref, ref_masked = vlbert_authors_batch(reference, tmp_path, pairs, labels)
+    """24 real captions of 7 to 11 tokens with 10, 36, 52 and 100 boxes in turn, in their loader's
+    batches of 8 (three; ours of 5): what reaches the model and the W, S, C and I vectors."""
+    pairs = real_pairs(24, (10, 36, 52, 100), 30)
+    labels = ("engineer", "CEO", "people", "person", "woman", "women", "man", "men")
+    ref = vlbert_authors_batch(reference, tmp_path, [(c, v, p) for c, _, v, p in pairs], labels, batch_size=8)
     (tmp_path / "w").mkdir()
-    words = ["nurse", "doctor", "pilot"]
-    ref_w, _ = vlbert_authors_batch(reference, tmp_path / "w", [(w, v, p) for w, (_, v, p) in zip(words, pairs)],
-                                    labels)
-    encoder = build({**VLBERT_AUTHORS, "batch_size": 3})
-    captions = [c for c, *_ in pairs]
+    words = [c[a:b] for c, (a, b), *_ in pairs]
+    ref_w = vlbert_authors_batch(reference, tmp_path / "w", [(w, v, p) for w, (_, _, v, p) in zip(words, pairs)],
+                                 labels, batch_size=8)
+    spec = {**VLBERT_AUTHORS, "batch_size": 5, "authors_batch_size": 8}
+    encoder = build(spec)
+    captions, spans = [c for c, *_ in pairs], [s for _, s, *_ in pairs]
     visuals = [Visual(v.features, v.boxes_norm, regions_with_labels(v.class_ids, VOCAB, labels), v.image_size,
-                      class_ids=v.class_ids) for _, v, _ in pairs]
+                      class_ids=v.class_ids) for *_, v, _ in pairs]
+    positions = encode_text(encoder.tokenizer, captions, 512, words=spans).positions
     diffs, expected = {}, {}
-    for mask, ref_boxes in ((None, ref["boxes"]), ("I", ref_masked)):
-        ((ids, text_mask, boxes, box_mask, masked), kw), = captured(
-            encoder, "encode", lambda: encoder.embed(captions, visuals, "S", mask=mask))
-        assert torch.equal(ids, ref["text"]) and torch.equal(text_mask, ref["text"] > 0)
-        assert box_mask.all() and (ref_boxes[:, :, 0] > -1.5).all() and not masked.any()  # rows 11, 12
-        diffs[f"rows 10-12 boxes ({mask or 'none'})"] = max_diff(boxes[..., :4], ref_boxes[..., :4])
-        diffs[f"rows 10-12 features ({mask or 'none'})"] = max_diff(kw["features"], ref_boxes[..., 4:])
-        assert torch.equal(boxes[..., 4:], ref["im_info"][:, None, :2].expand(-1, boxes.shape[1], -1))
-        states = authors_vlbert_states(encoder, ref["text"], ref_boxes, ref["im_info"])
-        expected[f"S ({mask or 'none'})"], expected[f"C ({mask or 'none'})"] = states[:, 0], states[:, 2]
-    expected["W"] = authors_vlbert_states(encoder, ref_w["text"], ref_w["boxes"], ref_w["im_info"])[:, 0]
-    ours = vectors(encoder, captions, words, visuals)
+    for mask in (None, "I"):
+        seen = captured(encoder, "encode", lambda: encoder.embed(captions, visuals, "S", mask=mask))
+        ours = {k: [] for k in ("ids", "boxes", "features")}
+        for (ids, text_mask, boxes, box_mask, masked), kw in seen:
+            assert not masked.any()
+            for j in range(len(ids)):
+                ours["ids"].append(ids[j][text_mask[j]])
+                ours["boxes"].append(boxes[j][box_mask[j]])
+                ours["features"].append(kw["features"][j][box_mask[j]])
+        states = []
+        for b, (batch, boxes_masked) in enumerate(ref):
+            ref_boxes = boxes_masked if mask == "I" else batch["boxes"]
+            assert (ref_boxes[:, :, 0] > -1.5).all()  # every row real, the zero rows too
+            for j in range(len(ref_boxes)):
+                i = 8 * b + j
+                text = batch["text"][j][batch["text"][j] > 0]
+                assert torch.equal(ours["ids"][i], text) and len(ours["boxes"][i]) == ref_boxes.shape[1]  # row 11
+                key = f"rows 10-12 {{}} ({mask or 'none'})"
+                diffs[key.format("boxes")] = max(diffs.get(key.format("boxes"), 0),
+                                                 max_diff(ours["boxes"][i][:, :4], ref_boxes[j, :, :4]))
+                diffs[key.format("features")] = max(diffs.get(key.format("features"), 0),
+                                                    max_diff(ours["features"][i], ref_boxes[j, :, 4:]))
+            states.append(authors_vlbert_states(encoder, batch["text"], ref_boxes, batch["im_info"]))
+        expected[f"S ({mask or 'none'})"] = torch.cat([t[:, 0] for t in states])
+        expected[f"C ({mask or 'none'})"] = torch.cat([t[torch.arange(len(t)), torch.from_numpy(positions[8 * b:8 * b + 8])]
+                                                       for b, t in enumerate(states)])
+    expected["W"] = torch.cat([authors_vlbert_states(encoder, batch["text"], batch["boxes"], batch["im_info"])[:, 0]
+                               for batch, _ in ref_w])
+    ours = {f"{level} ({mask or 'none'})": encoder.embed(captions, visuals, level, mask=mask,
+                                                         words=spans if level == "C" else None)
+            for level in ("S", "C") for mask in (None, "I")}
+    ours["W"] = encoder.embed(words, visuals, "W")
     diffs.update({f"rows 10-12 {k}": max_diff(ours[k], expected[k]) for k in expected})
-    flipped = moved_by_each_switch(VLBERT_AUTHORS, {10: "vlbert_image_box", 11: "vlbert_box_padding",
-                                                    12: "vlbert_image_mask"}, expected, captions, words, visuals)
+    flipped = {}
+    for row, switch in {10: "vlbert_image_box", 11: "vlbert_box_padding", 12: "vlbert_image_mask"}.items():
+        other = build({**spec, switch: PRESETS["paper"][switch]})
+        moved = {f"{level} ({mask or 'none'})": other.embed(captions, visuals, level, mask=mask,
+                                                            words=spans if level == "C" else None)
+                 for level in ("S", "C") for mask in (None, "I")}
+        moved["W"] = other.embed(words, visuals, "W")
+        flipped[f"row {row} ({switch})"] = max(max_diff(moved[k], expected[k]) for k in expected)
     report(capsys, "VL-BERT", diffs, flipped)
     assert max(diffs.values()) < 1e-4, diffs
     assert min(flipped.values()) > 1e-3, flipped  # each switch is needed to feed as the authors did
 
 
 # --- the embedding job ---------------------------------------------------------------------------
+
+def random_store(path, counts, seed, skipped=()):
+    """A region store of the images of ``counts`` ({image id: number of regions}), random 2048-d regions of
+    a 10 x 10 image labelled "person" or "thing"; ``skipped`` listed as undecodable."""
+    from vlbias.regions import Regions
+    from vlbias.regions.store import write_region_store
+
+    rng = np.random.default_rng(seed)
+    detector = types.SimpleNamespace(name="toy", feature_dim=2048, class_names=["person", "thing"],
+                                     attribute_names=None, person_classes=frozenset({"person"}), weights="random",
+                                     settings={"adapter": "toy", "min_boxes": min(counts.values()),
+                                               "max_boxes": max(counts.values()), "conf": 0.0})
+    with write_region_store(path, detector, {"detector": "toy"}) as w:
+        for image_id in skipped:
+            w.skip(image_id, "undecodable")
+        for image_id, k in counts.items():
+            xy = np.sort(rng.random((k, 2, 2)) * 9, axis=1)
+            w.add([(image_id, Regions(boxes=xy.reshape(k, 4)[:, [0, 2, 1, 3]].astype(np.float32),
+                                      features=rng.standard_normal((k, 2048)).astype(np.float32),
+                                      class_ids=rng.integers(0, 2, k), class_scores=np.ones(k, np.float32),
+                                      image_size=(10, 10)))])
+
 
 def test_the_embedding_job_masks_every_run_leaves_unreadable_pairs_out_and_keys_the_feed(tmp_path):
     """ViLBERT `in_place` (row 9): the job hands the encoder the regions mask I hides in every run,
@@ -381,26 +512,14 @@ def test_the_embedding_job_masks_every_run_leaves_unreadable_pairs_out_and_keys_
 
     from vlbias.io.cache import RecordCache
     from vlbias.models.vl import visual_from_store
-    from vlbias.regions import Regions
-    from vlbias.regions.store import RegionStore, write_region_store
+    from vlbias.regions.store import RegionStore
     from vlbias.suites.grounded.jobs import embed_tests, read_embeddings
     from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
     doc = stimulus_doc("toy-a")
     stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "google/toy-a.yaml", doc))
     ids, short = image_ids(doc), "toy-a/targ1/x0.jpg"
-    rng = np.random.default_rng(0)
-    detector = types.SimpleNamespace(name="toy", feature_dim=2048, class_names=["person", "thing"],
-                                     attribute_names=None, person_classes=frozenset({"person"}), weights="random",
-                                     settings={"adapter": "toy", "min_boxes": 35, "max_boxes": 36, "conf": 0.0})
-    with write_region_store(tmp_path / "store.h5", detector, {"detector": "toy"}) as w:
-        for image_id in ids:
-            k = 35 if image_id == short else 36
-            xy = np.sort(rng.random((k, 2, 2)) * 9, axis=1)
-            w.add([(image_id, Regions(boxes=xy.reshape(k, 4)[:, [0, 2, 1, 3]].astype(np.float32),
-                                      features=rng.standard_normal((k, 2048)).astype(np.float32),
-                                      class_ids=rng.integers(0, 2, k), class_scores=np.ones(k, np.float32),
-                                      image_size=(10, 10)))])
+    random_store(tmp_path / "store.h5", {i: 35 if i == short else 36 for i in ids}, 0)
     authors = build({**VILBERT_AUTHORS, "batch_size": 4})
     with RegionStore(tmp_path / "store.h5") as store, RecordCache(tmp_path / "cache") as cache:
         dropped = embed_tests([stimulus], authors, store, tmp_path / "authors.h5", ["S"], {"I": ["S"]},
@@ -418,3 +537,36 @@ def test_the_embedding_job_masks_every_run_leaves_unreadable_pairs_out_and_keys_
         embed_tests([stimulus], paper, store, tmp_path / "paper.h5", ["S"], {"I": ["S"]}, cache=cache,
                     image_mask="labels", mask_labels=["thing"])
         assert cache.hits == 0  # another feed: no vector of the first is reused
+
+
+def test_the_embedding_job_pads_vlbert_boxes_in_the_authors_batches(tmp_path):
+    """Row 11 in the job: a role's pairs batched as the stimulus lists them, an image the store lacks
+    holding its place; each pair's batch length in its cache key."""
+    from test_grounded_pipeline import image_ids, stimulus_doc, write_stimulus
+
+    from vlbias.io.cache import RecordCache
+    from vlbias.models.vl import visual_from_store
+    from vlbias.regions.store import RegionStore
+    from vlbias.suites.grounded.jobs import embed_tests, read_embeddings
+    from vlbias.suites.grounded.stimulus import load_grounded_stimulus
+
+    doc = stimulus_doc("toy-a", levels=("sentence",))
+    doc["levels"]["sentence"]["images"]["X"]["pairs"] = {f"x{i}.jpg": [i % 2] for i in range(4)}
+    stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "google/toy-a.yaml", doc))
+    counts = {"toy-a/targ1/x0.jpg": 3, "toy-a/targ1/x2.jpg": 6, "toy-a/targ1/x3.jpg": 2}  # x1: not in the store
+    random_store(tmp_path / "store.h5", {i: counts.get(i, 4) for i in image_ids(doc) if i != "toy-a/targ1/x1.jpg"}, 1,
+                 skipped=["toy-a/targ1/x1.jpg"])
+    encoder = build({**VLBERT_AUTHORS, "authors_batch_size": 2})
+    with RegionStore(tmp_path / "store.h5") as store, RecordCache(tmp_path / "cache") as cache:
+        embed_tests([stimulus], encoder, store, tmp_path / "a.h5", ["S"], {}, cache=cache)
+        vectors, _, _ = read_embeddings(tmp_path / "a.h5")
+        rows = [(c, i) for c, i in stimulus.pairs("sentence", "X") if i in counts]
+        # batches {x0, x1} and {x2, x3}: x0 keeps its own 3 boxes, x2 and x3 read 6
+        entries = [replace(visual_from_store(store, i), batch_boxes=k) for (_, i), k in zip(rows, (3, 6, 6))]
+        np.testing.assert_allclose(vectors["toy-a"][("S", "none")]["X"],
+                                   encoder.embed([c for c, _ in rows], entries, "S"), atol=1e-5)
+        misses = cache.misses
+        # one batch of four: x0 now reads 6 boxes, a new key; x2 and x3 read what they read
+        embed_tests([stimulus], build({**VLBERT_AUTHORS, "authors_batch_size": 4}), store, tmp_path / "b.h5", ["S"],
+                    {}, cache=cache)
+        assert cache.misses - misses == 1

@@ -25,6 +25,31 @@ def test_fill_regions_paints_the_selected_boxes_only():
     assert (image == before).all()  # the caller's image untouched
 
 
+def test_fill_regions_paints_integer_boxes_to_both_ends():
+    """Boxes in whole pixels, normalised in float32 as the region store does it (float32 pixels over
+    float32 sizes): every one paints exactly its columns x1..x2 and rows y1..y2."""
+    h, w = 40, 56
+    image = np.zeros((h, w, 3), np.uint8)
+    colour = np.array([255, 255, 255], np.uint8)
+    norm = lambda box: np.float32(box) / np.float32([w, h, w, h])  # noqa: E731 (the store's boxes_norm)
+    out = fill_regions(image, norm([[10, 5, 30, 20]]), np.array([True]), colour)
+    painted = np.argwhere(out[:, :, 0] == 255)
+    assert painted[:, 1].min() == 10 and painted[:, 1].max() == 30  # columns 10..30, both ends
+    assert painted[:, 0].min() == 5 and painted[:, 0].max() == 20 and len(painted) == 21 * 16
+    # every pixel of the image as a one-pixel box (x, y, x, y): that pixel and no other
+    ys, xs = np.mgrid[:h, :w]
+    singles = norm(np.stack([xs, ys, xs, ys], axis=-1).reshape(-1, 4))
+    for box, (x, y) in zip(singles, zip(xs.ravel(), ys.ravel())):
+        got = np.argwhere(fill_regions(image, box[None], np.array([True]), colour)[:, :, 0] == 255)
+        assert got.tolist() == [[y, x]], (x, y, box * [w, h, w, h])
+    # a box in fractions of a pixel covers the pixels its ends fall in; one reaching the edge, the last
+    out = fill_regions(image, np.array([[10.5 / w, 5.2 / h, 29.7 / w, 19.99 / h], [0.9, 0.9, 1.0, 1.0]]),
+                       np.array([True, True]), colour)
+    expected = np.zeros((h, w), bool)
+    expected[5:20, 10:30] = expected[36:, 50:] = True
+    assert (out[:, :, 0] == 255).tolist() == expected.tolist()
+
+
 def test_fill_regions_nothing_selected_is_the_image():
     image = np.full((5, 5, 3), 7, dtype=np.uint8)
     out = fill_regions(image, np.array([[0, 0, 1, 1]]), np.array([False]), np.zeros(3, np.uint8))

@@ -96,10 +96,68 @@ def test_a_released_tsv_reads_into_the_store(spec, tmp_path):
 
 
 def test_image_keys_meet_coco_file_names():
-    assert image_key("COCO_val2014_000000462928", "coco") == image_key("COCO_val2014_000000462928.jpg", "coco") \
-        == image_key("462928", "coco") == 462928
-    assert image_key("COCO_val2014_000000462928.jpg", "stem") == "COCO_val2014_000000462928"
-    assert image_key("occupation.png", "coco") is None
+    assert image_key("COCO_val2014_000000462928", "coco", file=False) \
+        == image_key("COCO_val2014_000000462928.jpg", "coco", file=True) \
+        == image_key("COCO_val2014_000000462928.jpg", "coco", file=False) == image_key("462928", "coco", file=False) \
+        == 462928
+    assert image_key("COCO_val2014_000000462928.jpg", "stem", file=True) == "COCO_val2014_000000462928"
+    assert image_key("occupation.png", "coco", file=True) is None
+    # a file loses its extension, from the last dot; a TSV id is the stem as it is, dots included
+    assert image_key("img.v1.jpg", "stem", file=True) == image_key("img.v1", "stem", file=False) == "img.v1"
+
+
+def test_stems_with_dots_meet_their_files(spec, tmp_path):
+    """Bottom-up TSV ids are file stems, which may hold dots: "img.v1" is the image of img.v1.jpg, not of img.jpg."""
+    dets = {"img.v1": detections(2, 0), "plain": detections(3, 1)}
+    tsv = write_tsv(tmp_path / "f.tsv", [row(i, d) for i, d in dets.items()])
+    entries = entries_of(("X", "img.v1.jpg"), ("Y", "plain.png"), ("A", "img.jpg"))
+    read_tsv_regions(tsv, entries, TsvSource(spec | {"image_ids": "stem"}), tmp_path / "s.h5")
+    with RegionStore(tmp_path / "s.h5") as store:
+        assert store.ids == ["weat6/X/img.v1.jpg", "weat6/Y/plain.png"]
+        np.testing.assert_array_equal(store.get("weat6/X/img.v1.jpg")[0].features, dets["img.v1"]["features"])
+        assert store.skipped == {"weat6/A/img.jpg": "not in f.tsv"}
+
+
+# the released files' column orders, spelled out here (not read from the module): LXMERT's
+# extract_coco_image.py FIELDNAMES, and generate_tsv.py's followed by the label columns
+RELEASED_ORDERS = {
+    "lxmert": ["img_id", "img_h", "img_w", "objects_id", "objects_conf", "attrs_id", "attrs_conf", "num_boxes",
+               "boxes", "features"],
+    "bottom-up": ["image_id", "image_w", "image_h", "num_boxes", "boxes", "features", "objects_id", "objects_conf",
+                  "attrs_id", "attrs_conf"],
+}
+
+
+@pytest.mark.parametrize("fields", list(RELEASED_ORDERS))
+def test_each_released_column_order_reads_width_and_height_from_their_columns(spec, tmp_path, fields):
+    """An image 300 wide and 200 high, a box reaching x = 290 (beyond its height) and y = 190, lines
+    ending in CRLF: the sizes from their own columns, boxes normalised by width and height."""
+    d = detections(3, 4) | {"boxes": np.float32([[10, 20, 290, 190], [0, 0, 300, 200], [5, 5, 6, 6]])}
+    values = {"img_id": "COCO_val2014_000000000009", "img_h": "200", "img_w": "300", "num_boxes": "3",
+              **{k: base64.b64encode(v.tobytes()).decode() for k, v in d.items()}}
+    values |= {"image_" + k[4:]: values[k] for k in ("img_id", "img_h", "img_w")}
+    tsv = tmp_path / "f.tsv"
+    tsv.write_bytes(("\t".join(values[f] for f in RELEASED_ORDERS[fields]) + "\r\n").encode())
+    read_tsv_regions(tsv, entries_of(("X", "COCO_val2014_000000000009.jpg")), TsvSource(spec | {"fields": fields}),
+                     tmp_path / "s.h5")
+    with RegionStore(tmp_path / "s.h5") as store:
+        r, _ = store.get(store.ids[0])
+        assert r.image_size == (200, 300)
+        np.testing.assert_array_equal(r.boxes, d["boxes"])
+        np.testing.assert_array_equal(r.features, d["features"])  # the last column: its CR not read into it
+        np.testing.assert_allclose(store.boxes_norm(store.ids[0]), d["boxes"] / np.float32([300, 200, 300, 200]))
+
+
+def test_empty_and_one_pixel_images_are_read(spec, tmp_path):
+    """num_boxes 0 (an image the extraction found nothing in) and an image of 1 x 1 pixels are valid."""
+    tsv = write_tsv(tmp_path / "f.tsv", [row("COCO_val2014_000000000001", detections(0, 0)),
+                                          row("COCO_val2014_000000000002", detections(1, 1) | {
+                                              "boxes": np.float32([[0, 0, 1, 1]])}, h=1, w=1)])
+    entries = entries_of(("X", "COCO_val2014_000000000001.jpg"), ("Y", "COCO_val2014_000000000002.jpg"))
+    read_tsv_regions(tsv, entries, TsvSource(spec), tmp_path / "s.h5")
+    with RegionStore(tmp_path / "s.h5") as store:
+        assert len(store.get("weat6/X/COCO_val2014_000000000001.jpg")[0].boxes) == 0
+        assert store.get("weat6/Y/COCO_val2014_000000000002.jpg")[0].image_size == (1, 1)
 
 
 def malformed(spec, tmp_path, fields):
@@ -131,6 +189,10 @@ FEATURES = b64(detections(3, 1)["features"])  # the bad line's own
     ({"num_boxes": "3.0"}, "num_boxes", "not an integer"),
     ({"num_boxes": "4"}, "boxes", "num_boxes 4"),
     ({"img_h": "-5"}, "image_h", "out of range"),
+    ({"img_w": "0"}, "image_w", "0 out of range"),
+    ({"num_boxes": "-1"}, "num_boxes", "-1 out of range"),
+    ({"objects_id": b64(np.array([0, -1, 2]))}, "objects_id", "ids -1..2 do not index the 12 names"),
+    ({"attrs_id": b64(np.array([-3, 0, 1]))}, "attrs_id", "ids -3..1 do not index the 5 names"),
     ({"img_w": "100"}, "boxes", "x2 <= image_w (100)"),  # the boxes reach x = 250
     ({"img_id": "COCO_val2014_000000000001"}, "image_id", "already on line 1"),
     ({"img_id": "000001"}, "image_id", "already on line 1"),   # the same COCO image, other spelling
@@ -189,7 +251,8 @@ def test_label_offset_masks_the_regions_the_authors_masked(spec, tmp_path):
             masked[preset] = v.is_person.tolist()
         # the reading belongs to LXMERT's loader on the released objects_id: no other family or store
         assert label_offset(resolve("authors"), "vilbert", store.attrs) == 0
-    assert label_offset(resolve("authors"), "lxmert", {"adapter": "bua"}) == 0
+    for adapter in ("bua", "torchvision", "detectron_fpn"):  # a detector's own labels: read as stored
+        assert label_offset(resolve("authors"), "lxmert", {"adapter": adapter}) == 0
     assert masked == {"paper": [True, False, True, False], "authors": [True, True, False, False]}
 
 
@@ -203,6 +266,25 @@ def test_region_source_picks_the_released_store_where_the_entry_names_one():
     assert region_store(resolve("paper"), lxmert, "coco") == "bua-36"
     assert region_store(resolve({"preset": "paper", "region_source": "released"}), lxmert, "coco") == "lxmert-obj36"
     assert region_store(resolve("authors"), {"detector": "bua-10-100"}, "coco") == "bua-10-100"
+
+
+def test_vilbert_reads_the_authors_36_generate_tsv_boxes_under_authors():
+    """The shipped config: under `authors` ViLBERT reads, on Google Images and Conceptual Captions, the
+    store LXMERT reads on Google Images, generate_tsv's regions at exactly 36 boxes (the features the
+    authors extracted with jiasenlu's fork: every image has 36, none is left out); under `paper`, 10 to 36."""
+    from conftest import REPO
+
+    from vlbias.suites.grounded.protocol import region_store, resolve
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    models, detectors = config["grounded"]["models"], config["regions"]["detectors"]
+    for dataset in ("google", "concap"):
+        store = region_store(resolve("authors"), models["vilbert"], dataset)
+        assert detectors[store] | {"min_boxes": 36, "max_boxes": 36, "selection": "generate_tsv"} == detectors[store]
+        assert store == region_store(resolve("authors"), models["lxmert"], "google")
+        paper = detectors[region_store(resolve("paper"), models["vilbert"], dataset)]
+        assert (paper["min_boxes"], paper["max_boxes"], paper["conf"], paper["selection"]) == (10, 36, 0.2,
+                                                                                              "generate_tsv")
 
 
 @pytest.mark.workflow
@@ -266,8 +348,11 @@ def test_the_config_check_names_a_wrong_tsv_source_by_its_key():
     assert "key 'regions/tsv/bua-36': 'bua-36' is also a detector" in said
     assert "key 'regions/build/0': 'regions/tsv/lxmert-obj36/files' names no TSV file for dataset 'google'" in said
     assert ("key 'grounded/models/lxmert/released_regions/coco': 'lxmert-obj63' is not a source under 'regions/tsv' "
-            "(did you mean 'lxmert-obj36'?)") in said
+            "nor a detector (did you mean 'lxmert-obj36'?)") in said
     assert "key 'grounded/models/lxmert/released_regions/google': 'regions/tsv/lxmert-obj36/files'" in said
+    # a detector's store is one too (ViLBERT's: the authors' 36 generate_tsv boxes; the shipped config passes)
+    assert shipped["grounded"]["models"]["vilbert"]["released_regions"] == {"google": "bua-36", "concap": "bua-36"}
+    check_config(copy.deepcopy(shipped), schema, root=REPO)
     config = copy.deepcopy(shipped)
     config["regions"]["tsv"]["lxmert-obj36"]["fields"] = "lxmert-order"
     with pytest.raises(ConfigError, match="key 'regions/tsv/lxmert-obj36/fields'"):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
-from conftest import TINY_VL, assert_batch_independent
+from conftest import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, random_visual
 
 from vlbias.errors import InputError
 from vlbias.models import build
@@ -29,21 +29,10 @@ from vlbias.models.vl import Visual, encode_text
 
 TINY = TINY_VL["vilbert"]
 CONFIG = TINY["config"]
-CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
-WORDS = ["Lakisha", "man", "woman"]
+CAPTIONS, WORDS = VL_CAPTIONS, VL_WORDS
 
 
-def visual(k, seed, persons=(), size=(48, 64)):
-    """k random regions of an image of ``size`` (height, width): pixel boxes, normalised boxes, features."""
-    rng = np.random.default_rng(seed)
-    h, w = size
-    xy = np.sort(rng.random((k, 2, 2)), axis=1) * [w, h]  # [:, 0] <= [:, 1]
-    pixels = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
-    return Visual(rng.standard_normal((k, 2048)).astype(np.float32), (pixels / [w, h, w, h]).astype(np.float32),
-                  np.isin(np.arange(k), persons), image_size=size), pixels
-
-
-REGIONS = [visual(3, 0, persons=[0, 2])[0], visual(5, 1, persons=[1])[0], visual(1, 2)[0]]
+REGIONS = [random_visual(3, 0, persons=[0, 2])[0], random_visual(5, 1, persons=[1])[0], random_visual(1, 2)[0]]
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +103,7 @@ def test_global_token_and_five_d_positions(encoder):
 
 
 def test_regions_are_capped_at_max_regions(encoder):
-    many = visual(50, 3)[0]
+    many = random_visual(50, 3)[0]
     capped = build({**TINY, "max_regions": 4})
     (features, locations), = captured_inputs(capped, lambda: capped.embed(["a dog"], [many], "S"))
     assert features.shape == (1, 5, 2048)  # the global token and the 4 best regions
@@ -180,7 +169,7 @@ def test_levels_take_the_language_stream_and_ws_vector_adds_the_visual_one(encod
 def test_batch_1_and_32_give_the_same_embeddings(encoder):
     n = 33  # one batch of 32 and a remainder
     captions = [CAPTIONS[i % 3] for i in range(n)]
-    regions = [visual(1 + i % 7, i, persons=[0])[0] if i % 5 else None for i in range(n)]
+    regions = [random_visual(1 + i % 7, i, persons=[0])[0] if i % 5 else None for i in range(n)]
     words = [WORDS[i % 3] for i in range(n)]
     cases = [("S", {}), ("C", {"words": words}), ("S", {"mask": "T", "mask_terms": WORDS}),
              ("C", {"mask": "I", "words": words})]
@@ -191,7 +180,7 @@ def test_text_masking_and_the_image_change_the_embedding(encoder):
     s = encoder.embed(CAPTIONS, REGIONS, "S")
     t = encoder.embed(CAPTIONS, REGIONS, "S", mask="T", mask_terms=WORDS)
     assert np.abs(s - t).max(axis=1).min() > 1e-4
-    other = encoder.embed(CAPTIONS, [visual(3, 9)[0], visual(5, 9)[0], visual(1, 9)[0]], "S")
+    other = encoder.embed(CAPTIONS, [random_visual(3, 9)[0], random_visual(5, 9)[0], random_visual(1, 9)[0]], "S")
     assert np.abs(s - other).max(axis=1).min() > 1e-4
 
 
@@ -365,7 +354,7 @@ def test_same_streams_and_logits_as_the_original(reference, tmp_path, capsys):
     ours = build({**spec, "task_id": 9} if multi else spec)
 
     captions = ["A man rides a horse across a wide field.", "Lakisha is a [MASK] at the [MASK].", "woman"]
-    pairs = [visual(3, 10, size=(40, 60)), visual(6, 11, size=(70, 50)), visual(2, 12, size=(30, 30))]
+    pairs = [random_visual(3, 10, size=(40, 60)), random_visual(6, 11, size=(70, 50)), random_visual(2, 12, size=(30, 30))]
     text = encode_text(ours.tokenizer, captions, 512)
     feats, locs, image_mask = reference_inputs(pairs, 4)
     task_ids = torch.full((3, 1), 9) if multi else None

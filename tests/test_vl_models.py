@@ -9,7 +9,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_VL, assert_batch_independent
+from conftest import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, random_visual
 
 from vlbias.errors import InputError
 from vlbias.models import build
@@ -17,8 +17,7 @@ from vlbias.models.vl import Visual, encode_text, find_word, load_tokenizer
 
 TINY = {family: TINY_VL[family] for family in ("visualbert", "lxmert")}
 FAMILIES = list(TINY)
-CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
-WORDS = ["Lakisha", "man", "woman"]
+CAPTIONS, WORDS = VL_CAPTIONS, VL_WORDS
 TERMS = ["Lakisha", "man", "woman"]
 
 
@@ -38,12 +37,8 @@ def encoder(request, encoders):
     return encoders[request.param]
 
 
-def visual(k, seed, persons=None):
-    rng = np.random.default_rng(seed)
-    xy = np.sort(rng.random((k, 2, 2)), axis=1)  # [:, 0] <= [:, 1]: x1 <= x2, y1 <= y2
-    boxes = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
-    person = np.zeros(k, dtype=bool) if persons is None else np.isin(np.arange(k), persons)
-    return Visual(rng.standard_normal((k, 2048)).astype(np.float32), boxes, person, image_size=(48, 64))
+def visual(k, seed, persons=()):
+    return random_visual(k, seed, persons)[0]
 
 
 REGIONS = [visual(3, 0, persons=[0, 2]), visual(5, 1, persons=[1]), visual(1, 2)]

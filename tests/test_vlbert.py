@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_VL, assert_batch_independent
+from conftest import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, random_visual
 from PIL import Image
 
 from vlbias.errors import InputError
@@ -32,19 +32,12 @@ from vlbias.models.vlbert import VLBertConfig, _boxes_kept, coordinate_embedding
 PREC = TINY_VL["vlbert"]
 CONFIG = PREC["config"]
 E2E = {**PREC, "config": {**CONFIG, "image_feat_precomputed": False}, "scales": [48, 80]}
-CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
-WORDS = ["Lakisha", "man", "woman"]
+CAPTIONS, WORDS = VL_CAPTIONS, VL_WORDS
 
 
 def visual(k, seed, persons=(), size=(48, 64)):
-    """k random regions of a random image of ``size`` (height, width); and their pixel boxes."""
-    rng = np.random.default_rng(seed)
-    h, w = size
-    xy = np.sort(rng.random((k, 2, 2)), axis=1) * [w, h]
-    pixels = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
-    return Visual(rng.standard_normal((k, 2048)).astype(np.float32), (pixels / [w, h, w, h]).astype(np.float32),
-                  np.isin(np.arange(k), persons), image_size=size,
-                  image=rng.integers(0, 256, (h, w, 3), dtype=np.uint8)), pixels
+    """k random regions of a random image (VL-BERT end to end reads its pixels); and their pixel boxes."""
+    return random_visual(k, seed, persons, size, image=True)
 
 
 REGIONS = [visual(3, 0, persons=[0, 2])[0], visual(5, 1, persons=[1], size=(60, 40))[0], visual(1, 2)[0]]

@@ -401,10 +401,10 @@ def _grounded_references(config, detectors, tsv):
             problems.append(f"key 'grounded/models/{name}/detector': '{spec['detector']}' is not a detector under "
                             f"'regions/detectors'{suggest(spec['detector'], detectors)}")
         for dataset, source in (spec.get("released_regions") or {}).items():
-            if source not in tsv:
+            if source not in tsv and source not in detectors:
                 problems.append(f"key 'grounded/models/{name}/released_regions/{dataset}': '{source}' is not a "
-                                f"source under 'regions/tsv'{suggest(source, tsv)}")
-            elif dataset not in tsv[source]["files"]:
+                                f"source under 'regions/tsv' nor a detector{suggest(source, [*tsv, *detectors])}")
+            elif source in tsv and dataset not in tsv[source]["files"]:
                 problems.append(f"key 'grounded/models/{name}/released_regions/{dataset}': 'regions/tsv/{source}/"
                                 f"files' names no TSV file for dataset '{dataset}'")
     return problems

@@ -14,6 +14,8 @@ import numpy as np
 
 from vlbias.errors import InputError
 
+SNAP = 256  # pixel coordinates are rounded to 1/SNAP pixel before their floor (fill_regions)
+
 
 def mean_colour(image_mean):
     """uint8 (3,) RGB of a processor's ``image_mean`` (per channel, in [0, 1]): x 255, rounded."""
@@ -27,10 +29,12 @@ def fill_regions(image, boxes_norm, selected, colour):
     """A copy of ``image`` (uint8 (H, W, 3) RGB) with the boxes ``selected`` picks filled with ``colour``.
 
     ``boxes_norm`` float (k, 4): x1/W, y1/H, x2/W, y2/H, the region store's; ``selected`` bool (k,)
-    (e.g. ``Visual.is_person``). A box covers the pixels whose indices lie in
-    int(x1·W)..int(x2·W) and int(y1·H)..int(y2·H), both ends included and clipped to the image:
-    the pixels VL-BERT's masked-region pre-training blanks for the same box. The caller's image
-    is never written to.
+    (e.g. ``Visual.is_person``). A box covers the pixel columns floor(x1·W)..floor(x2·W) and rows
+    floor(y1·H)..floor(y2·H), both ends included, clipped to the image: the pixels VL-BERT's
+    masked-region pre-training blanks for the box in pixels (x1, y1, x2, y2). Each x·W is first
+    rounded to 1/256 pixel: the store's float32 x/W times W lands up to W·2^-24 off the pixel
+    coordinate, often just below an integer one, which the floor would lose (box (10, 5, 30, 20) on
+    56 x 40 pixels covers columns 10..30 and rows 5..20). The caller's image is never written to.
     """
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
@@ -44,6 +48,7 @@ def fill_regions(image, boxes_norm, selected, colour):
         raise InputError("boxes_norm", "must be boxes divided by the image size, in [0, 1]")
     h, w = image.shape[:2]
     out = image.copy()
-    for x1, y1, x2, y2 in boxes[selected] * [w, h, w, h]:
-        out[max(int(y1), 0):int(y2) + 1, max(int(x1), 0):int(x2) + 1] = colour
+    pixels = np.floor(np.round(boxes[selected] * [w, h, w, h] * SNAP) / SNAP).astype(np.int64)
+    for x1, y1, x2, y2 in pixels:
+        out[max(y1, 0):y2 + 1, max(x1, 0):x2 + 1] = colour
     return out

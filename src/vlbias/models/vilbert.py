@@ -6,7 +6,7 @@ Config entry (``adapter: vilbert``): the keys of vlbias.models.vl, and
                   concatenated with the vision stream's first state, the global image token's;
                   ``output_dim`` is then dim + v_hidden_size for W and S). C is always the language
                   stream's state of the word. Default ``language``.
-    max_regions   regions read per image, the first (the detector's best) ones; default 36, as
+    max_regions   regions read per image, the first in the region store's order; default 36, as
                   ViLBERT's pre-training (10 to 36 boxes per image) and Ross et al.'s loader
                   (``region_len=36``); vilbert_beta's task loaders took up to 100
     task_id       the 12-in-1 (multi-task) model's task token, required with its

@@ -104,6 +104,8 @@ class Visual:
     image: np.ndarray = None        # uint8 (H, W, 3) RGB pixels, for models that need them (needs_pixels)
     class_ids: np.ndarray = None    # int (k,) the detector's class ids (the region store's: no background),
                                     # for a feed that orders regions by them (VL-BERT's vlbert_image_box: none)
+    batch_boxes: int = None         # a feed that depends on the authors' batch (``in_authors_batches``): the
+                                    # box count of the longest box list of this pair's batch (VL-BERT's attended padding)
 
 
 def visual_from_store(store, image_id, labels=None, path=None, label_offset=0):
@@ -283,6 +285,7 @@ class VLEncoder:
     image_masking = None   # how a masked region is fed, in words (recorded in .info)
     no_image = None        # what "no visual input" feeds, in words
     masks_every_run = False  # True: the regions mask I hides are masked in the unmasked runs too
+    batch_dependent = False  # True: a pair's vector depends on its batch in the authors' loader (in_authors_batches)
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
@@ -416,6 +419,13 @@ class VLEncoder:
     def refusal(self, entry):
         """Why the configured feed cannot read ``entry`` (a reason for the pair's missing.tsv row), or None."""
         return None
+
+    def in_authors_batches(self, captions, regions):
+        """(entries, keys) for pairs given in the order of one of the authors' data loaders (a role's
+        pairs as the stimulus lists them; None for a pair without regions): a ``batch_dependent`` feed
+        records in each entry what it reads of the pair's batch there, and in its key (for the
+        embedding cache) that value; every other feed reads each pair alone: entries unchanged, keys None."""
+        return list(regions), [None] * len(regions)
 
     def _no_image(self):
         raise NotImplementedError

@@ -5,6 +5,8 @@ Config entry (``adapter: vlbert``): the keys of vlbias.models.vl, and
               pre-training data loader (DATASET.SEQ_LEN, default 64; Ross et al.'s loader the same):
               while longer, a box is dropped from the end if boxes outnumber tokens, else a token;
               a caption that would lose a token is an error instead (it would lose words)
+    authors_batch_size   pairs per batch of Ross et al.'s loader, for ``vlbert_box_padding:
+              attended`` (default 256: their config over one GPU; 256 / n for a run on n GPUs)
     scales    [min, max] (SCALES, default [600, 1000]): images are resized as VL-BERT resized
               them (shorter side to min unless the longer would exceed max); box positions are
               taken in that frame, and the end-to-end model runs its backbone on it
@@ -24,8 +26,10 @@ read with ``weights_only=True`` (tensors, numbers and containers only) and loade
 name; the published ones are on Google Drive (CHECKPOINTS): download by hand, give ``checkpoint:``.
 
 Input, as VL-BERT's pre-training fed it: [CLS] caption [SEP], then one token per box, then [END].
-The boxes are the whole image (0, 0, w-1, h-1) first, then the detector's (best first; VL-BERT
-sorted them by score), in the resized image's pixels, clamped to it. A box's visual feature is
+The boxes are the whole image (0, 0, w-1, h-1) first, then the region store's in its order (VL-BERT
+sorted them by their highest class probability, background included, which a store does not keep;
+object tokens share one position, so the order acts only where ``seq_len`` cuts the list), in the
+resized image's pixels, clamped to it. A box's visual feature is
 obj_downsample(sin/cos embedding of its position, its 2048-d region feature); the whole-image box's
 region feature is the mean of the region features (precomputed) or its own RoI feature (end to
 end). Every caption token carries the whole-image box's visual feature. Object tokens share the
@@ -49,13 +53,20 @@ rows 10-12; the first value is VL-BERT's own, the default):
                         ``class_ids`` + 1 name in ['background'] + vocabulary, that is by class id,
                         each id's upper half-word the larger), in the image's own pixels (their
                         im_info has scale 1: nothing is resized), clamped to it. Needs ``class_ids``.
-    vlbert_box_padding  ``masked`` or ``attended``: their collate pads boxes with zero rows and the
+    vlbert_box_padding  ``masked`` or ``attended``: their collate pads every image's boxes with zero
+                        rows to the longest box list of its batch (bias_dataset.py:270-272) and the
                         model takes every box with x1 > -1.5 as real (resnet_vlbert_for_pretraining.py
                         :74), so an image with fewer boxes than its batch's longest attends to zero
-                        boxes. Their batch's longest depends on the batch; here every image is padded
-                        to fill ``seq_len`` beside its caption (seq_len - caption tokens boxes), the
-                        boxes a many-box image keeps beside a caption as long: the length their
-                        batches of 256 pairs reached whenever one had such an image and caption
+                        boxes (at (0, 0, 0, 0), of its image's size). Their batches: a role's pairs in
+                        their dataset's order (the stimulus' images in file order, each with its
+                        captions: bias_dataset.py:85-97, as ``GroundedStimulus.pairs``), ``shuffle``
+                        off, ``authors_batch_size`` at a time (their config's batch_size 256,
+                        configs/vlbert_*_images.yml:4, over torch.cuda.device_count() GPUs,
+                        bias_dataloader.py:36 and main.py:35: one GPU assumed); each image's box list
+                        as their __getitem__ cut it beside its caption (lines 163-180, ``seq_len``).
+                        ``in_authors_batches`` records each pair's batch length in its entry
+                        (``Visual.batch_boxes``); pairs given without it are taken as one role's
+                        pairs in their order (an ``embed`` call's list)
     vlbert_image_mask   ``learned`` or ``zeroed``: mask I zeroes the whole box row, coordinates
                         included (dataset_wrappers.py:164-174), with no learned mask embedding (the
                         visual one is commented out, resnet_vlbert_for_pretraining.py:83; the word one
@@ -70,7 +81,9 @@ image), and the ResNet, whose convolutions are scaled down so that activations s
 without trained batch statistics.
 """
 
-from dataclasses import asdict, dataclass
+import copy
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -83,7 +96,7 @@ from torchvision.ops import roi_align
 from vlbias.errors import InputError
 from vlbias.models import register
 from vlbias.models.bert_layers import LN_EPS, Layer, LMPredictionHead, additive_mask, init_weights
-from vlbias.models.vl import VLEncoder, _field, encode_text
+from vlbias.models.vl import Visual, VLEncoder, _field, encode_text
 from vlbias.regions.bua import PIXEL_MEAN_BGR
 
 CHECKPOINTS = {
@@ -96,6 +109,7 @@ FEATURE_DIM = 2048       # the bottom-up-attention / ResNet-101 res5 region feat
 COORD_DIM = 256          # sin and cos of each of the 4 box coordinates at 256 frequencies: 2048 values
 OBJECT_SEGMENT = 2       # the token type of object tokens and [END]
 POOL = 14                # RoIAlign output (the res5 head keeps it: stride 1, dilation 2)
+AUTHORS_BATCH_SIZE = 256  # Ross et al.'s VL-BERT batch_size (configs/vlbert_google_images.yml:4), one GPU
 
 
 @dataclass
@@ -396,6 +410,11 @@ class VLBertEncoder(VLEncoder):
         self.seq_len = spec.get("seq_len", 64)
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 3:
             raise InputError("seq_len", f"must be an integer of at least 3, got {self.seq_len!r}")
+        self.authors_batch_size = spec.get("authors_batch_size", AUTHORS_BATCH_SIZE)
+        if (isinstance(self.authors_batch_size, bool) or not isinstance(self.authors_batch_size, int)
+                or self.authors_batch_size < 1):
+            raise InputError("authors_batch_size", f"must be a positive integer, got {self.authors_batch_size!r}")
+        self.batch_dependent = self.feed["vlbert_box_padding"] == "attended"
         self.scales = spec.get("scales", [600, 1000])
         if (not isinstance(self.scales, (list, tuple)) or len(self.scales) != 2
                 or not all(isinstance(s, int) and s > 0 for s in self.scales) or self.scales[0] > self.scales[1]):
@@ -407,6 +426,7 @@ class VLBertEncoder(VLEncoder):
             + " (VL-BERT's masked-region pre-training)")
         self.info.update({"image_masking": self.image_masking, "seq_len": self.seq_len, "scales": list(self.scales),
                           "needs_pixels": self.needs_pixels,
+                          "authors_batch_size": self.authors_batch_size,
                           "output": "hidden states of the caption tokens; W/S: [CLS], C: first sub-token of the word"})
 
     def _image(self, entry, index, mask):
@@ -487,6 +507,30 @@ class VLBertEncoder(VLEncoder):
             image[:, int(y1):int(y2) + 1, int(x1):int(x2) + 1] = 0
         return image
 
+    def in_authors_batches(self, captions, regions):
+        """Under ``vlbert_box_padding: attended``, each pair's entry with ``batch_boxes``: the longest
+        box list of its batch in Ross et al.'s loader (module docstring), the pairs given in its order;
+        its key, that number. Otherwise the entries unchanged."""
+        if not self.batch_dependent:
+            return super().in_authors_batches(captions, regions)
+        lengths = [len(ids) for ids in self.tokenizer(list(captions))["input_ids"]]  # with [CLS] and [SEP]
+        whole = self.feed["vlbert_image_box"] == "whole"
+        kept = [0 if entry is None else _boxes_kept(n, len(_field(entry, "boxes_norm")) + whole, self.seq_len) or 0
+                for n, entry in zip(lengths, regions)]
+        size = self.authors_batch_size
+        longest = [max(kept[i - i % size:i - i % size + size]) for i in range(len(kept))]
+        entries = [None if entry is None else _with_batch_boxes(entry, k) for entry, k in zip(regions, longest)]
+        return entries, [None if entry is None else k for entry, k in zip(regions, longest)]
+
+    def _check(self, captions, regions, mask, mask_terms):
+        """Also: entries without ``batch_boxes`` (attended padding) are taken as one role's pairs in the
+        authors' order: the call's list."""
+        captions, regions = super()._check(captions, regions, mask, mask_terms)
+        if self.batch_dependent and any(e is not None and _field(e, "batch_boxes") is None for e in regions):
+            regions = [e if e is None or _field(e, "batch_boxes") is not None else f
+                       for e, f in zip(regions, self.in_authors_batches(captions, regions)[0])]
+        return captions, regions
+
     def _batch(self, captions, regions, first, mask, mask_terms, words):
         """(TextBatch, boxes (b,K,6), box mask (b,K), masked (b,K), features (b,K,2048) or per-image pixels)."""
         text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
@@ -502,8 +546,11 @@ class VLBertEncoder(VLEncoder):
                     raise InputError(f"caption '{captions[j]}'", f"with {len(image[0])} boxes, is too long for "
                                                                  f"seq_len {self.seq_len} ({lengths[j]} tokens)")
                 image = (image[0][:keep], image[1][:keep], image[2] if self.needs_pixels else image[2][:keep])
-                if self.feed["vlbert_box_padding"] == "attended":  # zero boxes (of the image's size), taken as real
-                    pad = max(0, self.seq_len - lengths[j] - keep)
+                if self.batch_dependent:  # zero boxes (of the image's size) to the batch's longest, taken as real
+                    pad = int(_field(regions[j], "batch_boxes")) - keep
+                    if pad < 0:
+                        raise InputError(f"regions[{first + j}]", f"batch_boxes {pad + keep} is fewer than the "
+                                                                  f"{keep} boxes the image keeps beside its caption")
                     image = (np.concatenate([image[0], np.zeros((pad, 6), np.float32) + [0, 0, 0, 0, *image[0][0, 4:]]]),
                              np.concatenate([image[1], np.zeros(pad, bool)]),
                              np.concatenate([image[2], np.zeros((pad, FEATURE_DIM), np.float32)]))
@@ -534,6 +581,17 @@ class VLBertEncoder(VLEncoder):
 
     def _lm_head(self, states):
         return self.model.vlbert.mlm_head.predictions(states)
+
+
+def _with_batch_boxes(entry, k):
+    """A regions entry (Visual, mapping or object) with ``batch_boxes`` k."""
+    if isinstance(entry, Visual):
+        return replace(entry, batch_boxes=k)
+    if isinstance(entry, Mapping):
+        return {**entry, "batch_boxes": k}
+    entry = copy.copy(entry)
+    entry.batch_boxes = k
+    return entry
 
 
 def _boxes_kept(n_text, n_boxes, seq_len):

@@ -2,7 +2,7 @@
 
     detector = build({"adapter": "bua", "model_id": "unc-nlp/frcnn-vg-finetuned", ...})
     x = detector.prepare(rgb)                  # PIL RGB image -> CPU input (run in decode threads)
-    regions = detector.detect([x, ...])        # -> list[Regions], one per image, best box first
+    regions = detector.detect([x, ...])        # -> list[Regions], one per image, in the detector's order
 
 Every detector has ``name``, ``feature_dim``, ``class_names`` (index = ``Regions.class_ids``: class
 0 is the first named class, never the background),
@@ -29,7 +29,8 @@ register, build = _ADAPTERS.register, _ADAPTERS.build
 
 @dataclass
 class Regions:
-    """The kept boxes of one image, sorted by ``class_scores`` descending."""
+    """The kept boxes of one image in the detector's order: best first (``keep_boxes``), or, bua's
+    ``selection: generate_tsv``, generate_tsv's (vlbias.regions.bua), which the models read."""
 
     boxes: np.ndarray          # float32 (n, 4) x1, y1, x2, y2 in pixels of the original image
     features: np.ndarray       # float32 (n, feature_dim) pooled region features

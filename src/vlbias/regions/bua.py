@@ -26,7 +26,10 @@ Config entry keys:
     min_size, max_size   the resize: shorter side to min_size unless the longer would exceed max_size
                   (default 800, 1333: the demo's config.yaml)
     post_nms_topk  proposals kept by the RPN (default 300, the demo's; fewer only to make tests fast)
-    min_boxes, max_boxes, conf   the box rule (vlbias.regions.keep_boxes)
+    selection     which regions are kept (below): ``generate_tsv`` (default; the features every 2019-2021
+                  model was trained and published with) or ``demo`` (transformers' LXMERT demo)
+    min_boxes, max_boxes, conf   the box rule: generate_tsv's MIN_BOXES, MAX_BOXES, conf_thresh;
+                  with ``demo``, vlbias.regions.keep_boxes
     cache         where downloaded vocabularies are kept (the workflow's cache directory)
     device, threads, batch_size  see vlbias.models.runtime
 
@@ -37,8 +40,24 @@ the 6000 best anchors, clips them, drops empty boxes, and keeps 300 after NMS at
 is RoI-pooled (max pooling, 14x14, scale 1/16) and run through res5 (stride 1, dilation 2) and a mean
 pool: its 2048-d feature. The box predictor gives 1601 class logits (background last), a regressed
 box per class (weights 10, 10, 5, 5) and, from the feature and the embedding of the argmax class,
-401 attribute logits (background last). Every proposal takes its best non-background class and that
-class's box (clipped); one class-agnostic NMS runs at IoU 0.5, then 0.6, then 0.7 until at least
+401 attribute logits (background last).
+
+``selection: generate_tsv`` keeps the regions as bottom-up-attention's tools/generate_tsv.py
+(``get_detections_from_im``: jiasenlu's fork, lines 310-335, the extraction Ross et al. ran for
+ViLBERT and VL-BERT; peteanderson80's, lines 69-95; LXMERT's extract_coco_image.py, which adds the
+labels) kept them from the caffe network's raw outputs: the image resized as caffe's blob (one
+factor, vlbias.regions.blob), alone in its forward pass; the boxes are the UNREGRESSED proposals
+("don't worry about the regression bbox outputs") divided by that factor; each proposal's
+``max_conf`` is its best class score among the classes whose own NMS (IoU with "+1" areas, at
+cfg.TEST.NMS = 0.3) it survives; the proposals with max_conf >= conf are kept in proposal order,
+unless fewer than min_boxes or more than max_boxes, then the best so many by max_conf, best first
+(numpy's argsort reversed, ties included); a box's class and attribute are the argmax of its
+probabilities (background out), their scores those maxima (``generate_tsv_regions``). The store
+keeps that order, which the models read. LXMERT's COCO features and the Google features LXMERT and
+ViLBERT read in Ross et al. used min_boxes = max_boxes = 36 (generate_tsv.py:54-55).
+
+``selection: demo`` (transformers' LXMERT demo): every proposal takes its best non-background class
+and that class's regressed box (clipped); one class-agnostic NMS runs at IoU 0.5, then 0.6, then 0.7 until at least
 ``min_boxes`` boxes survive (the reference's MIN_DETECTIONS loop; it has no box fewer than that
 and fails, we keep what survives); ``keep_boxes`` then picks the survivors by that best score. For
 LXMERT's fixed 36 (min_boxes = max_boxes = 36) this is exactly the reference's choice (its
@@ -48,9 +67,12 @@ boxes below ``conf`` (but keeps ``min_boxes``). Attributes: the best of the 400 
 attribute probabilities. Features stay those of the proposals, as in bottom-up-attention. Boxes are
 scaled back to original-image pixels and clipped to the image.
 
-Differences from the reference, on purpose: images are fed in BGR order whatever their source (the
-reference's ``img_tensorize`` does so for URLs but passes local files as RGB, transformers issue
-#19601); the reference fails when fewer than MIN_DETECTIONS boxes survive NMS, we keep them.
+Differences from the reference (the demo), on purpose: images are fed in BGR order whatever their
+source (the reference's ``img_tensorize`` does so for URLs but passes local files as RGB,
+transformers issue #19601); the reference fails when fewer than MIN_DETECTIONS boxes survive NMS, we
+keep them. Differences from the caffe network that generate_tsv ran, in the network itself (the
+demo's conversion): its RPN drops no proposal below caffe's RPN_MIN_SIZE (16 pixels at the resized
+scale) and clips proposals to the resized image's edge, caffe's one pixel inside it.
 
 The demo's config (resize 800/1333) is the default; LXMERT's own features came from the caffe
 original at 600/1000, which ``min_size: 600, max_size: 1000`` gives.
@@ -75,6 +97,7 @@ from vlbias.io.fetch import DownloadError, cached_download, sha256_file
 from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
+from vlbias.regions.blob import image_blob
 from vlbias.registry import one_weights_source
 from vlbias.weights import as_written, fetched
 
@@ -90,6 +113,9 @@ RPN_PRE_NMS_TOPK, RPN_POST_NMS_TOPK, RPN_NMS = 6000, 300, 0.7
 POOLER_RESOLUTION = 14
 ROI_BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)
 NMS_THRESHOLDS = (0.5, 0.6, 0.7)
+# the region selections (module docstring): bottom-up-attention's tools/generate_tsv.py, the demo's
+SELECTIONS = ("generate_tsv", "demo")
+TSV_NMS = 0.3  # generate_tsv's per-class NMS: cfg.TEST.NMS (lib/fast_rcnn/config.py:155; its yml keeps it)
 FEATURE_DIM = 2048
 # detectron2's clamp of dw, dh: no box grows more than from 16 to 1000 pixels
 SCALE_CLAMP = math.log(1000.0 / 16)
@@ -320,6 +346,7 @@ class Prepared:
 
     image: torch.Tensor   # float32 (3, h, w)
     size: tuple           # (height, width) of the original image
+    scale: float = None   # generate_tsv: caffe's im_scale (resized / original); the demo maps each side back
 
 
 def resized_size(height, width, min_size, max_size):
@@ -339,6 +366,9 @@ class BottomUpAttention:
         model_id, checkpoint, weights = spec.get("model_id"), spec.get("checkpoint"), spec.get("weights")
         self.device, _ = runtime(spec)
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
+        self.selection = spec.get("selection", "generate_tsv")
+        if self.selection not in SELECTIONS:
+            raise InputError(f"selection '{self.selection}'", f"must be one of {', '.join(SELECTIONS)}")
         self.min_size, self.max_size = int(spec.get("min_size", MIN_SIZE)), int(spec.get("max_size", MAX_SIZE))
         num_classes, num_attributes = int(spec.get("num_classes", 1600)), int(spec.get("num_attributes", 400))
         post_nms_topk = int(spec.get("post_nms_topk", RPN_POST_NMS_TOPK))
@@ -378,32 +408,42 @@ class BottomUpAttention:
             "weights": self.weights, "seed": seed, "num_classes": num_classes, "num_attributes": num_attributes,
             "objects_vocab": as_written(spec, "objects_vocab"), "objects_vocab_sha256": objects_sha,
             "attributes_vocab": as_written(spec, "attributes_vocab"), "attributes_vocab_sha256": attributes_sha,
-            "min_size": self.min_size, "max_size": self.max_size, "input": "BGR minus caffe mean",
+            "min_size": self.min_size, "max_size": self.max_size,
             "rpn": {"pre_nms_topk": RPN_PRE_NMS_TOPK, "post_nms_topk": post_nms_topk, "nms": RPN_NMS},
-            "pooler": f"RoIPool {POOLER_RESOLUTION}x{POOLER_RESOLUTION}", "nms_thresholds": list(NMS_THRESHOLDS),
+            "pooler": f"RoIPool {POOLER_RESOLUTION}x{POOLER_RESOLUTION}",
             "min_boxes": self.min_boxes, "max_boxes": self.max_boxes, "conf": self.conf,
-            "selection": "best non-background class per proposal, class-agnostic NMS (0.5/0.6/0.7 until "
-                         "min_boxes survive), keep_boxes; features of the proposals",
+            "selection": self.selection, **SELECTION_SETTINGS[self.selection],
             "device": str(self.device), "torch": torch.__version__, "torchvision": torchvision.__version__,
         }
         log.info("bua: %s weights, %d classes, %d attributes, on %s", self.weights, num_classes, num_attributes,
                  self.device)
 
     def prepare(self, rgb):
-        """PIL RGB image -> Prepared, as the reference's Preprocess (float bilinear resize, BGR - mean)."""
-        pixels = np.asarray(rgb.convert("RGB"))[:, :, ::-1]  # BGR, as the caffe model was trained
-        image = torch.from_numpy(pixels.copy()).permute(2, 0, 1).float()
-        size = resized_size(rgb.height, rgb.width, self.min_size, self.max_size)
+        """PIL RGB image -> Prepared: generate_tsv, caffe's blob (BGR - mean, resized by one factor as
+        cv2.resize; vlbias.regions.blob); demo, the reference's Preprocess (float bilinear resize to the
+        rounded sizes, BGR - mean)."""
+        scale = None
+        if self.selection == "generate_tsv":
+            image, scale = image_blob(rgb, PIXEL_MEAN_BGR, self.min_size, self.max_size)
+            size = tuple(image.shape[-2:])
+        else:
+            size = resized_size(rgb.height, rgb.width, self.min_size, self.max_size)
         if min(size) < FEATURE_STRIDE:  # less than one res4 cell: the network cannot run on it
             raise InputError(f"image of {rgb.width}x{rgb.height} pixels", f"too elongated for the detector "
                                                                           f"(resized to {size[1]}x{size[0]})")
-        image = F.interpolate(image[None], size, mode="bilinear", align_corners=False)[0]
-        image -= torch.tensor(PIXEL_MEAN_BGR).view(3, 1, 1)
-        return Prepared(image, (rgb.height, rgb.width))
+        if scale is None:
+            pixels = np.asarray(rgb.convert("RGB"))[:, :, ::-1]  # BGR, as the caffe model was trained
+            image = torch.from_numpy(pixels.copy()).permute(2, 0, 1).float()
+            image = F.interpolate(image[None], size, mode="bilinear", align_corners=False)[0]
+            image -= torch.tensor(PIXEL_MEAN_BGR).view(3, 1, 1)
+        return Prepared(image, (rgb.height, rgb.width), scale)
 
     @torch.inference_mode()
     def detect(self, inputs):
-        """list[Prepared] -> list[Regions], boxes in original-image pixels, best first."""
+        """list[Prepared] -> list[Regions], boxes in original-image pixels: generate_tsv's selection,
+        in its order (each image alone through the network, as caffe ran it), or the demo's, best first."""
+        if self.selection == "generate_tsv":
+            return [self._generate_tsv(x) for x in inputs]
         if not inputs:
             return []
         sizes = [tuple(x.image.shape[-2:]) for x in inputs]
@@ -445,6 +485,27 @@ class BottomUpAttention:
             ))
         return out
 
+    def raw_outputs(self, x):
+        """One Prepared image alone through the network: (proposals (R, 4) in its resized pixels, class
+        probabilities (R, C), attribute probabilities (R, A), pooled features (R, 2048)), the
+        probabilities a softmax over all classes (attributes) with the background column left out
+        (caffe's first, our network's last: the class and attribute ids count without it)."""
+        m = self.model
+        features = m.backbone(x.image[None].to(self.device))
+        rois = m.proposal_generator(features, [tuple(x.image.shape[-2:])])[0]
+        pool5 = m.roi_heads(features, [rois])
+        logits, _, attr_logits = m.roi_heads.box_predictor(pool5)  # the regressed boxes are not used
+        return rois, logits.softmax(-1)[:, :-1], attr_logits.softmax(-1)[:, :-1], pool5
+
+    def _generate_tsv(self, x):
+        """One image's Regions as generate_tsv.py keeps them, the boxes clipped to the image (our
+        proposals reach the resized image's edge, caffe's stop a pixel inside: divided by the scale,
+        ours can pass the image's edge by up to half a resized pixel)."""
+        regions, _ = generate_tsv_regions(*self.raw_outputs(x), x.scale, x.size, self.min_boxes, self.max_boxes,
+                                          self.conf)
+        regions.boxes = clip_boxes_to_image(torch.from_numpy(regions.boxes), x.size).numpy()
+        return regions
+
     def _candidates(self, proposals, logits, deltas, size):
         """NMS survivors among one image's proposals, best first: (proposal index, box, score, class).
 
@@ -463,6 +524,100 @@ class BottomUpAttention:
                 break
         return survivors, boxes[survivors], best[survivors], label[survivors]
 
+
+# ---------------------------------------------------------------------------------------------
+# generate_tsv's selection (bottom-up-attention tools/generate_tsv.py get_detections_from_im)
+# ---------------------------------------------------------------------------------------------
+
+SELECTION_SETTINGS = {
+    "generate_tsv": {"resize": "caffe's blob: one factor, cv2.resize (vlbias.regions.blob); one image a pass",
+                     "nms": TSV_NMS, "selection_rule": "unregressed proposals; max_conf = best class score "
+                     "among the classes whose NMS (cfg.TEST.NMS) the proposal survives; max_conf >= conf, "
+                     "else the best min_boxes, at most the best max_boxes (generate_tsv's order); labels the "
+                     "argmax of the class (attribute) probabilities (LXMERT's extract_coco_image.py)"},
+    "demo": {"resize": "the demo's Preprocess", "nms_thresholds": list(NMS_THRESHOLDS),
+             "selection_rule": "best non-background class per proposal, class-agnostic NMS (0.5/0.6/0.7 until "
+                               "min_boxes survive), keep_boxes; features of the proposals"},
+}
+
+
+def proposal_overlaps(boxes):
+    """(R, R) float32 IoU of ``boxes`` (R, 4) float32 with py-faster-rcnn's "+1" pixel areas, in the
+    arithmetic of its NMS (lib/nms/cpu_nms.pyx, py_cpu_nms.py: float32 throughout,
+    inter / (area_i + area_j - inter)); symmetric, as float addition commutes."""
+    x1, y1, x2, y2 = boxes.unbind(1)
+    areas = (x2 - x1 + 1) * (y2 - y1 + 1)
+    w = (torch.minimum(x2[:, None], x2[None]) - torch.maximum(x1[:, None], x1[None]) + 1).clamp(min=0)
+    h = (torch.minimum(y2[:, None], y2[None]) - torch.maximum(y1[:, None], y1[None]) + 1).clamp(min=0)
+    inter = w * h
+    return inter / (areas[:, None] + areas[None] - inter)
+
+
+def max_conf(boxes, scores, threshold=TSV_NMS):
+    """float64 (R,): generate_tsv's ``max_conf`` of each proposal, the highest of its class scores
+    among the classes whose NMS it survives, 0 if none.
+
+    ``boxes`` float32 (R, 4) in the image's pixels, ``scores`` float32 (R, C) class probabilities
+    without background. Per class, greedy NMS in the order of numpy's ``argsort()[::-1]`` of its
+    scores (ties as theirs), a box suppressing every later one it overlaps by ``ovr >= threshold``
+    compared in double (cpu_nms.pyx, the NMS of the config they ran, USE_GPU_NMS: False). All classes
+    at once: each step takes every class's next box in its order.
+    """
+    num, classes = scores.shape
+    device = scores.device
+    suppresses = proposal_overlaps(boxes).double() >= threshold
+    probs = scores.cpu().numpy()
+    order = torch.from_numpy(np.stack([np.argsort(probs[:, c])[::-1] for c in range(classes)])).to(device)
+    kept = torch.zeros((classes, num), dtype=torch.bool, device=device)
+    gone = torch.zeros((classes, num), dtype=torch.bool, device=device)
+    rows = torch.arange(classes, device=device)
+    for rank in range(num):
+        box = order[:, rank]
+        alive = ~gone[rows, box]
+        kept[rows, box] |= alive
+        gone |= suppresses[box] & alive[:, None]
+    return torch.where(kept.T, scores, 0).amax(dim=1).double().cpu().numpy() if num else np.zeros(0)
+
+
+def tsv_keep(conf_scores, min_boxes, max_boxes, conf):
+    """generate_tsv's ``keep_boxes``: the proposals with max_conf >= ``conf`` in proposal order; if
+    fewer than ``min_boxes`` or more than ``max_boxes``, the best so many by numpy's
+    ``argsort()[::-1]`` of max_conf (its order, ties included)."""
+    keep = np.where(conf_scores >= conf)[0]
+    if len(keep) < min_boxes:
+        return np.argsort(conf_scores)[::-1][:min_boxes]
+    if len(keep) > max_boxes:
+        return np.argsort(conf_scores)[::-1][:max_boxes]
+    return keep
+
+
+def generate_tsv_regions(rois, scores, attr_scores, pool5, scale, image_size, min_boxes, max_boxes, conf,
+                         threshold=TSV_NMS):
+    """(Regions, max_conf (R,)) of one image from a network's raw outputs, as generate_tsv.py keeps them.
+
+    ``rois`` float32 (R, 4) proposals in the resized image's pixels; ``scores`` (R, C) and
+    ``attr_scores`` (R, A) the class and attribute probabilities (softmax over all classes, background
+    included) without the background column; ``pool5`` (R, D) the proposals' pooled features; ``scale``
+    caffe's im_scale. The boxes are the unregressed proposals divided by the scale, in float32 (numpy 1's
+    float32 array / float64 scalar, as the released files were made); kept by ``tsv_keep`` on
+    ``max_conf``; labelled with the argmax of their class and attribute probabilities and those
+    maxima (LXMERT's extract_coco_image.py: objects_id, objects_conf, attrs_id, attrs_conf).
+    ``image_size`` (height, width) is recorded, the boxes are not clipped (generate_tsv's are not).
+    """
+    boxes = rois.float() / torch.tensor(scale, dtype=torch.float32, device=rois.device)
+    conf_scores = max_conf(boxes, scores.float(), threshold)
+    keep = torch.from_numpy(tsv_keep(conf_scores, min_boxes, max_boxes, conf).copy()).to(rois.device)
+    class_scores, class_ids = scores[keep].max(dim=1)
+    attr_prob, attr_ids = attr_scores[keep].max(dim=1)
+    return Regions(
+        boxes=boxes[keep].cpu().numpy(),
+        features=pool5[keep].float().cpu().numpy(),
+        class_ids=class_ids.cpu().numpy().astype(np.int64),
+        class_scores=class_scores.float().cpu().numpy(),
+        image_size=tuple(image_size),
+        attr_ids=attr_ids.cpu().numpy().astype(np.int64),
+        attr_scores=attr_prob.float().cpu().numpy(),
+    ), conf_scores
 
 
 def _vocab(spec, key, n, optional, kind):

@@ -81,6 +81,7 @@ from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
 from vlbias.registry import one_weights_source
 from vlbias.weights import as_written, fetched
+from vlbias.regions.blob import image_blob
 from vlbias.regions.bua import ConvNorm, stage
 
 log = logging.getLogger(__name__)
@@ -305,15 +306,6 @@ class Prepared:
     size: tuple           # (height, width) of the original image
 
 
-def image_scale(height, width, min_size, max_size):
-    """Detectron's prep_im_for_blob: the factor taking the shorter side to min_size, unless the
-    longer side would then round above max_size."""
-    scale = min_size / min(height, width)
-    if round(scale * max(height, width)) > max_size:
-        scale = max_size / max(height, width)
-    return scale
-
-
 @register("detectron_fpn")
 class DetectronFPNDetector:
     def __init__(self, spec):
@@ -374,17 +366,8 @@ class DetectronFPNDetector:
 
     def prepare(self, rgb):
         """PIL RGB image -> Prepared: BGR minus the means, resized as cv2.resize(fx=fy=scale, INTER_LINEAR)."""
-        pixels = np.asarray(rgb.convert("RGB"), dtype=np.float32)[:, :, ::-1] - np.float32(PIXEL_MEANS_BGR)
-        height, width = pixels.shape[:2]
-        scale = image_scale(height, width, self.min_size, self.max_size)
-        size = [round(height * scale), round(width * scale)]  # cv2's output size for fx = fy = scale
-        if min(size) < 1:
-            raise InputError(f"image of {width}x{height} pixels", "too elongated for the detector")
-        image = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1)))[None].double()
-        # bilinear with cv2's mapping: source = (destination + 0.5) / scale - 0.5, the given scale; in
-        # float64, as cv2 computes the source positions (float32 positions near 1000 are off by 1e-4)
-        image = torch.ops.aten.upsample_bilinear2d(image, size, False, scale, scale)[0].float()
-        return Prepared(image, scale, (height, width))
+        image, scale = image_blob(rgb, PIXEL_MEANS_BGR, self.min_size, self.max_size)
+        return Prepared(image, scale, (rgb.height, rgb.width))
 
     @torch.inference_mode()
     def detect(self, inputs):

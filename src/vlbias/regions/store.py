@@ -177,7 +177,7 @@ class RegionStore:
         return n, slice(int(self._start[n]), int(self._start[n] + self._count[n]))
 
     def get(self, image_id):
-        """(Regions, is_person bool (n,)) of one image, best box first."""
+        """(Regions, is_person bool (n,)) of one image, its boxes in the detector's order."""
         n, rows = self._rows(image_id)
         g = self.f["regions"]
         attrs = "attr_id" in g

@@ -71,18 +71,20 @@ def column_names(fields):
     return names
 
 
-def image_key(name, image_ids):
+def image_key(name, image_ids, file):
     """The key that matches a TSV image id and a manifest file name, or None if ``name`` has none.
 
-    ``coco``: COCO's image number, from "COCO_val2014_000000462928", its file name with ".jpg", or
-    "462928" (releases write either; numbers are unique across COCO's splits). ``stem``: the file
-    name without its extension, the TSV id as it is.
+    ``coco``: COCO's image number, from "COCO_val2014_000000462928", that with ".jpg", or "462928"
+    (releases write either; numbers are unique across COCO's splits). ``stem``: a manifest ``file``
+    name without its extension (from its last dot), a TSV id as it is: the id "img.v1" is the image
+    of the file "img.v1.jpg".
     """
-    stem = name.rsplit(".", 1)[0] if "." in name else name
     if image_ids == "stem":
-        return stem or None
-    match = COCO_ID.match(stem)
-    return int(match.group(1)) if match else None
+        return (name.rsplit(".", 1)[0] if file else name) or None
+    for candidate in (name, name.rsplit(".", 1)[0]):
+        if match := COCO_ID.match(candidate):
+            return int(match.group(1))
+    return None
 
 
 class TsvSource:
@@ -176,7 +178,7 @@ def read_tsv_regions(tsv, entries, source, out_path, provenance=None):
     started = time.perf_counter()
     wanted = {}
     for image_id, _ in entries:
-        key = image_key(image_id.rsplit("/", 1)[-1], source.image_ids)
+        key = image_key(image_id.rsplit("/", 1)[-1], source.image_ids, file=True)
         if key is None:
             raise InputError(image_id, f"its file name has no image id of the kind image_ids: {source.image_ids}")
         wanted.setdefault(key, []).append(image_id)
@@ -189,7 +191,7 @@ def read_tsv_regions(tsv, entries, source, out_path, provenance=None):
             sha256.update(line)
             where = f"{tsv}:{line_num}"
             tsv_id, regions = source.parse(line.rstrip(b"\r\n").split(b"\t"), where)
-            key = image_key(tsv_id, source.image_ids)
+            key = image_key(tsv_id, source.image_ids, file=False)
             if key is None:
                 raise InputError(where, f"field 'image_id': {tsv_id[:60]!r} is no image id of the kind "
                                         f"image_ids: {source.image_ids}")
@@ -201,7 +203,7 @@ def read_tsv_regions(tsv, entries, source, out_path, provenance=None):
     sha = sha256.hexdigest()
     with write_region_store(out_path, source, {"tsv": str(tsv), "tsv_sha256": sha, **(provenance or {})}) as store:
         for image_id, _ in sorted(entries):
-            key = image_key(image_id.rsplit("/", 1)[-1], source.image_ids)
+            key = image_key(image_id.rsplit("/", 1)[-1], source.image_ids, file=True)
             if key in found:
                 store.add([(image_id, found[key])])
             else:

@@ -117,6 +117,25 @@ class _Visuals:
         return self.cache[key]
 
 
+def _in_authors_batches(encoder, listed, rows, visual, images):
+    """(regions entries, batch keys) of ``rows`` (planned (caption, image, span), a subsequence of the
+    role's ``listed`` (caption, image) pairs): the encoder's ``in_authors_batches`` over every listed
+    pair in its order (the authors' loader had them all; an image the store lacks holds its place with
+    no regions), for a feed that depends on the batch; else (None: each row reads its own Visual, read
+    when embedded) and no keys."""
+    if not encoder.batch_dependent:
+        return None, [None] * len(rows)
+    entries, keys = encoder.in_authors_batches([c for c, _ in listed],
+                                               [visual(i) if i in images else None for _, i in listed])
+    out, at = [], 0
+    for caption, image, _ in rows:
+        while listed[at] != (caption, image):
+            at += 1
+        out.append((entries[at], keys[at]))
+        at += 1
+    return [e for e, _ in out], [k for _, k in out]
+
+
 def missing_image_reasons(image_ids, store, manifest_rows=()):
     """{image id: why the region store lacks it} for those of ``image_ids`` it lacks: the store's
     reason for skipping it (undecodable), else the acquisition manifest's (test, role, file,
@@ -156,7 +175,9 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
     pair's vector under a digest of what was embedded (level, mask and mask terms, caption, word, the
     image's regions and the regions masked, and the encoder options that act there: token_mask for T,
     ws_vector for W and S, the family's feed options (``encoder.feed``, protocol rows 8-12) for every
-    vector): a rerun after an edit embeds only pairs it has not seen. A pair the encoder's feed cannot
+    vector; with a feed that depends on the authors' batch, VL-BERT's attended box padding, what it
+    reads of the pair's batch: ``encoder.in_authors_batches`` over the role's listed pairs, in order):
+    a rerun after an edit embeds only pairs it has not seen. A pair the encoder's feed cannot
     read (``encoder.refusal``: ViLBERT's ``in_place`` on fewer than 36 regions) is left out with that reason.
 
     A model that computes region features from the image itself (``needs_pixels``: VL-BERT end to
@@ -222,13 +243,17 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
                     else:
                         dropped.append({"test": stimulus.id, "level": level, "mask": mask or NO_MASK, "role": role,
                                         "caption": caption, "image": image, "reason": why})
-                keys = [digest(level, mask, terms, caption, span, visual(image, labels)[1], *option)
-                        for caption, image, span in rows]
+                entries, batch = _in_authors_batches(encoder, stimulus.pairs(LEVEL_SOURCE[level], role), rows,
+                                                     lambda i, labels=labels: visual(i, labels)[0], images)
+                keys = [digest(level, mask, terms, caption, span, visual(image, labels)[1], *option,
+                               *([] if b is None else [b])) for (caption, image, span), b in zip(rows, batch)]
 
-                def compute(todo, rows=rows, labels=labels):
+                def compute(todo, rows=rows, labels=labels, entries=entries):
                     part = [rows[i] for i in todo]
-                    return encoder.embed([c for c, *_ in part], [visual(i, labels)[0] for _, i, _ in part], level,
-                                         mask=mask, mask_terms=terms, words=[s for *_, s in part] if level == "C" else None)
+                    regions = [entries[i] if entries else visual(image, labels)[0] for i, (_, image, _) in
+                               zip(todo, part)]
+                    return encoder.embed([c for c, *_ in part], regions, level, mask=mask, mask_terms=terms,
+                                         words=[s for *_, s in part] if level == "C" else None)
 
                 out = cached_vectors(cache, keys, compute, chunk=chunk or encoder.batch_size * 8)
                 progress.advance(len(rows))
