@@ -74,8 +74,10 @@ def test_status_and_failure_tables(project):
     failures = read(out / "failures.tsv").set_index("file")
     assert "looks like HTML" in failures.loc["page.jpg", "reason"]
     assert failures.loc["gone.jpg", "reason"] == "could not download: HTTP 404 Not Found"
+    # the job's summary line, the one the terminal shows: the failures counted by kind, and where they are listed
     assert (project / "results/logs/grounded_images/google.log").read_text().rstrip().endswith(
-        "google: 4 of 7 images arrived")
+        "grounded images google: 4 of 7 images arrived; 1 not an image, 1 HTTP 404 Not Found, 1 no URL in the "
+        "manifest — see results/images/grounded/google/failures.tsv")
     # a duplicate across tests is marked in the dataset's table
     assert dataset.set_index("file").loc["dup.jpg", "reason"] == "duplicate of toy-a/targ1/a0.jpg"
     assert list(failures.index) == ["page.jpg", "gone.jpg", "nourl.jpg"]

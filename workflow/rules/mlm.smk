@@ -47,11 +47,6 @@ rule mlm_logprobs:
         "../scripts/mlm_logprobs.py"
 
 
-def mlm_report_output(name, caption):
-    return report(f"results/mlm/{{model}}/{name}", caption=f"../report/{caption}", category="MLM association",
-                  subcategory="{model}")
-
-
 rule mlm_report:
     input:
         stimuli=MLM_PLAN.stimuli(),

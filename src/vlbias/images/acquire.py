@@ -26,9 +26,11 @@ import argparse
 import hashlib
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from vlbias.images.decode import ImageDecodeError, load_rgb
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import DownloadError, FetchError, download, read_manifest, sha256_file, write_manifest
 from vlbias.io.paths import confined, relative_path
-from vlbias.logs import Progress
+from vlbias.logs import FILE_ONLY, Progress
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +284,7 @@ def acquire(rows, cache, *, mirror=None, mirror_layout="tests", workers=8, timeo
         if status[i] is None:
             status[i] = _status(row, "failed", f"listed twice (also row {first[image_id(row)] + 1})")
         if status[i]["status"] != "ok":
-            log.warning("%s/%s/%s: %s", row["test"], row["role"], row["file"], status[i]["reason"])
+            log.warning("%s/%s/%s: %s", row["test"], row["role"], row["file"], status[i]["reason"], extra=FILE_ONLY)
     return mark_duplicates(status)
 
 
@@ -322,9 +324,27 @@ def summarize(status):
     return list(out.values())
 
 
-def arrived(status):
-    """The summary line a rule's log ends with."""
-    return f"{sum(r['status'] == 'ok' for r in status)} of {len(status)} images arrived"
+def reason_kind(reason):
+    """A failure's reason without what is particular to the image (its path, URL, the attempts): what
+    the summary line counts images by ("not in the mirror", "HTTP 404 Not Found", ...)."""
+    reason = re.sub(r"^could not download( after \d+ attempts)?: ", "", reason)
+    if reason.startswith("not in mirror"):
+        return "not in the mirror"
+    return re.split(r" \(|: ", reason, maxsplit=1)[0]
+
+
+def arrived(status, failures=None, top=3):
+    """The summary line a rule's log ends with (and the terminal shows): "4 of 7 images arrived", then
+    the failures counted by their ``reason_kind``, the ``top`` most frequent named, and where
+    every failure is listed: "; 2 HTTP 404 Not Found, 1 no URL in the manifest — see failures.tsv"."""
+    line = f"{sum(r['status'] == 'ok' for r in status)} of {len(status)} images arrived"
+    kinds = Counter(reason_kind(r["reason"]) for r in status if r["status"] != "ok").most_common()
+    if not kinds:
+        return line
+    named = [f"{n} {kind}" for kind, n in kinds[:top]]
+    if len(kinds) > top:
+        named.append(f"{sum(n for _, n in kinds[top:])} failed otherwise")
+    return f"{line}; {', '.join(named)}" + (f" — see {failures}" if failures else "")
 
 
 # -- the dataset table (Ross et al. 2021, Table 1) -----------------------------------------------
