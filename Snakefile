@@ -65,9 +65,9 @@ report: "workflow/report/workflow.rst"
 
 
 rule all:
+    default_target: True
     input:
         default_targets,
-    default_target: True
 
 
 onsuccess:

@@ -3,6 +3,7 @@
 # sizes (the rules here), the MLM figures; each with its caption (workflow/report/*.rst). While only
 # a report is written, the inputs are what exists (common.smk: existing).
 
+
 rule ieat_figures:
     input:
         unpack(lambda w: existing({table: f"results/ieat/{table}.csv" for table in IEAT_TABLES})),
@@ -23,6 +24,8 @@ rule ieat_figures:
         ),
     log:
         "results/logs/ieat_figures.log",
+    conda:
+        "../../environment.yml"
     threads: 1
     params:
         title="iEAT",
@@ -43,6 +46,8 @@ rule seat_figures:
         ),
     log:
         "results/logs/seat_figures.log",
+    conda:
+        "../../environment.yml"
     threads: 1
     params:
         title="WEAT/SEAT",
@@ -71,9 +76,12 @@ rule grounded_figures:
         ),
     log:
         "results/logs/grounded_figures.log",
+    conda:
+        "../../environment.yml"
     threads: 1
     params:
         columns=GROUNDED_PLAN.experiments.get("columns"),
         levels=GROUNDED_PLAN.grounded.get("levels"),
+        groups=GROUNDED.get("tables", {}).get("table3", {}).get("groups"),
     script:
         "../scripts/grounded_figures.py"

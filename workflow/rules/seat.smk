@@ -16,6 +16,8 @@ rule seat_embed:
         "results/logs/seat_embed/{model}.log",
     wildcard_constraints:
         model=alternatives([m for m in SEAT["models"] if m not in SEAT_VECTOR_MODELS]),
+    conda:
+        "../../environment.yml"
     # seat/threads (default 1: short texts, one thread each for this and another job uses two cores
     # better than two threads here); torch's threads come from params.threads, never the job's cores
     threads: SEAT["threads"]
@@ -40,6 +42,8 @@ rule seat_vectors:
         "results/logs/seat_vectors/{model}.log",
     wildcard_constraints:
         model=alternatives(SEAT_VECTOR_MODELS),
+    conda:
+        "../../environment.yml"
     params:
         spec=lambda w: SEAT["models"][w.model],
         provenance=lambda w: provenance(SEAT["models"][w.model]),
@@ -63,6 +67,8 @@ rule seat_table:
         ),
     log:
         "results/logs/seat_table/{model}.log",
+    conda:
+        "../../environment.yml"
     threads: 2
     params:
         stats=stats_params(),
