@@ -331,6 +331,15 @@ def test_table1_rows():
         ("coco", "C6", "weat6", "", "", "254"),
         ("google", "", "extra", "5", "5", ""),
     ]
+    assert not any(r["note"] for r in rows)
+    # a zero says why, from the dataset's failures
+    summaries["google"][0] |= {"obtained": "0", "failed": "780"}
+    failed = [{"test": "weat6", "reason": f"not in mirror /m/{i}.jpg"} for i in range(779)] + [
+        {"test": "weat6", "reason": "no URL in the manifest"}, {"test": "db-word", "reason": "no URL in the manifest"}]
+    rows = table1_rows(published, summaries, {"google": (failed, "f.tsv")})
+    assert rows[0]["obtained"] == "0" and rows[0]["note"] == \
+        "none obtained: 779 not in the mirror, 1 no URL in the manifest — see f.tsv"
+    assert [r["note"] for r in rows[1:]] == [""] * 4  # db-word obtained some
 
 
 def test_published_table1_names_every_upstream_test():

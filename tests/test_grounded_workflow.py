@@ -88,11 +88,11 @@ def test_status_and_failure_tables(project):
 
 def test_table1(project):
     t = pd.read_csv(project / "results/grounded/table1.csv", dtype=str, keep_default_na=False)
-    assert t.values.tolist() == [["google", "Toy A", "toy-a", "4", "2", "0", "4"],
-                                 ["google", "Toy B", "toy-b", "3", "2", "0", "2"],
-                                 ["coco", "C6: M/W, Career/Family", "weat6", "", "", "", "254"]]
-    assert "| google | Toy A | toy-a | 4 | 2 | 0 | 4 |" in (project / "results/grounded/table1.md").read_text()
-    assert r"coco & C6: M/W, Career/Family & weat6 &  &  &  & 254 \\" in \
+    assert t.values.tolist() == [["google", "Toy A", "toy-a", "4", "2", "0", "4", ""],
+                                 ["google", "Toy B", "toy-b", "3", "2", "0", "2", ""],
+                                 ["coco", "C6: M/W, Career/Family", "weat6", "", "", "", "254", ""]]
+    assert "| google | Toy A | toy-a | 4 | 2 | 0 | 4 |  |" in (project / "results/grounded/table1.md").read_text()
+    assert r"coco & C6: M/W, Career/Family & weat6 &  &  &  & 254 &  \\" in \
         (project / "results/grounded/table1.tex").read_text()
 
 

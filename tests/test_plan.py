@@ -212,7 +212,11 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
     models = list(shipped["seat"]["models"])
     assert targets(shipped) == [f"results/seat/{m}/table.{e}" for m in models for e in ("csv", "md", "html")]
     config = copy.deepcopy(shipped)
-    assert "weat1" in seat_tests(config) and seat_tests(config) == sorted(seat_tests(config))
+    tests = seat_tests(config)  # all, in their natural order: weat10 after weat9, each sent- beside its word test
+    weats = [t for t in tests if "weat" in t]
+    assert weats[:5] == ["weat1", "sent-weat1", "weat2", "sent-weat2", "weat3"]
+    assert weats[-4:] == ["weat9", "sent-weat9", "weat10", "sent-weat10"]
+    assert tests.index("weat3b") == tests.index("sent-weat3") + 1 and len(tests) == len(set(tests)) == 46
     config["seat"]["tests"] = ["weat2", "weat1"]
     assert seat_tests(config) == ["weat2", "weat1"]  # as listed
 

@@ -6,6 +6,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO
 from PIL import Image
 
 from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, suite_rows
@@ -221,6 +222,29 @@ def test_page_in_a_headless_browser(browser, tmp_path):
         assert png.size == (1000, 900)
         # the page is not blank: the figure's colours are in the screenshot
         assert len(png.convert("RGB").getcolors(1 << 20)) > 50
+
+
+def test_the_seat_page_of_every_shipped_test_fits_the_window(browser, tmp_path):
+    """Issue 30: the SEAT page's result columns ran past a 1400 px window (1450 px wide). Every shipped
+    SEAT test with its name and set labels (IncompetentNotAchievementOriented ...): the page fits 1400
+    and 1024 px windows, the labels wrapping between their words."""
+    from vlbias.io.stimuli import load_stimulus
+    from vlbias.suites.seat.plan import natural_key
+
+    stimuli = sorted((load_stimulus(f) for f in (REPO / "resources/stimuli/seat").glob("*.yaml")),
+                     key=lambda s: natural_key(s.id))
+    rows = [{"test": s.id, "name": s.name, "model": "minilm", **{k: st.label for k, st in s.sets.items()},
+             "n_t": 8, "n_y": 8, "n_a": 10, "n_b": 10, "d": 1.2345, "d_low": -1.2, "d_high": 1.3, "ci_level": 0.95,
+             "p": 0.0123, "status": "ok"} for s in stimuli]
+    # and one's own test, its labels without spaces or capitals: they break anywhere rather than overflow
+    rows.append({**rows[0], "test": "mine", "name": "mine", "X": "my_own_target_words_" * 6, "Y": "y_" * 40})
+    df = assemble(rows, [s.id for s in stimuli] + ["mine"], ["minilm"])
+    write_page(tmp_path / "seat.html", "SEAT", [results_table_html(df, "WEAT/SEAT on minilm")], heading=False)
+    assert "Incompetent<wbr>Not<wbr>Achievement<wbr>Oriented" in (tmp_path / "seat.html").read_text()
+    for size in ((1400, 900), (1024, 768)):
+        seen = browser.render(tmp_path / "seat.html", size=size)
+        assert seen.viewport == size[0] and seen.width <= seen.viewport, (size, seen.width)
+        assert "WEAT 10: young/old people's names × pleasant/unpleasant" in seen.text and "1.23" in seen.text
 
 
 # --- Markdown and any table as HTML ----------------------------------------------------------------

@@ -47,6 +47,7 @@ rule grounded_images:
 rule grounded_table1:
     input:
         summaries=expand("results/images/grounded/{dataset}/summary.tsv", dataset=GROUNDED_DATASETS),
+        failures=expand("results/images/grounded/{dataset}/failures.tsv", dataset=GROUNDED_DATASETS),
         published=GROUNDED.get("table1", {}).get("published", []),
     output:
         csv="results/grounded/table1.csv",

@@ -11,6 +11,7 @@ Every text from a table (test names, set labels, a skipped test's reason) is esc
 
 import html
 import math
+import re
 
 import pandas as pd
 
@@ -24,8 +25,9 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 table.vlbias { border-collapse: collapse; margin: 1em 0 0.3em; font-size: 13px; }
 table.vlbias caption { caption-side: top; text-align: left; font-weight: 600; padding-bottom: 0.4em; }
 table.vlbias th, table.vlbias td { padding: 0.2em 0.6em; border-bottom: 1px solid #ddd; vertical-align: top; }
+table.vlbias td { overflow-wrap: anywhere; }
 table.vlbias thead th { border-bottom: 1px solid #666; text-align: center; }
-table.vlbias td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.vlbias td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; overflow-wrap: normal; }
 table.vlbias .sub { display: block; font-size: 85%; color: #555; }
 table.vlbias .skipped { color: #888; font-style: italic; }
 table.vlbias .paper { color: #555; }
@@ -38,6 +40,12 @@ figcaption { font-size: 90%; color: #333; max-width: 70em; }
 
 def _e(value):
     return html.escape(text(value))
+
+
+def _breakable(value):
+    """Escaped text with a line-break opportunity inside CamelCase words ("Incompetent<wbr>Not..."), so
+    a label such as IncompetentNotAchievementOriented wraps between its words, not inside them."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "<wbr>", _e(value))
 
 
 def _float(value):
@@ -74,7 +82,7 @@ def results_table_html(rows, caption, note=None, family=FAMILY):
     for test in tests:
         found = [by[(test, m)] for m in models if (test, m) in by]
         first = found[0]
-        cells = [_e(first.get("name", test)), *(_e(first.get(s, "")) for s in "XYAB"),
+        cells = [_breakable(first.get("name", test)), *(_breakable(first.get(s, "")) for s in "XYAB"),
                  *(_e(_same([r.get(n, "") for r in found])) for n in ("n_t", "n_a"))]
         out.append("<tr>" + "".join(f"<td>{c}</td>" if i < 5 else f'<td class="num">{c}</td>'
                                     for i, c in enumerate(cells)))

@@ -1,5 +1,7 @@
 """What the SEAT/WEAT workflow builds (workflow/rules/seat.smk), planned from the checked config."""
 
+import re
+
 from vlbias.suites.plan import stimulus_ids
 from vlbias.weights import record_path
 
@@ -9,9 +11,17 @@ def table_path(model, ext="csv"):
     return f"results/seat/{model}/table.{ext}"
 
 
+def natural_key(test):
+    """Tests in their natural order: weat2 before weat10, and a sentence-level variant (sent-<id>) right
+    after its word-level test."""
+    base = test.removeprefix("sent-")
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", base)], test != base
+
+
 def seat_tests(config):
+    """The tests of seat/tests: `all` stimulus files in their natural order (``natural_key``), or as listed."""
     seat = config["seat"]
-    return stimulus_ids(seat["stimuli"]) if seat["tests"] == "all" else list(seat["tests"])
+    return sorted(stimulus_ids(seat["stimuli"]), key=natural_key) if seat["tests"] == "all" else list(seat["tests"])
 
 
 def targets(config):
