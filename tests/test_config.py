@@ -78,6 +78,11 @@ def test_a_mistake_is_named_by_its_key(change, expected):
     assert any(p.startswith(expected) for p in found), found
 
 
+def test_a_misspelt_required_key_is_said_once_with_its_suggestion():
+    found = problems(lambda c: c["stats"].update(n_sample=c["stats"].pop("n_samples")))
+    assert found == ["key 'stats/n_sample': unknown key (did you mean 'n_samples'?)"]  # not also "required"
+
+
 def test_an_unknown_top_level_key_is_one_short_line():
     found = problems(lambda c: c.update(ieatt={"models": {}}))
     assert found == ["key 'ieatt': unknown key (did you mean 'ieat'?)"]

@@ -1,15 +1,14 @@
 """Stimulus files: one YAML file per association test, validated against
 ``workflow/schemas/stimulus.schema.yaml`` before anything uses it."""
 
-import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.validation import problems
 
 # Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
@@ -32,20 +31,6 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
-_END = re.compile(r"(?<!\\)\$")
-
-
-def _pattern(validator, pattern, instance, schema):
-    # JSON Schema's `$` (ECMA-262) matches only at the end of the string; Python's `re` also before a
-    # final newline, which let a model name "vx\n" through (and into a file name): `$` read as `\Z`
-    if validator.is_type(instance, "string") and not re.search(_END.sub(r"\\Z", pattern), instance):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-# the validator of every schema here and of the workflow's config (vlbias.config)
-Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
-
-
 @cache
 def schema(name):
     """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
@@ -53,16 +38,12 @@ def schema(name):
         return yaml.safe_load(f)
 
 
-def _key(error):
-    return "/".join(str(p) for p in error.absolute_path) or "(top level)"
-
-
 def validate(doc, source, schema):
-    """Raise InputError naming ``source`` and the offending key for the first schema violation."""
-    errors = sorted(Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        raise InputError(source, f"key '{_key(e)}': {e.message}")
+    """Raise InputError naming ``source`` and each offending key, in one line, as the config check says
+    them (vlbias.validation: an unknown key with the closest valid one, "did you mean 'A'?")."""
+    found = problems(doc, schema)
+    if found:
+        raise InputError(source, "; ".join(found))
 
 
 @dataclass(frozen=True)
