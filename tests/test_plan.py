@@ -219,6 +219,12 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
     assert tests.index("weat3b") == tests.index("sent-weat3") + 1 and len(tests) == len(set(tests)) == 46
     config["seat"]["tests"] = ["weat2", "weat1"]
     assert seat_tests(config) == ["weat2", "weat1"]  # as listed
+    # a model entry's own tests: those it runs (e.g. one's own vectors of some tests); else seat/tests
+    config["seat"]["models"]["mine"] = {"source": "vectors", "vectors": "v.csv", "tests": ["weat6", "sent-weat6"]}
+    assert seat_tests(config, "mine") == ["weat6", "sent-weat6"] and seat_tests(config, "minilm") == ["weat2", "weat1"]
+    config["seat"]["models"]["mine"]["tests"] = "all"
+    assert seat_tests(config, "mine") == tests
+    assert targets(config)[-3:] == [f"results/seat/mine/table.{e}" for e in ("csv", "md", "html")]
 
 
 # --- grounded images and region stores ----------------------------------------------------------------

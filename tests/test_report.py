@@ -77,6 +77,20 @@ def test_results_table_in_the_papers_layout():
     assert "95 % bootstrap interval" in html
 
 
+def test_own_tests_never_shift_a_published_tests_adjusted_p():
+    """Issue 30: one's own tests form their own family (vlbias.io.stimuli.OWN). The paper's two tests
+    (p 0.01, 0.04) keep their Holm p (0.02, 0.04) beside three of one's own with smaller p; among
+    five tests they would have been 0.04 and 0.08."""
+    paper = [{**result("t1", "m1", 0.5, p), "test": t, "family": "may2019"} for t, p in (("a", 0.01), ("b", 0.04))]
+    own = [{**result("t1", "m1", 0.5, p), "test": t, "family": "own"} for t, p in (("c", 0.001), ("d", 0.002),
+                                                                                  ("e", 0.003))]
+    df = assemble(paper + own, ["a", "b", "c", "d", "e"], ["m1"]).set_index("test")
+    assert df.loc[["a", "b"], "p_holm"].tolist() == pytest.approx([0.02, 0.04])
+    assert df.loc[["c", "d", "e"], "p_holm"].tolist() == pytest.approx([0.003, 0.004, 0.004])
+    alone = assemble(paper, ["a", "b"], ["m1"]).set_index("test")
+    assert df.loc[["a", "b"], ["p_holm", "p_bh"]].equals(alone[["p_holm", "p_bh"]])
+
+
 def test_results_table_without_interval_or_paper():
     df = assemble([{k: v for k, v in r.items() if k not in ("d_low", "d_high", "ci_level")} for r in ROWS],
                   ["t1", "t2"], ["m1", "m2"])

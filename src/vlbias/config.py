@@ -249,10 +249,13 @@ def reference_problems(config, root=Path(".")):
     if spec["models"] and spec["test"] not in ieat_tests:
         problems.append(f"key 'ieat/specificity/test': '{spec['test']}' is not a stimulus file in "
                         f"{ieat['stimuli']}{suggest(spec['test'], ieat_tests)}")
+    seat_ids = _stimulus_ids(root / seat["stimuli"])
     if seat["tests"] != "all":
-        _names(problems, ("seat", "tests"), seat["tests"], _stimulus_ids(root / seat["stimuli"]),
-               f"a stimulus file in {seat['stimuli']}")
+        _names(problems, ("seat", "tests"), seat["tests"], seat_ids, f"a stimulus file in {seat['stimuli']}")
     for name, spec in seat["models"].items():
+        if spec.get("tests", "all") != "all":
+            _names(problems, ("seat", "models", name, "tests"), spec["tests"], seat_ids,
+                   f"a stimulus file in {seat['stimuli']}")
         if spec.get("adapter") and "texts" not in encodes(spec):
             problems.append(f"key 'seat/models/{name}/adapter': adapter '{spec['adapter']}' embeds no texts")
     detectors = set((config.get("regions") or {}).get("detectors", {}))

@@ -9,7 +9,7 @@ seat_targets = partial(seat_plan.targets, config)
 rule seat_embed:
     input:
         weights=record_path("seat/{model}"),
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
     output:
         "results/embeddings/seat/{model}.h5",
     log:
@@ -35,7 +35,7 @@ rule seat_embed:
 rule seat_vectors:
     input:
         vectors=lambda w: vector_files(SEAT["models"][w.model]),
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
     output:
         "results/embeddings/seat/{model}.h5",
     log:
@@ -54,7 +54,7 @@ rule seat_vectors:
 rule seat_table:
     input:
         store="results/embeddings/seat/{model}.h5",
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
     output:
         csv="results/seat/{model}/table.csv",
         md="results/seat/{model}/table.md",

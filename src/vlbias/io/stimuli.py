@@ -13,6 +13,9 @@ from vlbias.validation import problems
 # Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SETS = ("X", "Y", "A", "B")
+# the multiple-comparison family of a stimulus file that names none: one's own tests, adjusted among
+# themselves, never with a paper's (the shipped files name theirs: may2019, steed2021, cross-modal)
+OWN = "own"
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -66,6 +69,7 @@ class Stimulus:
     A: StimulusSet
     B: StimulusSet
     path: str
+    family: str = OWN  # the tests a table adjusts its p-values with (per model): the paper's, or one's own
 
     @property
     def sets(self):
@@ -120,7 +124,7 @@ def load_stimulus(path):
     _check_modalities(doc, sets, path)
     return Stimulus(
         id=doc["id"], name=doc["name"], suite=doc["suite"], level=doc.get("level"),
-        source=doc.get("source"), path=str(path), **sets,
+        source=doc.get("source"), path=str(path), family=doc.get("family", OWN), **sets,
     )
 
 

@@ -23,12 +23,13 @@ def published_as(published, paper):
 
 def assemble(rows, tests, models, published=None, table=None):
     """Order result rows by the table's tests, then models; add the Holm and Benjamini–Hochberg
-    adjusted p (the family: one model's tests in this table, skipped tests left out) and the
-    paper's d and p beside ours."""
+    adjusted p (the family: one model's tests of one stimulus family in this table, skipped tests
+    left out: one's own tests never shift a paper's, vlbias.io.stimuli.OWN) and the paper's d and p
+    beside ours."""
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     order = {(t, m): i for i, (t, m) in enumerate((t, m) for t in tests for m in models)}
     df = df.assign(_o=[order[(t, m)] for t, m in zip(df["test"], df["model"])]).sort_values("_o")
-    df = add_adjusted(df.drop(columns="_o").reset_index(drop=True), family=("model",))[TABLE_COLUMNS]
+    df = add_adjusted(df.drop(columns="_o").reset_index(drop=True), family=("model", "family"))[TABLE_COLUMNS]
     if published is not None:
         pub = published if table is None else published[published["table"] == table]
         pub = pub[["test", "model", "d", "p"]].rename(columns={"d": "d_paper", "p": "p_paper"})

@@ -18,10 +18,12 @@ def natural_key(test):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", base)], test != base
 
 
-def seat_tests(config):
-    """The tests of seat/tests: `all` stimulus files in their natural order (``natural_key``), or as listed."""
+def seat_tests(config, model=None):
+    """The tests ``model`` runs: its entry's `tests`, else seat/tests (``model`` None: seat/tests);
+    `all` is every stimulus file in its natural order (``natural_key``), a list is taken as listed."""
     seat = config["seat"]
-    return sorted(stimulus_ids(seat["stimuli"]), key=natural_key) if seat["tests"] == "all" else list(seat["tests"])
+    tests = seat["models"][model].get("tests", seat["tests"]) if model else seat["tests"]
+    return sorted(stimulus_ids(seat["stimuli"]), key=natural_key) if tests == "all" else list(tests)
 
 
 def targets(config):
