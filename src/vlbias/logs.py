@@ -89,10 +89,11 @@ class Progress:
             self.log.info("%s: %d/%d (%.0f%%), %.1f/s, about %s left", self.what, self.n, self.total,
                           100 * self.n / max(self.total, 1), rate, _duration(left))
 
-    def done(self, note=""):
+    def done(self, note="", terminal=True):
+        """The final line; ``terminal`` False: the log file's only, where the job's summary line says it all."""
         seconds = time.monotonic() - self.start
         self.log.info("%s: %d/%d done in %s%s", self.what, self.n, self.total, _duration(seconds),
-                      f"; {note}" if note else "")
+                      f"; {note}" if note else "", extra=None if terminal else FILE_ONLY)
 
 
 def _duration(seconds):

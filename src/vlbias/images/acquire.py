@@ -279,7 +279,7 @@ def acquire(rows, cache, *, mirror=None, mirror_layout="tests", workers=8, timeo
         for i, s in zip(todo, pool.map(lambda i: _obtain(rows[i], cache, mirror, flat, net), todo)):
             status[i] = s
             progress.advance()
-    progress.done(f"{sum(s['status'] == 'ok' for s in status if s)} obtained")
+    progress.done(f"{sum(s['status'] == 'ok' for s in status if s)} obtained", terminal=False)  # arrived() sums up
     for i, row in enumerate(rows):
         if status[i] is None:
             status[i] = _status(row, "failed", f"listed twice (also row {first[image_id(row)] + 1})")
