@@ -22,6 +22,7 @@ from conftest import REPO
 from hub import Hub
 
 from vlbias.io.store import read_provenance
+from vlbias.report.formats import stars
 from vlbias.weights import package_dir, provenance, read_record, record_path
 
 pytestmark = pytest.mark.workflow
@@ -188,7 +189,8 @@ def test_tables_are_built(project):
     assert (t1.p_holm == t1.p).all()  # a family of one test per model
     md = (project / "results/ieat/t1.md").read_text()
     assert "Flower-Insect" in md and "| pub |" in md
-    assert "| d [95 % CI] | p | p Holm | p BH |" in md and f"{pub.d:.2f} [{pub.d_low:.2f}, {pub.d_high:.2f}]" in md
+    assert "| d [95 % CI] | p | p Holm | p BH |" in md
+    assert f"{pub.d:.2f}{stars(pub.p_holm)} [{pub.d_low:.2f}, {pub.d_high:.2f}]" in md and stars(pub.p_holm)
 
 
 def test_missing_inputs_are_listed_next_to_the_table(project):
@@ -323,7 +325,7 @@ def test_invalid_config_names_the_key(tmp_path):
 @pytest.mark.parametrize("stimulus,old,new,message", [
     ("ieat/insect-flower.yaml", "toy/pleasant", "toy/nonexistent",
      "insect-flower.yaml: key 'A/category': 'toy/nonexistent' is not listed"),
-    ("seat/weat-toy.yaml", "label: B", "lable: B", "weat-toy.yaml: key 'B'"),
+    ("seat/weat-toy.yaml", "label: B", "lable: B", "weat-toy.yaml: key 'B/lable': unknown key (did you mean 'label'?)"),
 ])
 def test_bad_stimulus_fails_early_naming_file_and_key(tmp_path, stimulus, old, new, message):
     make_project(tmp_path)
@@ -469,7 +471,7 @@ def test_report_shows_each_table_and_figure(project, browser, tmp_path):
     # the table's caption and a cell: d with its star and its interval, the Holm-adjusted p
     assert frame["text"].startswith("toy\n") and "Flower-Insect" in frame["text"]
     pub = t1.loc["pub"]
-    assert f"{pub.d:.2f}*\n[{pub.d_low:.2f}, {pub.d_high:.2f}]" in frame["text"]
+    assert f"{pub.d:.2f}{stars(pub.p_holm)}\n[{pub.d_low:.2f}, {pub.d_high:.2f}]" in frame["text"] and stars(pub.p_holm)
     seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "heatmap.png",
                           script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)"))
     [figure] = [i for i in seen.images if i["src"].startswith("data:image/png")]

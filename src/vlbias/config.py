@@ -27,7 +27,8 @@ from vlbias.errors import InputError
 from vlbias.models.plan import embeds, family, outputs
 from vlbias.registry import SCHEMAS, adapters
 from vlbias.suites.grounded.protocol import resolve
-from vlbias.validation import Validator, key_path, problems, suggest
+from vlbias.validation import Validator, key_path, suggest
+from vlbias.validation import problems as schema_errors
 
 SOURCE = "config/config.yaml"
 MAX_ERRORS = 10
@@ -92,7 +93,7 @@ _Validator = _fill_defaults(Validator)
 
 
 def _problems(instance, schema, where=()):
-    return problems(instance, schema, where, _Validator)
+    return schema_errors(instance, schema, where, _Validator)
 
 
 def schema_problems(config, schema):
