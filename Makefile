@@ -1,18 +1,25 @@
 # Two entry points: `make run` builds the default target, `make test` runs the tests.
-# Both create the virtual environment .venv first (Python 3.11; torch/torchvision pinned).
+# Both create the virtual environment .venv first (Python 3.11; torch/torchvision pinned): `make run`
+# installs the package alone, `make test` adds the test tools (the `test` extra: pytest, ruff, snakefmt,
+# the SLURM plugins).
 
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= all
 
-.PHONY: run test setup benchmark clean
+.PHONY: run test setup setup-test benchmark clean
 
 setup: $(VENV)/.installed
+setup-test: $(VENV)/.installed-test
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
@@ -20,7 +27,7 @@ run: setup
 	$(BIN)/snakemake --cores $(CORES) --keep-going
 
 # a test module per worker (pytest-xdist): its module fixtures (tiny workflows) are built once
-test: setup
+test: setup-test
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 benchmark: setup

@@ -65,15 +65,14 @@ report: "workflow/report/workflow.rst"
 
 
 rule all:
-    input:
-        # while only a report is written: what exists (report.smk)
-        existing(
-            ieat_targets()
-            + seat_targets()
-            + grounded_targets()
-            + regions_targets()
-            + mlm_targets()
-            + grounded_tests_targets()
-            + report_targets()
-        ),
     default_target: True
+    input:
+        default_targets,
+
+
+onsuccess:
+    offline_end(success=True)
+
+
+onerror:
+    offline_end(success=False)

@@ -71,7 +71,9 @@ window.addEventListener("load", async () => {
   const out = document.createElement("script");
   out.type = "application/json";
   out.id = "%(id)s";
-  out.textContent = JSON.stringify({text: document.body.innerText, images: images(document), frames, error})
+  const width = document.documentElement.scrollWidth, viewport = window.innerWidth;
+  out.textContent = JSON.stringify({text: document.body.innerText, images: images(document), frames, error,
+                                    width, viewport})
     .replaceAll("</", "<\\\\/");
   document.body.appendChild(out);
 });
@@ -86,6 +88,8 @@ class Seen:
     images: list  # {src, loaded, width, height, visible} per <img>
     frames: list  # {text, images, width, height, visible} per <iframe> (text None where unreadable)
     screenshot: Path | None
+    width: int = 0  # the page's width (its scrollWidth): wider than the viewport, a reader scrolls sideways
+    viewport: int = 0  # the window's inner width
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,8 @@ class Browser:
     def render(self, page, screenshot=None, size=(1280, 2000), script="", timeout=60):
         """Load ``page`` (an HTML file), run ``script`` (JavaScript: the body of an async function)
         once it has loaded, and return what is seen; with ``screenshot`` a path, also write a PNG
-        of the first ``size`` (width, height) pixels there, taken after the script."""
+        of the first ``size`` (width, height) pixels there, taken after the script; the page is laid
+        out in a window of that size either way."""
         page = Path(page).resolve()
         html = page.read_text(encoding="utf-8")
         base = f'<base href="{page.parent.as_uri()}/">'
@@ -124,8 +129,8 @@ class Browser:
             probe = Path(tmp) / page.name
             probe.write_text(html, encoding="utf-8")
             # virtual time runs the page's scripts and the load event to the end before the dump
-            dom = self._run(["--virtual-time-budget=10000", "--dump-dom", probe.as_uri()], Path(tmp, "profile"),
-                            timeout)
+            dom = self._run([f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=10000", "--dump-dom",
+                             probe.as_uri()], Path(tmp, "profile"), timeout)
             if screenshot is not None:
                 shot = self._run([f"--window-size={size[0]},{size[1]}", f"--screenshot={screenshot}",
                                   "--virtual-time-budget=10000", probe.as_uri()], Path(tmp, "profile"), timeout)
@@ -138,4 +143,5 @@ class Browser:
         seen = json.loads(found.group(1))  # "<\/" in it is JSON for "</"
         if seen["error"]:
             raise RuntimeError(f"the script on {page} failed: {seen['error']}")
-        return Seen(seen["text"], seen["images"], seen["frames"], Path(screenshot) if screenshot else None)
+        return Seen(seen["text"], seen["images"], seen["frames"], Path(screenshot) if screenshot else None,
+                    seen["width"], seen["viewport"])

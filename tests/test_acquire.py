@@ -302,6 +302,20 @@ def test_duplicates_and_summary():
                                  {"test": "b", "listed": 2, "obtained": 2, "failed": 0, "duplicates": 0}]
 
 
+def test_the_summary_line_counts_failures_by_kind():
+    failed = lambda reason: {"status": "failed", "reason": reason}
+    status = [{"status": "ok", "reason": ""}, *[failed(f"not in mirror /m/t/r/{i}.jpg") for i in range(3)],
+              failed("could not download: HTTP 404 Not Found"),
+              failed("could not download after 2 attempts: HTTP 404 Not Found"),
+              failed("could not download after 2 attempts: host name not resolved, network unreachable? (x)"),
+              failed("listed twice (also row 1)"), failed("not an image: looks like HTML (text/html)")]
+    assert acq.reason_kind(status[-1]["reason"]) == "not an image"
+    assert acq.arrived(status, "f.tsv") == ("1 of 9 images arrived; 3 not in the mirror, 2 HTTP 404 Not Found, "
+                                            "1 host name not resolved, network unreachable?, 2 failed otherwise "
+                                            "— see f.tsv")
+    assert acq.arrived(status[:1]) == "1 of 1 images arrived"
+
+
 def test_table1_rows():
     published = [{"dataset": "google", "paper_test": "C6", "tests": "weat6", "n_images": "780"},
                  {"dataset": "google", "paper_test": "DB", "tests": "db-word db-sent", "n_images": "560"},
@@ -317,6 +331,15 @@ def test_table1_rows():
         ("coco", "C6", "weat6", "", "", "254"),
         ("google", "", "extra", "5", "5", ""),
     ]
+    assert not any(r["note"] for r in rows)
+    # a zero says why, from the dataset's failures
+    summaries["google"][0] |= {"obtained": "0", "failed": "780"}
+    failed = [{"test": "weat6", "reason": f"not in mirror /m/{i}.jpg"} for i in range(779)] + [
+        {"test": "weat6", "reason": "no URL in the manifest"}, {"test": "db-word", "reason": "no URL in the manifest"}]
+    rows = table1_rows(published, summaries, {"google": (failed, "f.tsv")})
+    assert rows[0]["obtained"] == "0" and rows[0]["note"] == \
+        "none obtained: 779 not in the mirror, 1 no URL in the manifest — see f.tsv"
+    assert [r["note"] for r in rows[1:]] == [""] * 4  # db-word obtained some
 
 
 def test_published_table1_names_every_upstream_test():

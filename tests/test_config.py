@@ -78,6 +78,11 @@ def test_a_mistake_is_named_by_its_key(change, expected):
     assert any(p.startswith(expected) for p in found), found
 
 
+def test_a_misspelt_required_key_is_said_once_with_its_suggestion():
+    found = problems(lambda c: c["stats"].update(n_sample=c["stats"].pop("n_samples")))
+    assert found == ["key 'stats/n_sample': unknown key (did you mean 'n_samples'?)"]  # not also "required"
+
+
 def test_an_unknown_top_level_key_is_one_short_line():
     found = problems(lambda c: c.update(ieatt={"models": {}}))
     assert found == ["key 'ieatt': unknown key (did you mean 'ieat'?)"]
@@ -99,6 +104,9 @@ def test_an_unknown_top_level_key_is_one_short_line():
      "key 'ieat/tables/table2/tests/20': 'no-such-test' is not a stimulus file"),
     (lambda c: c["seat"].update(tests=["weat1", "weat99"]),
      "key 'seat/tests/1': 'weat99' is not a stimulus file"),
+    (lambda c: c["seat"]["models"]["minilm"].update(tests=["weat1", "weat3c"]),
+     "key 'seat/models/minilm/tests/1': 'weat3c' is not a stimulus file in resources/stimuli/seat "
+     "(did you mean 'weat3'?)"),
     (lambda c: c["grounded"]["models"]["lxmert"].update(detector="bua36"),
      "key 'grounded/models/lxmert/detector': 'bua36' is not a detector under 'regions/detectors' "
      "(did you mean 'bua-36'?)"),

@@ -257,3 +257,24 @@ def test_malformed_manifest(tmp_path):
         read_manifest(path)
     with pytest.raises(InputError, match="absent.tsv: cannot read manifest"):
         read_manifest(tmp_path / "absent.tsv")
+
+
+# -- whether a server answers (before a run without a mirror) ---------------------------------------
+
+
+def test_unreachable_is_none_when_any_server_answers(server):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/x"  # closed again: nobody listens there
+    assert "connection refused" in fetch_module.unreachable(dead, timeout=1)
+    assert fetch_module.unreachable([dead, server.url("missing.csv")], timeout=1) is None  # a 404 is an answer
+    assert fetch_module.unreachable([dead, dead + "y"], timeout=1) == fetch_module.unreachable(dead, timeout=1)
+
+
+def test_unreachable_is_bounded_by_its_timeout():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()  # connections queue, nobody answers
+        start = time.monotonic()
+        why = fetch_module.unreachable(f"http://127.0.0.1:{s.getsockname()[1]}/x", timeout=0.3)
+    assert why == "no response within 0.3 s" and time.monotonic() - start < 2

@@ -259,11 +259,14 @@ def test_table3_layout_marks_and_empty_columns():
     assert df.loc[0, "VisualBERT d"] == 0 and not df.loc[0, "VisualBERT p<0.05"]
     assert df.loc[1, "VisualBERT d"] == 0.1 and df.loc[1, "VisualBERT p<0.05"]
     assert (df["ViLBERT d"] == "").all() and (df["VL-BERT p"] == "").all()
+    # the stars: Holm within the column's Gender tests at S (g1 0.01, g2 0.01 → 0.02 each; not r1, a Race test)
+    assert df.loc[1, "VisualBERT p Holm"] == pytest.approx(0.02) and df.loc[0, "VisualBERT p Holm"] == 0.4
     md = to_markdown(layout)
-    assert "| Gender | Test g1 | S | **0.10** (0.010) |  | " in md
+    assert "| Gender | Test g1 | S | 0.10* (0.010) |  | " in md
     assert "| Gender | Test g1 | W | 0.00 (0.200) |  | " in md
+    assert "*, **, ***: p < .05, .01, .001, Holm-adjusted over one column's tests of one group at one level" in md
     tex = to_latex(layout)
-    assert r"\textbf{0.10} (0.010)" in tex and r"\begin{tabular}{lllrrrr}" in tex
+    assert r"0.10* (0.010)" in tex and r"\textbf" not in tex and r"\begin{tabular}{lllrrrr}" in tex
 
 
 def test_table5_shows_a_dash_where_image_masking_does_not_apply():

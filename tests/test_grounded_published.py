@@ -112,14 +112,15 @@ def test_tables_show_the_printed_number_and_the_papers_dashes(printed):
     assert df.loc[("Race", f"Test {ABW}", "W"), "ViLBERT d"] == "" and df.loc[("Race", f"Test {ABW}", "W"),
                                                                                "ViLBERT paper"] == "0.41"
     md = to_markdown(layout)
-    assert "| Gender | Test weat8 | W | **0.25** (0.010) [0.77] | [0.59] | **0.25** (0.010) [0.43] | [-0.29] |" in md
+    # d starred by its Holm-adjusted p (the column's Gender tests at W: 0.01, 0.01 → 0.02, 0.02)
+    assert "| Gender | Test weat8 | W | 0.25* (0.010) [0.77] | [0.59] | 0.25* (0.010) [0.43] | [-0.29] |" in md
     assert "[x]: the number the paper prints" in md
-    # Table 5's highlighted cells are starred
+    # Table 5's highlighted printed numbers are bold, as the paper highlights them; a star is ours only
     masked = [row(t, c, "3-masked", "S", m, d=0.1, p=0.5) for t in ("weat8", ABW) for c in ("VisualBERT", "LXMERT")
               for m in "TI" if (c, m) != ("VisualBERT", "I")]
     md5 = to_markdown(paper_table({**SPEC, "table": "table5", "groups": {"Gender": ["weat8"]}}, masked, printed))
-    assert "| Gender | Test weat8 | T | 0.10 (0.500) [0.46*] | [0.41*] | 0.10 (0.500) [0.11*] | [0.27*] |" in md5
-    assert "| Gender | Test weat8 | I | – [–] | [0.39*] |" in md5
+    assert "| Gender | Test weat8 | T | 0.10 (0.500) [**0.46**] | [**0.41**] | 0.10 (0.500) [**0.11**] | [**0.27**] |" in md5
+    assert "| Gender | Test weat8 | I | – [–] | [**0.39**] |" in md5
 
 
 def test_table7_counts_beside_the_printed_ones(printed):

@@ -74,8 +74,10 @@ def test_status_and_failure_tables(project):
     failures = read(out / "failures.tsv").set_index("file")
     assert "looks like HTML" in failures.loc["page.jpg", "reason"]
     assert failures.loc["gone.jpg", "reason"] == "could not download: HTTP 404 Not Found"
+    # the job's summary line, the one the terminal shows: the failures counted by kind, and where they are listed
     assert (project / "results/logs/grounded_images/google.log").read_text().rstrip().endswith(
-        "google: 4 of 7 images arrived")
+        "grounded images google: 4 of 7 images arrived; 1 not an image, 1 HTTP 404 Not Found, 1 no URL in the "
+        "manifest — see results/images/grounded/google/failures.tsv")
     # a duplicate across tests is marked in the dataset's table
     assert dataset.set_index("file").loc["dup.jpg", "reason"] == "duplicate of toy-a/targ1/a0.jpg"
     assert list(failures.index) == ["page.jpg", "gone.jpg", "nourl.jpg"]
@@ -86,11 +88,11 @@ def test_status_and_failure_tables(project):
 
 def test_table1(project):
     t = pd.read_csv(project / "results/grounded/table1.csv", dtype=str, keep_default_na=False)
-    assert t.values.tolist() == [["google", "Toy A", "toy-a", "4", "2", "0", "4"],
-                                 ["google", "Toy B", "toy-b", "3", "2", "0", "2"],
-                                 ["coco", "C6: M/W, Career/Family", "weat6", "", "", "", "254"]]
-    assert "| google | Toy A | toy-a | 4 | 2 | 0 | 4 |" in (project / "results/grounded/table1.md").read_text()
-    assert r"coco & C6: M/W, Career/Family & weat6 &  &  &  & 254 \\" in \
+    assert t.values.tolist() == [["google", "Toy A", "toy-a", "4", "2", "0", "4", ""],
+                                 ["google", "Toy B", "toy-b", "3", "2", "0", "2", ""],
+                                 ["coco", "C6: M/W, Career/Family", "weat6", "", "", "", "254", ""]]
+    assert "| google | Toy A | toy-a | 4 | 2 | 0 | 4 |  |" in (project / "results/grounded/table1.md").read_text()
+    assert r"coco & C6: M/W, Career/Family & weat6 &  &  &  & 254 &  \\" in \
         (project / "results/grounded/table1.tex").read_text()
 
 

@@ -16,6 +16,7 @@ from vlbias.io.fetch import read_manifest
 from vlbias.io.store import read_provenance, read_set
 from vlbias.models.hf_dual import write_processor
 from vlbias.stats import effect_size
+from vlbias.stats.adjust import holm
 
 pytestmark = pytest.mark.workflow
 
@@ -55,12 +56,23 @@ def make(root):
         "level": "cross-modal", "X": {"label": "flower", "category": "toy/flower"},
         "Y": {"label": "insect", "category": "toy/insect"},
         **{s: {"label": s, "items": words} for s, words in WORDS.items()}})
+    # the SEAT tests of the project are "published" (a paper's family); one's own test beside them is not
+    seat_dir = root / "resources/stimuli/seat"
+    for name in ("weat-toy", "sent-toy"):
+        write_yaml(seat_dir / f"{name}.yaml", {**yaml.safe_load((seat_dir / f"{name}.yaml").read_text()),
+                                                "family": "paper2019"})
+    write_yaml(seat_dir / "own-toy.yaml", {
+        "id": "own-toy", "name": "Own toy", "suite": "seat", "level": "word",
+        **{s: {"label": s, "items": w} for s, w in zip("XYAB", (["rose"], ["ant"], ["joy", "love"], ["pain", "hate"]))}})
     images = [f"{c}/{f}" for c, f in (line.split("\t")[:2] for line in
                                       (root / "resources/manifests/images.tsv").read_text().splitlines()[1:])]
     seat_words = sorted({w for p in (root / "resources/stimuli/seat").glob("*.yaml")
                          for s in "XYAB" for w in yaml.safe_load(p.read_text())[s]["items"]})
     mine = vectors_csv(root / "mine.csv", images + WORDS["A"] + WORDS["B"])
     vectors_csv(root / "mine-seat.csv", seat_words, seed=1, dim=4)
+    # vectors of one test's words only: the model runs that test alone (its entry's `tests`)
+    weat_words = sorted({w for s in "XYAB" for w in yaml.safe_load((seat_dir / "weat-toy.yaml").read_text())[s]["items"]})
+    vectors_csv(root / "weat-only.csv", weat_words, seed=2, dim=4)
     ieat["models"] |= copy.deepcopy({"tiny-clip": CLIP, "hf-clip": HF_CLIP, "tiny-igpt": IGPT, "tiny-simclr": SIMCLR,
                                      "mine": {"source": "vectors", "vectors": "mine.csv", "model_id": "my vectors",
                                               "dim": 5}})
@@ -75,6 +87,7 @@ def make(root):
     ieat["sweep"] = {"caption": "toy sweep", "tests": "all",
                      "models": copy.deepcopy([{k: v for k, v in CLIP.items() if k != "source"}, HF_SIGLIP])}
     config["seat"]["models"] = {"mine": {"source": "vectors", "vectors": "mine-seat.csv", "model_id": "my words"},
+                                "weat-only": {"source": "vectors", "vectors": "weat-only.csv", "tests": ["weat-toy"]},
                                 "hf-clip": {k: v for k, v in HF_CLIP.items() if k != "source"}}
     (root / "resources/published.tsv").write_text("table\ttest\tmodel\tn_t\tn_a\td\tp\tiat_d\n"
                                                   "table1\tflower-insect\tpub\t5\t4\t1.00\t0.01\t\n"
@@ -160,7 +173,20 @@ def test_own_vectors_give_the_statistics_of_the_file(project):
     assert prov["vectors_file"] == "mine.csv" and len(prov["vectors_sha256"]) == 64
     for model in ("mine", "hf-clip"):  # a user's vectors and a transformers CLIP's text tower
         seat = pd.read_csv(root / f"results/seat/{model}/table.csv")
-        assert set(seat["test"]) == {"weat-toy", "sent-toy"} and (seat["status"] == "ok").all()
+        assert set(seat["test"]) == {"weat-toy", "sent-toy", "own-toy"} and (seat["status"] == "ok").all()
+
+
+def test_own_tests_are_their_own_family_and_a_model_runs_the_tests_it_names(project):
+    """Issue 30: one's own stimulus file beside a paper's tests never shifts their adjusted p; a model
+    entry's `tests` runs those alone (vectors of one test's words suffice)."""
+    root, _ = project
+    seat = pd.read_csv(root / "results/seat/mine/table.csv").set_index("test")
+    assert seat.loc["own-toy", "family"] == "own" and seat.loc["weat-toy", "family"] == "paper2019"
+    assert seat.loc["own-toy", "p_holm"] == seat.loc["own-toy", "p"]  # a family of one
+    published = seat.loc[["sent-toy", "weat-toy"]]
+    assert published["p_holm"].tolist() == pytest.approx(list(holm(published["p"].to_numpy())))
+    only = pd.read_csv(root / "results/seat/weat-only/table.csv")
+    assert only["test"].tolist() == ["weat-toy"] and (only["status"] == "ok").all()
 
 
 def test_a_cross_modal_test_on_clip_and_on_own_vectors(project):

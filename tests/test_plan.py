@@ -212,9 +212,19 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
     models = list(shipped["seat"]["models"])
     assert targets(shipped) == [f"results/seat/{m}/table.{e}" for m in models for e in ("csv", "md", "html")]
     config = copy.deepcopy(shipped)
-    assert "weat1" in seat_tests(config) and seat_tests(config) == sorted(seat_tests(config))
+    tests = seat_tests(config)  # all, in their natural order: weat10 after weat9, each sent- beside its word test
+    weats = [t for t in tests if "weat" in t]
+    assert weats[:5] == ["weat1", "sent-weat1", "weat2", "sent-weat2", "weat3"]
+    assert weats[-4:] == ["weat9", "sent-weat9", "weat10", "sent-weat10"]
+    assert tests.index("weat3b") == tests.index("sent-weat3") + 1 and len(tests) == len(set(tests)) == 46
     config["seat"]["tests"] = ["weat2", "weat1"]
     assert seat_tests(config) == ["weat2", "weat1"]  # as listed
+    # a model entry's own tests: those it runs (e.g. one's own vectors of some tests); else seat/tests
+    config["seat"]["models"]["mine"] = {"source": "vectors", "vectors": "v.csv", "tests": ["weat6", "sent-weat6"]}
+    assert seat_tests(config, "mine") == ["weat6", "sent-weat6"] and seat_tests(config, "minilm") == ["weat2", "weat1"]
+    config["seat"]["models"]["mine"]["tests"] = "all"
+    assert seat_tests(config, "mine") == tests
+    assert targets(config)[-3:] == [f"results/seat/mine/table.{e}" for e in ("csv", "md", "html")]
 
 
 # --- grounded images and region stores ----------------------------------------------------------------
@@ -320,3 +330,93 @@ def test_the_grounded_weights_are_the_models_switched_on_and_their_detectors(sma
             + config["grounded"]["extended"]["models"]} <= set(records)
     assert record_path(f"regions/{config['grounded']['models']['lxmert']['released_regions']['coco']}") not in records
     assert {record_path(f"regions/{d}") for d in ("bua-10-100", "detectron-fpn")} <= set(records)
+
+
+# --- where the upstream files come from: the mirror, or the network ---------------------------------------
+
+
+def test_mirror_auto_is_the_shared_mirror_where_it_exists(tmp_path, monkeypatch):
+    from vlbias.suites.plan import mirror
+
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path / "project")  # Snakemake's working directory
+    assert mirror({"mirror": "auto"}) is None  # a clone from anywhere: the pinned commits
+    (tmp_path / "shared/data").mkdir(parents=True)
+    assert mirror({"mirror": "auto"}) == str(tmp_path / "shared/data")
+    assert mirror({"mirror": None}) is None
+    assert mirror({"mirror": "mine"}) == str(tmp_path / "project/mine")  # a path as given, there or not
+
+
+def closed_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: nobody listens there
+
+
+def test_offline_asks_the_sources_first_and_the_image_hosts_only_when_they_fail(tmp_path, monkeypatch, http_server):
+    from vlbias.suites.plan import offline
+
+    monkeypatch.chdir(tmp_path)
+    dead = f"http://127.0.0.1:{closed_port()}"
+    config = {"mirror": "auto", "sources": {
+        name: {"repo": f"o/{name}", "commit": "0" * 40, "mirror_name": name, "url_template": dead + "/{path}"}
+        for name in ("ieat", "grounded")}}
+    asked = []
+
+    def probe_urls(dataset):
+        asked.append(dataset)
+        return {"down": [dead + "/a.jpg", dead + "/b.jpg"], "half": [dead + "/a.jpg", http_server.url("b.jpg")]}[dataset]
+
+    down = offline(config, ["down", "half"], probe_urls)
+    assert set(down) == {("sources", "ieat"), ("sources", "grounded"), ("images", "down")}
+    assert all("connection refused" in why for why in down.values())
+    assert asked == ["down", "half"]
+    # a mirror: nothing asked
+    asked.clear()
+    assert offline({**config, "mirror": str(tmp_path / "mirror")}, ["down"], probe_urls) == {} and asked == []
+    # a network (GitHub answers): dead image sites are failures to record, not a missing network
+    live = {name: {**spec, "url_template": http_server.url("{path}")} for name, spec in config["sources"].items()}
+    assert offline({**config, "sources": live}, ["down"], probe_urls) == {} and asked == []
+
+
+def test_the_offline_line_names_what_it_tried_what_it_left_out_and_what_to_do():
+    from vlbias.suites.plan import offline_line
+
+    config = {"mirror": "auto", "sources": {
+        "ieat": {"repo": "ryansteed/ieat", "commit": "4d7639bfd0b6c17b127ce163af0ddf985f5a6510", "mirror_name": "ieat"},
+        "grounded": {"repo": "x/g", "commit": "1" * 40, "mirror_name": "grounded"}}}
+    down = {("sources", "ieat"): "connection refused", ("sources", "grounded"): "connection refused",
+            ("images", "google"): "connection refused"}
+    line = offline_line(config, down, ["results/ieat/table1.csv", "results/ieat/table1.md",
+                                       "results/images/ieat/224px/manifest.tsv", "results/grounded/table1.csv"])
+    assert "\n" not in line
+    assert line.startswith("offline: no answer from raw.githubusercontent.com (ryansteed/ieat, x/g at the pinned "
+                           "commits) nor the image hosts of the grounded google dataset (connection refused)")
+    assert "no data mirror at ../shared/data" in line
+    assert "left out the 4 target(s) that need them (results/ieat/, results/images/ieat/, results/grounded/)" in line
+    assert line.endswith("Put the mirror at ../shared/data, set `mirror:` in config/config.yaml to its path, or run "
+                         "with a network.")
+    assert "`mirror: null`" in offline_line({**config, "mirror": None}, down, ["results/ieat/t.csv"])
+
+
+def test_without_upstream_the_plans_keep_what_needs_none(shipped, tmp_path, monkeypatch):
+    from test_workflow import make_project
+
+    from vlbias.regions.plan import GroundedImagesPlan
+    from vlbias.suites.ieat.plan import IeatPlan
+
+    monkeypatch.chdir(REPO)
+    assert IeatPlan(shipped).targets(upstream=False) == []  # the authors' vectors and images: all upstream
+    images = GroundedImagesPlan(shipped)
+    assert not [t for t in images.targets(offline=["google"]) if "/google/" in t or "table1" in t]
+    assert [t for t in images.targets(offline=["google"]) if "/coco/" in t]
+    assert len(images.probe_urls("google")) == 8 and len({u.split("/")[2] for u in images.probe_urls("google")}) == 8
+    config = make_project(tmp_path)  # a table of one's own vectors needs nothing upstream
+    (tmp_path / "v.csv").write_text("id,0,1\n")
+    config["ieat"]["models"]["mine"] = {"source": "vectors", "vectors": "v.csv"}
+    config["ieat"]["tables"]["own"] = {"caption": "mine", "models": ["mine"], "tests": ["flower-insect"]}
+    monkeypatch.chdir(tmp_path)
+    plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
+    assert plan.targets(upstream=False) == [f"results/ieat/own.{e}" for e in ("csv", "md", "html", "missing.tsv")]

@@ -6,9 +6,11 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import REPO
 from PIL import Image
 
-from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, stars, suite_rows
+from vlbias.report.figures import plot_published_vs_reproduced, plot_suite_heatmap, suite_rows
+from vlbias.report.formats import stars
 from vlbias.report.grounded import figure_rows, paper_table
 from vlbias.report.html import figure_html, layout_html, page_html, results_table_html, write_page
 from vlbias.report.tables import assemble, effects_grid, published_as, to_markdown, write_tables
@@ -61,18 +63,32 @@ def test_results_table_in_the_papers_layout():
     rows = Cells(html).rows
     assert rows[0] == ["Test", "X", "Y", "A", "B", "n_t", "n_a", "m1", "m2"]
     assert rows[1] == ["d", "p", "d paper", "p paper"] * 2
-    # t1: sizes differ between the models; d bold and starred (p < 0.05) with its interval below,
-    # p with the Holm-adjusted p (family m1: 0.01, 0.0004 → 2·0.0004, max(0.0008, 0.01)) below
+    # t1: sizes differ between the models; d bold and starred by its Holm-adjusted p with its interval
+    # below, p with the Holm-adjusted p (family m1: 0.01, 0.0004 → 2·0.0004, max(0.0008, 0.01)) below
     assert rows[2] == ["Test <One>", "Flowers & co", "Insects", "Pleasant", "Unpleasant", "8/7", "10",
                        "0.62*[0.10, 1.05]", "0.0100Holm 0.0100", "0.60", "<1e-2",
                        "-0.21[-1.20, 0.70]", "0.7000Holm 0.7000", "-0.20", "0.70"]
     assert rows[3] == ["Test Two", "Flowers & co", "Insects", "Pleasant", "Unpleasant", "8", "10",
-                       "1.21*[0.50, 1.60]", "0.0004Holm 0.0008", "1.10", "<1e-3", "skipped", "", "", ""]
+                       "1.21***[0.50, 1.60]", "0.0004Holm 0.0008", "1.10", "<1e-3", "skipped", "", "", ""]
     assert "<strong>0.62</strong>*" in html and "<strong>-0.21</strong>" not in html
     assert 'title="skipped: no stimuli left in X (x)"' in html
     # every text escaped: no tag from a name or caption reaches the page
     assert "<One>" not in html and "Test &lt;One&gt;" in html and "<caption>Table 1 &lt;ours&gt;</caption>" in html
     assert "95 % bootstrap interval" in html
+
+
+def test_own_tests_never_shift_a_published_tests_adjusted_p():
+    """Issue 30: one's own tests form their own family (vlbias.io.stimuli.OWN). The paper's two tests
+    (p 0.01, 0.04) keep their Holm p (0.02, 0.04) beside three of one's own with smaller p; among
+    five tests they would have been 0.04 and 0.08."""
+    paper = [{**result("t1", "m1", 0.5, p), "test": t, "family": "may2019"} for t, p in (("a", 0.01), ("b", 0.04))]
+    own = [{**result("t1", "m1", 0.5, p), "test": t, "family": "own"} for t, p in (("c", 0.001), ("d", 0.002),
+                                                                                  ("e", 0.003))]
+    df = assemble(paper + own, ["a", "b", "c", "d", "e"], ["m1"]).set_index("test")
+    assert df.loc[["a", "b"], "p_holm"].tolist() == pytest.approx([0.02, 0.04])
+    assert df.loc[["c", "d", "e"], "p_holm"].tolist() == pytest.approx([0.003, 0.004, 0.004])
+    alone = assemble(paper, ["a", "b"], ["m1"]).set_index("test")
+    assert df.loc[["a", "b"], ["p_holm", "p_bh"]].equals(alone[["p_holm", "p_bh"]])
 
 
 def test_results_table_without_interval_or_paper():
@@ -101,8 +117,27 @@ def test_effects_grid_is_tests_by_models_with_stars():
     assert effects_grid(table()[table()["model"] == "m1"].iloc[:1]).values.tolist() == [["Test <One>", "0.62*"]]
 
 
+def test_stars_follow_the_holm_adjusted_p_in_every_rendering(tmp_path):
+    """Issue 30: one significance convention. Two tests of one model at p 0.03 and 0.04 are each below
+    .05, but not after Holm's adjustment (0.06, 0.06): no star in the Markdown, the HTML page, the grid
+    of the sweep or the heatmap; the third test (p 0.0001) keeps its stars."""
+    rows = [{**result(t, "m1", d, p), "test": t} for t, d, p in (("t1", 0.5, 0.03), ("t2", 0.7, 0.04))]
+    df = assemble(rows + [{**result("t2", "m1", 1.0, 0.0001), "test": "t3", "name": "Test Three"}],
+                  ["t1", "t2", "t3"], ["m1"])
+    assert df["p_holm"].round(4).tolist() == [0.06, 0.06, 0.0003]
+    assert effects_grid(df)["m1"].tolist() == ["0.50", "0.70", "1.00***"]
+    md = to_markdown(df, "c")
+    assert "| 0.50 |" in md and "| 0.70 |" in md and "| 1.00*** |" in md
+    assert "*, **, ***: p < .05, .01, .001, Holm-adjusted over one model's tests of one stimulus family" in md
+    html = results_table_html(df, "c")
+    assert "<strong>0.50</strong>" not in html and "<strong>1.00</strong>***" in html
+    fig = plot_suite_heatmap(df, tmp_path / "h.png", "suite")
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0.50", "0.70", "1.00***"]
+    assert "Holm-adjusted" in fig.axes[0].get_xlabel()
+
+
 def test_grounded_layout_as_html():
-    # a grounded Table 6: experiment blocks above the model columns, bold where p < alpha
+    # a grounded Table 6: experiment blocks above the model columns, d starred by its Holm-adjusted p
     rows = [{"dataset": "google", "test": "g1", "name": "Test g1", "model": "vb", "experiment": e, "level": lv,
              "mask": m, "status": "ok", "d": 0.5, "p": 0.01 if e == "1" else 0.2}
             for e, lv, m in (("1", "W", "none"), ("2", "W", "none"), ("3-masked", "S", "T"))]
@@ -113,8 +148,8 @@ def test_grounded_layout_as_html():
     cells = Cells(html).rows
     assert cells[0] == ["", "Experiment 1", "Experiment 2", "Experiment 3 (masking)"]
     assert cells[1] == ["group", "test", "level", "mask", "VisualBERT", "VisualBERT", "VisualBERT"]
-    assert cells[2] == ["Gender", "Test g1", "W", "T", "0.50 (0.010)", "0.50 (0.200)", "0.50 (0.200)"]
-    assert '<th colspan="4"></th>' in html and "<strong>0.50</strong> (0.010)" in html
+    assert cells[2] == ["Gender", "Test g1", "W", "T", "0.50* (0.010)", "0.50 (0.200)", "0.50 (0.200)"]
+    assert '<th colspan="4"></th>' in html and "<strong>" not in html  # bold: the paper's highlight only
 
 
 def test_page_has_its_parts_in_order(tmp_path):
@@ -135,7 +170,7 @@ def test_stars():
 
 def test_heatmap(tmp_path):
     df = table()
-    df = pd.concat([df, df.iloc[[2]].assign(test="t3", name="Test Three", model="m1", d=-1.5, p=0.3)])
+    df = pd.concat([df, df.iloc[[2]].assign(test="t3", name="Test Three", model="m1", d=-1.5, p=0.3, p_holm=0.6)])
     fig = plot_suite_heatmap(df, tmp_path / "h.png", "suite")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["Test <One>", "Test Two", "Test Three"]
@@ -203,6 +238,29 @@ def test_page_in_a_headless_browser(browser, tmp_path):
         assert len(png.convert("RGB").getcolors(1 << 20)) > 50
 
 
+def test_the_seat_page_of_every_shipped_test_fits_the_window(browser, tmp_path):
+    """Issue 30: the SEAT page's result columns ran past a 1400 px window (1450 px wide). Every shipped
+    SEAT test with its name and set labels (IncompetentNotAchievementOriented ...): the page fits 1400
+    and 1024 px windows, the labels wrapping between their words."""
+    from vlbias.io.stimuli import load_stimulus
+    from vlbias.suites.seat.plan import natural_key
+
+    stimuli = sorted((load_stimulus(f) for f in (REPO / "resources/stimuli/seat").glob("*.yaml")),
+                     key=lambda s: natural_key(s.id))
+    rows = [{"test": s.id, "name": s.name, "model": "minilm", **{k: st.label for k, st in s.sets.items()},
+             "n_t": 8, "n_y": 8, "n_a": 10, "n_b": 10, "d": 1.2345, "d_low": -1.2, "d_high": 1.3, "ci_level": 0.95,
+             "p": 0.0123, "status": "ok"} for s in stimuli]
+    # and one's own test, its labels without spaces or capitals: they break anywhere rather than overflow
+    rows.append({**rows[0], "test": "mine", "name": "mine", "X": "my_own_target_words_" * 6, "Y": "y_" * 40})
+    df = assemble(rows, [s.id for s in stimuli] + ["mine"], ["minilm"])
+    write_page(tmp_path / "seat.html", "SEAT", [results_table_html(df, "WEAT/SEAT on minilm")], heading=False)
+    assert "Incompetent<wbr>Not<wbr>Achievement<wbr>Oriented" in (tmp_path / "seat.html").read_text()
+    for size in ((1400, 900), (1024, 768)):
+        seen = browser.render(tmp_path / "seat.html", size=size)
+        assert seen.viewport == size[0] and seen.width <= seen.viewport, (size, seen.width)
+        assert "WEAT 10: young/old people's names × pleasant/unpleasant" in seen.text and "1.23" in seen.text
+
+
 # --- Markdown and any table as HTML ----------------------------------------------------------------
 
 def test_markdown_shows_the_interval_and_the_adjusted_p():
@@ -211,16 +269,16 @@ def test_markdown_shows_the_interval_and_the_adjusted_p():
     assert md[2] == ("| Test | Model | X | Y | A | B | n_t | n_a | d [95 % CI] | p | p Holm | p BH | d (paper) "
                      "| p (paper) |")
     # family m1: p = 0.01, 0.0004 → Holm 2·0.0004 and max(0.0008, 0.01); BH 2·0.0004/1, 2·0.01/2
-    assert md[4] == ("| Test <One> | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 0.62 [0.10, 1.05] "
-                     "| 0.0100* | 0.0100* | 0.0100* | 0.60 | <1e-2 |")
-    assert md[6] == ("| Test Two | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 1.21 [0.50, 1.60] "
-                     "| 0.0004* | 0.0008* | 0.0008* | 1.10 | <1e-3 |")
+    assert md[4] == ("| Test <One> | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 0.62* [0.10, 1.05] "
+                     "| 0.0100 | 0.0100 | 0.0100 | 0.60 | <1e-2 |")
+    assert md[6] == ("| Test Two | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 1.21*** [0.50, 1.60] "
+                     "| 0.0004 | 0.0008 | 0.0008 | 1.10 | <1e-3 |")
     assert md[7].endswith("| – | skipped: no stimuli left in X (x) |  |  |  |  |")
     assert "its 95 % BCa bootstrap confidence interval" in md[-1] and "Benjamini–Hochberg" in md[-1]
     plain = to_markdown(assemble([{k: v for k, v in r.items() if not k.startswith(("d_", "ci_"))} for r in ROWS],
                                  ["t1", "t2"], ["m1", "m2"]), "plain").splitlines()
     assert plain[2] == "| Test | Model | X | Y | A | B | n_t | n_a | d | p | p Holm | p BH |"
-    assert "| 0.62 | 0.0100* |" in plain[4] and "interval" not in plain[-1]
+    assert "| 0.62* | 0.0100 |" in plain[4] and "interval" not in plain[-1]
 
 
 def test_any_table_as_a_page(tmp_path):
@@ -291,10 +349,10 @@ def test_a_results_table_prints_each_p_alike_in_markdown_and_html():
 def test_a_sampled_p_prints_its_error_as_precisely_as_itself():
     from vlbias.report.tables import _fmt_p
 
-    assert _fmt_p(0.5) == "0.5000" and _fmt_p(0.01) == "0.0100*"
-    assert _fmt_p(0.0123, 0.00035, exact=False) == "0.0123 ± 0.0003*"
+    assert _fmt_p(0.5) == "0.5000" and _fmt_p(0.01) == "0.0100"
+    assert _fmt_p(0.0123, 0.00035, exact=False) == "0.0123 ± 0.0003"
     # the smallest p of 100,000 samples, 1/(n+1): its error is not "0.0000"
-    assert _fmt_p(1 / 100_001, 1e-5, exact=False) == "1.0e-05 ± 1.0e-05*"
+    assert _fmt_p(1 / 100_001, 1e-5, exact=False) == "1.0e-05 ± 1.0e-05"
 
 
 def test_one_p_formatter_at_each_tables_precision():

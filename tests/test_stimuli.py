@@ -37,6 +37,22 @@ def test_a_key_given_twice_names_both_lines(tmp_path):
     assert f"key 'X' is given twice (first on line {line})" in str(e.value)
 
 
+@pytest.mark.parametrize("change,message", [
+    # a typo: the config check's one line with its suggestion, and the missing key not said twice
+    (lambda d: d.update(Aa=d.pop("A")), "key 'Aa': unknown key (did you mean 'A'?)"),
+    (lambda d: d["B"].update(itmes=d["B"].pop("items")), "key 'B/itmes': unknown key (did you mean 'items'?)"),
+    (lambda d: d.update(level="words"), "key 'level': 'words' is not one of ['word', 'sentence', 'image', "
+                                        "'cross-modal'] (did you mean 'word'?)"),
+    (lambda d: d.pop("name"), "key '(top level)': 'name' is a required property"),
+])
+def test_a_mistake_in_a_stimulus_file_is_one_line_with_a_suggestion(tmp_path, change, message):
+    doc = yaml.safe_load(yaml.safe_dump(DOC))
+    change(doc)
+    with pytest.raises(InputError) as e:
+        load_stimulus(write(tmp_path, yaml.safe_dump(doc)))
+    assert str(e.value) == f"{tmp_path / 'toy.yaml'}: {message}"
+
+
 def test_a_file_that_is_not_utf8_is_named_with_the_line(tmp_path):
     text = yaml.safe_dump(DOC, sort_keys=False).replace("joy", "jo\xff")
     with pytest.raises(InputError, match=r"toy.yaml: not UTF-8 text: byte 0xff on line \d+"):

@@ -22,6 +22,7 @@ from conftest import REPO
 from hub import Hub
 
 from vlbias.io.store import read_provenance
+from vlbias.report.formats import stars
 from vlbias.weights import package_dir, provenance, read_record, record_path
 
 pytestmark = pytest.mark.workflow
@@ -188,7 +189,8 @@ def test_tables_are_built(project):
     assert (t1.p_holm == t1.p).all()  # a family of one test per model
     md = (project / "results/ieat/t1.md").read_text()
     assert "Flower-Insect" in md and "| pub |" in md
-    assert "| d [95 % CI] | p | p Holm | p BH |" in md and f"{pub.d:.2f} [{pub.d_low:.2f}, {pub.d_high:.2f}]" in md
+    assert "| d [95 % CI] | p | p Holm | p BH |" in md
+    assert f"{pub.d:.2f}{stars(pub.p_holm)} [{pub.d_low:.2f}, {pub.d_high:.2f}]" in md and stars(pub.p_holm)
 
 
 def test_missing_inputs_are_listed_next_to_the_table(project):
@@ -323,7 +325,7 @@ def test_invalid_config_names_the_key(tmp_path):
 @pytest.mark.parametrize("stimulus,old,new,message", [
     ("ieat/insect-flower.yaml", "toy/pleasant", "toy/nonexistent",
      "insect-flower.yaml: key 'A/category': 'toy/nonexistent' is not listed"),
-    ("seat/weat-toy.yaml", "label: B", "lable: B", "weat-toy.yaml: key 'B'"),
+    ("seat/weat-toy.yaml", "label: B", "lable: B", "weat-toy.yaml: key 'B/lable': unknown key (did you mean 'label'?)"),
 ])
 def test_bad_stimulus_fails_early_naming_file_and_key(tmp_path, stimulus, old, new, message):
     make_project(tmp_path)
@@ -357,7 +359,8 @@ def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(tmp_path)
     # a closed port on loopback stands for "no network"
     config["sources"]["ieat"]["url_template"] = "http://127.0.0.1:9/{repo}/{commit}/{path}"
     write_yaml(tmp_path / "config/config.yaml", config)
-    proc = snakemake(tmp_path, "--keep-going", check=False)
+    # tables asked for by name (the default target leaves out what cannot be reached: the test above)
+    proc = snakemake(tmp_path, "results/ieat/t2.csv", "results/seat/minilm/table.csv", "--keep-going", check=False)
     assert proc.returncode != 0
     assert "http://127.0.0.1:9/ryansteed/ieat" in proc.stderr and "mirror" in proc.stderr
     assert (tmp_path / "results/seat/minilm/table.csv").exists()
@@ -468,7 +471,7 @@ def test_report_shows_each_table_and_figure(project, browser, tmp_path):
     # the table's caption and a cell: d with its star and its interval, the Holm-adjusted p
     assert frame["text"].startswith("toy\n") and "Flower-Insect" in frame["text"]
     pub = t1.loc["pub"]
-    assert f"{pub.d:.2f}*\n[{pub.d_low:.2f}, {pub.d_high:.2f}]" in frame["text"]
+    assert f"{pub.d:.2f}{stars(pub.p_holm)}\n[{pub.d_low:.2f}, {pub.d_high:.2f}]" in frame["text"] and stars(pub.p_holm)
     seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "heatmap.png",
                           script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)"))
     [figure] = [i for i in seen.images if i["src"].startswith("data:image/png")]
@@ -482,3 +485,46 @@ def test_report_of_a_partial_run_shows_what_exists(tmp_path):
     html = (tmp_path / "report.html").read_text()
     assert "results/ieat/t2.html" in html
     assert "results/ieat/t1.html" not in html and "results/seat/minilm/table.html" not in html
+
+
+def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(tmp_path):
+    """Issue 30: `mirror: auto` in a clone with no ../shared/data and no network (GitHub and the image
+    sites at a closed port here): the tables that need neither are built, the rest is left out, and
+    the run ends with one line saying what it tried to reach and what to do."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
+    root = tmp_path / "clone"
+    config = make_project(root)
+    config["mirror"] = "auto"
+    for spec in config["sources"].values():
+        spec["url_template"] = dead + "/{repo}/{commit}/{path}"
+    (root / "resources/manifests/google.tsv").write_text(
+        "test\trole\tfile\turl\tsha256\n" + "".join(f"t\tr\t{i}.jpg\t{dead}/site{i}/{i}.jpg\t\n" for i in range(3)))
+    (root / "resources/published/table1.tsv").parent.mkdir(parents=True)
+    (root / "resources/published/table1.tsv").write_text("dataset\tpaper_test\ttests\tn_images\ngoogle\tT\tt\t3\n")
+    config["grounded"] = {"images": {"datasets": {"google": {"manifest": "resources/manifests/google.tsv",
+                                                             "mirror_dir": "data/google-images"}}},
+                          "table1": {"published": "resources/published/table1.tsv"}}
+    write_yaml(root / "config/config.yaml", config)
+    proc = snakemake(root, check=False)
+    lines = proc.stderr.splitlines()
+    said = [line for line in lines if "offline" in line]
+    assert proc.returncode == 1 and said == [lines[-1]], proc.stderr[-3000:]
+    assert said[0].startswith(f"offline: no answer from {dead[7:]} (ryansteed/ieat, x/y at the pinned commits) nor "
+                              "the image hosts of the grounded google dataset (connection refused)")
+    assert "left out the 19 target(s) that need them (results/ieat/, results/images/ieat/, results/images/grounded/, " \
+           "results/grounded/)" in said[0]
+    assert "Error in rule" not in proc.stderr  # no job tried the network
+    assert (root / "results/seat/minilm/table.csv").is_file() and (root / "results/seat/heatmap.png").is_file()
+    assert not (root / "results/ieat").exists() and not (root / "results/grounded").exists()
+    # the mirror put beside the clone: `auto` finds it, every table is planned again, nothing is asked
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared/data").symlink_to(root / "mirror")
+    (root / "resources/manifests/google.tsv").write_text("test\trole\tfile\turl\tsha256\n")
+    planned = snakemake(root, "--dry-run", "--quiet", "rules")
+    assert "offline" not in planned.stderr
+    assert {"ieat_table": 2, "ieat_published_embeddings": 1, "grounded_table1": 1}.items() <= \
+        job_counts(planned.stdout).items()

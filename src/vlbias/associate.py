@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 # Column order of a result row (and of every results table built from rows). d_low, d_high and
 # the ci_ settings are filled when the row was computed with a confidence interval.
 COLUMNS = [
-    "test", "name", "model", "X", "Y", "A", "B", "n_t", "n_y", "n_a", "n_b",
+    "test", "name", "family", "model", "X", "Y", "A", "B", "n_t", "n_y", "n_a", "n_b",
     "d", "d_low", "d_high", "p", "p_se", "p_parametric", "n_samples", "exact", "n_partitions", "seed",
     "ci_level", "ci_method", "ci_n_boot", "ci_seed", "status", "model_id", "revision", "weights",
 ]
@@ -37,7 +37,7 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
     """
     prov = read_provenance(store_path)
     row = {
-        "test": stimulus.id, "name": stimulus.name, "model": model,
+        "test": stimulus.id, "name": stimulus.name, "family": stimulus.family, "model": model,
         **{s: st.label for s, st in stimulus.sets.items()},
         "model_id": prov.get("model_id", ""), "revision": prov.get("revision", ""),
         "weights": prov.get("weights", ""),

@@ -16,7 +16,6 @@ Snakemake invocation.
 """
 
 import copy
-import difflib
 import re
 from functools import cache
 from pathlib import Path
@@ -25,10 +24,11 @@ import jsonschema
 import yaml
 
 from vlbias.errors import InputError
-from vlbias.io.stimuli import Validator
 from vlbias.models.plan import embeds, family, outputs
 from vlbias.registry import SCHEMAS, adapters
 from vlbias.suites.grounded.protocol import resolve
+from vlbias.validation import Validator, key_path, suggest
+from vlbias.validation import problems as schema_errors
 
 SOURCE = "config/config.yaml"
 MAX_ERRORS = 10
@@ -92,44 +92,8 @@ def _fill_defaults(validator_class):
 _Validator = _fill_defaults(Validator)
 
 
-def key_path(parts):
-    return "/".join(str(p) for p in parts) or "(top level)"
-
-
-def suggest(name, candidates):
-    """' (did you mean 'x'?)' for the closest of ``candidates`` to ``name``, or ''."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _describe(error, where=()):
-    """One line for one jsonschema error: the key's path, then what is wrong with it."""
-    path = (*where, *error.absolute_path)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = list(error.schema.get("properties", {}))
-        unknown = [k for k in error.instance if k not in known
-                   and not any(re.search(p, k) for p in error.schema.get("patternProperties", {}))]
-        return "; ".join(f"key '{key_path((*path, k))}': unknown key{suggest(k, known)}"
-                         + ("" if suggest(k, known) else f"; valid keys: {', '.join(sorted(known))}")
-                         for k in unknown)
-    if error.validator in ("oneOf", "anyOf") and error.context:
-        return _describe(jsonschema.exceptions.best_match(error.context), where)
-    if error.validator == "required":
-        return f"key '{key_path(path)}': {error.message}"
-    value = error.instance if not isinstance(error.instance, (dict, list)) else type(error.instance).__name__
-    if error.validator == "type":
-        expected = error.validator_value
-        expected = " or ".join(expected) if isinstance(expected, list) else expected
-        return f"key '{key_path(path)}': expected {expected}, got {value!r}"
-    if error.validator == "enum":
-        return (f"key '{key_path(path)}': {value!r} is not one of {error.validator_value}"
-                f"{suggest(value, error.validator_value)}")
-    return f"key '{key_path(path)}': {error.message}"
-
-
 def _problems(instance, schema, where=()):
-    errors = sorted(_Validator(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
-    return [line for e in errors if (line := _describe(e, where))]
+    return schema_errors(instance, schema, where, _Validator)
 
 
 def schema_problems(config, schema):
@@ -286,10 +250,13 @@ def reference_problems(config, root=Path(".")):
     if spec["models"] and spec["test"] not in ieat_tests:
         problems.append(f"key 'ieat/specificity/test': '{spec['test']}' is not a stimulus file in "
                         f"{ieat['stimuli']}{suggest(spec['test'], ieat_tests)}")
+    seat_ids = _stimulus_ids(root / seat["stimuli"])
     if seat["tests"] != "all":
-        _names(problems, ("seat", "tests"), seat["tests"], _stimulus_ids(root / seat["stimuli"]),
-               f"a stimulus file in {seat['stimuli']}")
+        _names(problems, ("seat", "tests"), seat["tests"], seat_ids, f"a stimulus file in {seat['stimuli']}")
     for name, spec in seat["models"].items():
+        if spec.get("tests", "all") != "all":
+            _names(problems, ("seat", "models", name, "tests"), spec["tests"], seat_ids,
+                   f"a stimulus file in {seat['stimuli']}")
         if spec.get("adapter") and "texts" not in encodes(spec):
             problems.append(f"key 'seat/models/{name}/adapter': adapter '{spec['adapter']}' embeds no texts")
     detectors = set((config.get("regions") or {}).get("detectors", {}))

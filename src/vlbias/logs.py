@@ -3,6 +3,13 @@
 An error the user caused (an InputError: a file, a key, a URL to fix) is one line on the terminal;
 its traceback goes to the job's log file only, or to the terminal too with VLBIAS_DEBUG=1. Any
 other uncaught exception is a bug: its traceback goes to both.
+
+The terminal gets a job's summary lines; per-item detail (an image that did not arrive, a category
+read) is logged with ``extra=FILE_ONLY`` and goes to the job's log file only, beside the table
+(failures.tsv, manifest.tsv) that lists every item:
+
+    log.warning("%s: %s", image, reason, extra=FILE_ONLY)
+    log.info("google: 0 of 12281 images arrived; 12281 not in the mirror (see .../failures.tsv)")
 """
 
 import atexit
@@ -13,6 +20,14 @@ import sys
 import time
 
 from vlbias.errors import InputError
+
+
+# per-item detail: the job's log file, not the terminal (a summary line says what it adds up to)
+FILE_ONLY = {"file_only": True}
+
+
+def _not_file_only(record):
+    return not getattr(record, "file_only", False)
 
 
 class _Terminal(logging.Formatter):
@@ -28,6 +43,7 @@ def setup_logging(path=None, level=logging.INFO):
     form = "%(asctime)s %(name)s %(levelname)s %(message)s"
     terminal = logging.StreamHandler(sys.stderr)
     terminal.setFormatter(_Terminal(form))
+    terminal.addFilter(_not_file_only)
     handlers = [terminal]
     if path:
         handlers.append(logging.FileHandler(path, mode="w", encoding="utf-8"))
@@ -73,10 +89,11 @@ class Progress:
             self.log.info("%s: %d/%d (%.0f%%), %.1f/s, about %s left", self.what, self.n, self.total,
                           100 * self.n / max(self.total, 1), rate, _duration(left))
 
-    def done(self, note=""):
+    def done(self, note="", terminal=True):
+        """The final line; ``terminal`` False: the log file's only, where the job's summary line says it all."""
         seconds = time.monotonic() - self.start
         self.log.info("%s: %d/%d done in %s%s", self.what, self.n, self.total, _duration(seconds),
-                      f"; {note}" if note else "")
+                      f"; {note}" if note else "", extra=None if terminal else FILE_ONLY)
 
 
 def _duration(seconds):

@@ -30,6 +30,8 @@ rule grounded_images:
         "results/logs/grounded_images/{dataset}.log",
     wildcard_constraints:
         dataset=alternatives(list(GROUNDED_DATASETS)),
+    conda:
+        "../../environment.yml"
     # downloads wait on the network, not the CPU: `download.workers` threads share one core
     threads: 1
     params:
@@ -45,15 +47,23 @@ rule grounded_images:
 rule grounded_table1:
     input:
         summaries=expand("results/images/grounded/{dataset}/summary.tsv", dataset=GROUNDED_DATASETS),
+        failures=expand("results/images/grounded/{dataset}/failures.tsv", dataset=GROUNDED_DATASETS),
         published=GROUNDED.get("table1", {}).get("published", []),
     output:
         csv="results/grounded/table1.csv",
         md="results/grounded/table1.md",
         tex="results/grounded/table1.tex",
-        html=report("results/grounded/table1.html", caption="../report/grounded_table1.rst", category="Grounded",
-                    subcategory="Tables", labels={"table": "table1"}),
+        html=report(
+            "results/grounded/table1.html",
+            caption="../report/grounded_table1.rst",
+            category="Grounded",
+            subcategory="Tables",
+            labels={"table": "table1"},
+        ),
     log:
         "results/logs/grounded_table1.log",
+    conda:
+        "../../environment.yml"
     params:
         datasets=list(GROUNDED_DATASETS),
     script:

@@ -30,6 +30,8 @@ rule grounded_embed:
         protocol=alternatives(list(PROTOCOLS)),
         dataset="[a-z0-9][a-z0-9_-]*",
         model=alternatives(list(GROUNDED_PLAN.models)),
+    conda:
+        "../../environment.yml"
     threads: GROUNDED_PLAN.experiments.get("threads", 2)
     resources:
         mem_mb=8000,
@@ -56,6 +58,8 @@ rule grounded_experiment:
         protocol=alternatives(list(PROTOCOLS)),
         dataset="[a-z0-9][a-z0-9_-]*",
         model=alternatives(list(GROUNDED_PLAN.models)),
+    conda:
+        "../../environment.yml"
     threads: 2
     params:
         stats=stats_params(),
@@ -73,14 +77,21 @@ rule grounded_table:
         csv=table_path("{target}", "csv"),
         md=table_path("{target}", "md"),
         tex=table_path("{target}", "tex"),
-        html=report(table_path("{target}", "html"), caption="../report/grounded_tables.rst", category="Grounded",
-                    subcategory="Tables", labels={"table": "{target}"}),
+        html=report(
+            table_path("{target}", "html"),
+            caption="../report/grounded_tables.rst",
+            category="Grounded",
+            subcategory="Tables",
+            labels={"table": "{target}"},
+        ),
         rows=table_path("{target}", "rows.csv"),
         missing=table_path("{target}", "missing.tsv"),
     log:
         "results/logs/grounded_table/{target}.log",
     wildcard_constraints:
         target=alternatives(list(GROUNDED_PLAN.table_targets)),
+    conda:
+        "../../environment.yml"
     params:
         spec=lambda w: {k: v for k, v in GROUNDED_PLAN.table_spec(w.target).items() if k not in ("results", "missing")},
     script:
@@ -92,11 +103,12 @@ rule grounded_comparison:
         results=lambda w: GROUNDED_PLAN.experiment_results(),
         published=GROUNDED_PLAN.grounded.get("published", []),
     output:
-        csv=report("results/grounded/comparison.csv", caption="../report/grounded_comparison.rst",
-                   category="Grounded"),
+        csv=report("results/grounded/comparison.csv", caption="../report/grounded_comparison.rst", category="Grounded"),
         md="results/grounded/comparison.md",
     log:
         "results/logs/grounded_comparison.log",
+    conda:
+        "../../environment.yml"
     params:
         protocols=list(PROTOCOLS),
         alpha=GROUNDED_PLAN.experiments.get("alpha"),

@@ -16,6 +16,8 @@ rule ieat_published_embeddings:
         "results/logs/ieat_published_embeddings/{model}.log",
     wildcard_constraints:
         model=alternatives(PUBLISHED_MODELS),
+    conda:
+        "../../environment.yml"
     params:
         file=lambda w: IEAT["models"][w.model]["file"],
         provenance=lambda w: provenance(IEAT["models"][w.model]) | {"weights": "published embeddings"},
@@ -40,6 +42,8 @@ rule ieat_images:
         "results/logs/ieat_images/{store}.log",
     wildcard_constraints:
         store=alternatives(list(IMAGE_STORES)),
+    conda:
+        "../../environment.yml"
     threads: 2
     params:
         settings=lambda w: IMAGE_STORES[w.store],
@@ -61,6 +65,8 @@ rule ieat_embed_images:
         "results/logs/ieat_embed_images/{model}.log",
     wildcard_constraints:
         model=alternatives(IMAGE_MODELS),
+    conda:
+        "../../environment.yml"
     threads: IEAT["threads"]
     resources:
         mem_mb=8000,
@@ -84,6 +90,8 @@ rule ieat_output_store:
     wildcard_constraints:
         model=alternatives(list(SEVERAL_OUTPUTS)),
         output=alternatives(sorted({o for names in SEVERAL_OUTPUTS.values() for o in names})),
+    conda:
+        "../../environment.yml"
     script:
         "../scripts/ieat_output_store.py"
 
@@ -99,6 +107,8 @@ rule ieat_vectors:
         "results/logs/ieat_vectors/{model}.log",
     wildcard_constraints:
         model=alternatives(VECTOR_MODELS),
+    conda:
+        "../../environment.yml"
     params:
         spec=lambda w: IEAT_MODELS[w.model],
         provenance=lambda w: provenance(IEAT_MODELS[w.model]),
@@ -125,6 +135,8 @@ rule ieat_table:
         missing="results/ieat/{table}.missing.tsv",
     log:
         "results/logs/ieat_table/{table}.log",
+    conda:
+        "../../environment.yml"
     threads: 2
     params:
         table=lambda w: w.table,
@@ -146,14 +158,26 @@ rule ieat_sweep:
         stimuli=lambda w: table_stimuli(sweep_tests(), SWEEP_MODELS),
         images=lambda w: sorted(set(image_stores(SWEEP_MODELS).values())),
     output:
-        csv=report("results/ieat/sweep.csv", caption="../report/ieat_sweep.rst", category="iEAT",
-                   subcategory="Tables", labels={"table": "sweep"}),
+        csv=report(
+            "results/ieat/sweep.csv",
+            caption="../report/ieat_sweep.rst",
+            category="iEAT",
+            subcategory="Tables",
+            labels={"table": "sweep"},
+        ),
         md="results/ieat/sweep.md",
-        png=report("results/ieat/sweep.png", caption="../report/ieat_sweep.rst", category="iEAT",
-                   subcategory="Figures", labels={"figure": "sweep (heatmap)"}),
+        png=report(
+            "results/ieat/sweep.png",
+            caption="../report/ieat_sweep.rst",
+            category="iEAT",
+            subcategory="Figures",
+            labels={"figure": "sweep (heatmap)"},
+        ),
         missing="results/ieat/sweep.missing.tsv",
     log:
         "results/logs/ieat_sweep.log",
+    conda:
+        "../../environment.yml"
     threads: 2
     params:
         caption=IEAT["sweep"]["caption"],
@@ -176,6 +200,8 @@ rule ieat_specificity:
         ),
     log:
         "results/logs/ieat_specificity.log",
+    conda:
+        "../../environment.yml"
     threads: 2
     params:
         models=IEAT["specificity"]["models"],

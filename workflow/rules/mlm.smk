@@ -35,6 +35,8 @@ rule mlm_logprobs:
         "results/logs/mlm/logprobs/{model}.log",
     wildcard_constraints:
         model=alternatives(list(MLM_MODELS)),
+    conda:
+        "../../environment.yml"
     threads: MLM.get("threads", 2)
     resources:
         mem_mb=8000,
@@ -45,11 +47,6 @@ rule mlm_logprobs:
         cache=config["cache"],
     script:
         "../scripts/mlm_logprobs.py"
-
-
-def mlm_report_output(name, caption):
-    return report(f"results/mlm/{{model}}/{name}", caption=f"../report/{caption}", category="MLM association",
-                  subcategory="{model}")
 
 
 rule mlm_report:
@@ -72,6 +69,8 @@ rule mlm_report:
         "results/logs/mlm/report/{model}.log",
     wildcard_constraints:
         model=alternatives(MLM_VL),
+    conda:
+        "../../environment.yml"
     params:
         model=lambda w: {"name": w.model, **provenance(MLM_MODELS[w.model])},
         reference={"name": MLM_REFERENCE, **provenance(MLM_MODELS.get(MLM_REFERENCE, {}))},

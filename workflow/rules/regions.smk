@@ -30,6 +30,8 @@ rule regions:
     wildcard_constraints:
         dataset="[a-z0-9][a-z0-9_-]*",
         detector=alternatives(list(REGION_DETECTORS)),
+    conda:
+        "../../environment.yml"
     # torch's threads for the model; as many threads decode and resize the next images meanwhile
     threads: REGIONS.get("threads", 2)
     resources:
@@ -61,6 +63,8 @@ rule regions_tsv:
     wildcard_constraints:
         dataset="[a-z0-9][a-z0-9_-]*",
         source=alternatives(list(REGION_TSV)),
+    conda:
+        "../../environment.yml"
     resources:
         mem_mb=8000,
     params:

@@ -1,41 +1,7 @@
 # The report, `snakemake --report report.html`: every table as a page of its own (written by its
 # table job beside the CSV), a heatmap per suite and the published against the reproduced effect
-# sizes (the rules here), the MLM figures; each with its caption (workflow/report/*.rst).
-# Snakemake refuses a report when a file it would show is missing, so while it only writes the
-# report the default target and the figures' inputs are what exists: a report of a partial run
-# shows that part.
-
-import sys
-
-
-def reporting():
-    """Whether this invocation only writes a report (`snakemake --report ...`, no job runs).
-
-    Snakemake tells a workflow nothing of its mode: no execution settings (no job will run: a
-    report, --dag, --summary) and --report on the command line together mean the report."""
-    return workflow.execution_settings is None and any(
-        arg == "--report" or arg.startswith("--report=") for arg in sys.argv[1:]
-    )
-
-
-def existing(paths):
-    """``paths``, or while reporting only those that exist (a list, or a dict of named paths)."""
-    if not reporting():
-        return paths
-    if isinstance(paths, dict):
-        return {name: path for name, path in paths.items() if Path(path).exists()}
-    return [path for path in paths if Path(path).exists()]
-
-
-def report_targets():
-    targets = []
-    if IEAT_TABLES:
-        targets += ["results/ieat/heatmap.png", "results/ieat/published.png"]
-    if SEAT["models"]:
-        targets.append("results/seat/heatmap.png")
-    if grounded_tests_targets():
-        targets += ["results/grounded/heatmap.png", "results/grounded/published.png"]
-    return targets
+# sizes (the rules here), the MLM figures; each with its caption (workflow/report/*.rst). While only
+# a report is written, the inputs are what exists (common.smk: existing).
 
 
 rule ieat_figures:
@@ -58,6 +24,8 @@ rule ieat_figures:
         ),
     log:
         "results/logs/ieat_figures.log",
+    conda:
+        "../../environment.yml"
     threads: 1
     params:
         title="iEAT",
@@ -78,6 +46,8 @@ rule seat_figures:
         ),
     log:
         "results/logs/seat_figures.log",
+    conda:
+        "../../environment.yml"
     threads: 1
     params:
         title="WEAT/SEAT",
@@ -106,9 +76,12 @@ rule grounded_figures:
         ),
     log:
         "results/logs/grounded_figures.log",
+    conda:
+        "../../environment.yml"
     threads: 1
     params:
         columns=GROUNDED_PLAN.experiments.get("columns"),
         levels=GROUNDED_PLAN.grounded.get("levels"),
+        groups=GROUNDED.get("tables", {}).get("table3", {}).get("groups"),
     script:
         "../scripts/grounded_figures.py"

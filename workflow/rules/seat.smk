@@ -9,13 +9,15 @@ seat_targets = partial(seat_plan.targets, config)
 rule seat_embed:
     input:
         weights=record_path("seat/{model}"),
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
     output:
         "results/embeddings/seat/{model}.h5",
     log:
         "results/logs/seat_embed/{model}.log",
     wildcard_constraints:
         model=alternatives([m for m in SEAT["models"] if m not in SEAT_VECTOR_MODELS]),
+    conda:
+        "../../environment.yml"
     # seat/threads (default 1: short texts, one thread each for this and another job uses two cores
     # better than two threads here); torch's threads come from params.threads, never the job's cores
     threads: SEAT["threads"]
@@ -33,13 +35,15 @@ rule seat_embed:
 rule seat_vectors:
     input:
         vectors=lambda w: vector_files(SEAT["models"][w.model]),
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
     output:
         "results/embeddings/seat/{model}.h5",
     log:
         "results/logs/seat_vectors/{model}.log",
     wildcard_constraints:
         model=alternatives(SEAT_VECTOR_MODELS),
+    conda:
+        "../../environment.yml"
     params:
         spec=lambda w: SEAT["models"][w.model],
         provenance=lambda w: provenance(SEAT["models"][w.model]),
@@ -50,7 +54,7 @@ rule seat_vectors:
 rule seat_table:
     input:
         store="results/embeddings/seat/{model}.h5",
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests()],
+        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
     output:
         csv="results/seat/{model}/table.csv",
         md="results/seat/{model}/table.md",
@@ -63,6 +67,8 @@ rule seat_table:
         ),
     log:
         "results/logs/seat_table/{model}.log",
+    conda:
+        "../../environment.yml"
     threads: 2
     params:
         stats=stats_params(),

@@ -17,6 +17,8 @@ rule weights_fetch:
     wildcard_constraints:
         section=alternatives(sorted({name.split("/", 1)[0] for name in WEIGHTS_ENTRIES})),
         entry=alternatives(sorted({name.split("/", 1)[1] for name in WEIGHTS_ENTRIES})),
+    conda:
+        "../../environment.yml"
     params:
         name=lambda w: f"{w.section}/{w.entry}",
         spec=lambda w: WEIGHTS_ENTRIES[f"{w.section}/{w.entry}"],
@@ -28,5 +30,12 @@ rule weights_fetch:
 
 rule weights:
     input:
-        sorted(set(IEAT_PLAN.weights() + seat_plan.weights(config) + GROUNDED_PLAN.weights()
-                   + REGIONS_PLAN.weights() + MLM_PLAN.weights())),
+        sorted(
+            set(
+                IEAT_PLAN.weights()
+                + seat_plan.weights(config)
+                + GROUNDED_PLAN.weights()
+                + REGIONS_PLAN.weights()
+                + MLM_PLAN.weights()
+            )
+        ),

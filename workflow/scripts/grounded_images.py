@@ -17,4 +17,5 @@ status = acquire(rows, p.cache, mirror=p.mirror, mirror_layout=p.mirror_layout, 
 write_manifest(snakemake.output.failures, failures(status), FAILURE_COLUMNS)
 write_manifest(snakemake.output.summary, summarize(status), SUMMARY_COLUMNS)
 write_manifest(snakemake.output.manifest, status, STATUS_COLUMNS)
-logging.getLogger("grounded_images").info("%s: %s", snakemake.wildcards.dataset, arrived(status))
+logging.getLogger("grounded_images").info("grounded images %s: %s", snakemake.wildcards.dataset,
+                                          arrived(status, snakemake.output.failures))

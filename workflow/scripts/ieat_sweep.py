@@ -3,6 +3,7 @@ from vlbias.io.fetch import read_manifest, write_manifest
 from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
 from vlbias.report.figures import plot_suite_heatmap
+from vlbias.report.formats import FAMILY, significance_note
 from vlbias.report.tables import assemble, effects_grid, missing_inputs, write_tables
 
 setup_logging(snakemake.log[0])
@@ -12,9 +13,9 @@ rows = run_tests(stimuli, dict(zip(p.models, snakemake.input.stores)), threads=s
 table = assemble(rows, [s.id for s in stimuli], p.models)
 write_tables(table, p.caption, csv=snakemake.output.csv)
 write_tables(effects_grid(table), p.caption, md=snakemake.output.md,
-             note="Effect size d (sample std, ddof=1) of each test (rows) on each model (columns), one-sided "
-                  "permutation p: * < 0.05, ** < 0.01, *** < 0.001. Every row with its n, p and provenance is in "
-                  "the CSV beside this file.")
+             note=f"Effect size d (sample std, ddof=1) of each test (rows) on each model (columns), starred by its "
+                  f"one-sided permutation p: {significance_note(FAMILY)}. Every row with its n, p (raw and adjusted) "
+                  "and provenance is in the CSV beside this file.")
 plot_suite_heatmap(table, snakemake.output.png, p.caption)
 missing = [row for model, status in p.image_stores.items()
            for row in missing_inputs(stimuli, read_manifest(status), [model])]

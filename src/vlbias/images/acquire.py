@@ -26,9 +26,11 @@ import argparse
 import hashlib
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from vlbias.images.decode import ImageDecodeError, load_rgb
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import DownloadError, FetchError, download, read_manifest, sha256_file, write_manifest
 from vlbias.io.paths import confined, relative_path
-from vlbias.logs import Progress
+from vlbias.logs import FILE_ONLY, Progress
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ MANIFEST_COLUMNS = ["test", "role", "file", "url", "sha256"]
 STATUS_COLUMNS = ["test", "role", "file", "url", "status", "reason", "sha256", "bytes", "width", "height", "path"]
 FAILURE_COLUMNS = ["test", "role", "file", "url", "reason"]
 SUMMARY_COLUMNS = ["test", "listed", "obtained", "failed", "duplicates"]
-TABLE1_COLUMNS = ["dataset", "paper_test", "test", "listed", "obtained", "duplicates", "paper"]
+TABLE1_COLUMNS = ["dataset", "paper_test", "test", "listed", "obtained", "duplicates", "paper", "note"]
 DIGEST_PREFIX = "get.sh sha256 "
 
 # wget options whose value is the next word (so that word is not taken for the URL)
@@ -277,12 +279,12 @@ def acquire(rows, cache, *, mirror=None, mirror_layout="tests", workers=8, timeo
         for i, s in zip(todo, pool.map(lambda i: _obtain(rows[i], cache, mirror, flat, net), todo)):
             status[i] = s
             progress.advance()
-    progress.done(f"{sum(s['status'] == 'ok' for s in status if s)} obtained")
+    progress.done(f"{sum(s['status'] == 'ok' for s in status if s)} obtained", terminal=False)  # arrived() sums up
     for i, row in enumerate(rows):
         if status[i] is None:
             status[i] = _status(row, "failed", f"listed twice (also row {first[image_id(row)] + 1})")
         if status[i]["status"] != "ok":
-            log.warning("%s/%s/%s: %s", row["test"], row["role"], row["file"], status[i]["reason"])
+            log.warning("%s/%s/%s: %s", row["test"], row["role"], row["file"], status[i]["reason"], extra=FILE_ONLY)
     return mark_duplicates(status)
 
 
@@ -322,39 +324,76 @@ def summarize(status):
     return list(out.values())
 
 
-def arrived(status):
-    """The summary line a rule's log ends with."""
-    return f"{sum(r['status'] == 'ok' for r in status)} of {len(status)} images arrived"
+def reason_kind(reason):
+    """A failure's reason without what is particular to the image (its path, URL, the attempts): what
+    the summary line counts images by ("not in the mirror", "HTTP 404 Not Found", ...)."""
+    reason = re.sub(r"^could not download( after \d+ attempts)?: ", "", reason)
+    if reason.startswith("not in mirror"):
+        return "not in the mirror"
+    return re.split(r" \(|: ", reason, maxsplit=1)[0]
+
+
+def failure_kinds(failed, top=3):
+    """The failed rows (with a ``reason``) counted by ``reason_kind``, the ``top`` most frequent named:
+    "3 not in the mirror, 2 HTTP 404 Not Found, 2 failed otherwise"."""
+    kinds = Counter(reason_kind(r["reason"]) for r in failed).most_common()
+    named = [f"{n} {kind}" for kind, n in kinds[:top]]
+    if len(kinds) > top:
+        named.append(f"{sum(n for _, n in kinds[top:])} failed otherwise")
+    return ", ".join(named)
+
+
+def arrived(status, failures=None, top=3):
+    """The summary line a rule's log ends with (and the terminal shows): "4 of 7 images arrived", then
+    the failures by kind (``failure_kinds``) and where every failure is listed:
+    "; 2 HTTP 404 Not Found, 1 no URL in the manifest — see failures.tsv"."""
+    line = f"{sum(r['status'] == 'ok' for r in status)} of {len(status)} images arrived"
+    failed = [r for r in status if r["status"] != "ok"]
+    if not failed:
+        return line
+    return f"{line}; {failure_kinds(failed, top)}" + (f" — see {failures}" if failures else "")
 
 
 # -- the dataset table (Ross et al. 2021, Table 1) -----------------------------------------------
 
 
-def table1_rows(published, summaries):
+def table1_rows(published, summaries, failures=None):
     """Table 1: per dataset and paper test, the images listed, obtained and duplicated here beside
     the paper's number.
 
     ``published``: rows with dataset, paper_test, tests (the upstream test folders that make the
     paper's test, separated by spaces) and n_images. ``summaries``: {dataset: rows of
     :func:`summarize`} for the datasets configured here; others show the paper's number only.
-    A paper test made of several folders (word- and sentence-level variants) has one row each,
-    all beside the paper's single number. Tests of configured datasets that the paper does not
-    name follow, without a paper number.
+    ``failures``: {dataset: (its failures rows, the file they are in)}: a test of which no image was
+    obtained says why in ``note`` ("none obtained: 145 not in the mirror — see <file>"), so a zero
+    is never left unexplained. A paper test made of several folders (word- and sentence-level
+    variants) has one row each, all beside the paper's single number. Tests of configured datasets
+    that the paper does not name follow, without a paper number.
     """
     by_test = {d: {s["test"]: s for s in rows} for d, rows in summaries.items()}
+    failed = {d: ({}, path) for d, (_, path) in (failures or {}).items()}
+    for dataset, (rows, _) in (failures or {}).items():
+        for r in rows:
+            failed[dataset][0].setdefault(r["test"], []).append(r)
+
+    def row(dataset, paper_test, test, s, paper):
+        out = {"dataset": dataset, "paper_test": paper_test, "test": test,
+               **{k: s.get(k, "") for k in ("listed", "obtained", "duplicates")}, "paper": paper, "note": ""}
+        if str(s.get("obtained")) == "0" and str(s.get("listed")) not in ("", "0") and dataset in failed:
+            rows, path = failed[dataset][0].get(test, []), failed[dataset][1]
+            out["note"] = f"none obtained: {failure_kinds(rows)} — see {path}"
+        return out
+
     out, shown = [], set()
     for p in published:
         for test in p["tests"].split():
-            s = by_test.get(p["dataset"], {}).get(test, {})
             shown.add((p["dataset"], test))
-            out.append({"dataset": p["dataset"], "paper_test": p["paper_test"], "test": test,
-                        **{k: s.get(k, "") for k in ("listed", "obtained", "duplicates")},
-                        "paper": p["n_images"]})
+            out.append(row(p["dataset"], p["paper_test"], test, by_test.get(p["dataset"], {}).get(test, {}),
+                           p["n_images"]))
     for dataset, rows in summaries.items():
         for s in rows:
             if (dataset, s["test"]) not in shown:
-                out.append({"dataset": dataset, "paper_test": "", "test": s["test"],
-                            **{k: s[k] for k in ("listed", "obtained", "duplicates")}, "paper": ""})
+                out.append(row(dataset, "", s["test"], s, ""))
     return out
 
 

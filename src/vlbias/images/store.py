@@ -21,6 +21,7 @@ from vlbias.errors import InputError
 from vlbias.images.decode import CROPS, DECODERS, RESAMPLING, ImageDecodeError, prepare
 from vlbias.io.fetch import sha256_file
 from vlbias.io.hdf5 import atomic_hdf5
+from vlbias.logs import FILE_ONLY
 
 log = logging.getLogger(__name__)
 _STR = h5py.string_dtype("utf-8")
@@ -86,12 +87,12 @@ def build_image_store(entries, out_path, size, crop="center", workers=2, resampl
                     ids.append(row["file"])
                     pixels.append(array)
                 else:
-                    log.warning("%s/%s: %s: %s", category, row["file"], row["status"], row["reason"])
+                    log.warning("%s/%s: %s: %s", category, row["file"], row["status"], row["reason"], extra=FILE_ONLY)
                 status[i] = row
             g = f.create_group(category)
             g.create_dataset("pixels", data=np.stack(pixels) if pixels else np.zeros((0, size, size, 3), np.uint8))
             g.create_dataset("ids", data=np.array(ids, dtype=object), dtype=_STR)
-            log.info("%s: %d of %d images", category, len(ids), len(order))
+            log.info("%s: %d of %d images", category, len(ids), len(order), extra=FILE_ONLY)
         n_ok = sum(r["status"] == "ok" for r in status)
         f.attrs.update({"size": size, "crop": crop, "resample": resample, "decoder": decoder, "n_images": n_ok,
                         "n_skipped": len(status) - n_ok})

@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import logging
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from urllib.parse import quote, urlsplit
 from vlbias.errors import FetchError, InputError
 from vlbias.io.atomic import atomic_path
 from vlbias.io.paths import confined, relative_path
+from vlbias.logs import FILE_ONLY
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,34 @@ def _why(exc, timeout):
     return f"{type(reason).__name__}: {reason}", True
 
 
+def unreachable(urls, timeout=5.0):
+    """Why none of the servers of the http(s) ``urls`` can be reached (the first URL's reason), or None
+    when one answers (any HTTP status, a 404 too): HEAD requests at once, through the environment's
+    proxies, each bounded by ``timeout`` seconds also where the host name lookup hangs."""
+    urls = [urls] if isinstance(urls, str) else list(urls)
+    outcome = {}
+
+    def probe(url):
+        try:
+            urllib.request.build_opener(_HttpOnlyRedirects()).open(
+                urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+            outcome[url] = None
+        except urllib.error.HTTPError:
+            outcome[url] = None  # the server answered
+        except (OSError, http.client.HTTPException) as e:
+            outcome[url] = _why(e, timeout)[0]
+
+    # daemon threads: a lookup that never returns does not hold up the exit
+    threads = [threading.Thread(target=probe, args=(url,), daemon=True) for url in urls]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout + 1
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    reasons = [outcome.get(url, f"no response within {timeout:g} s") for url in urls]
+    return None if not urls or any(r is None for r in reasons) else reasons[0]
+
+
 class DownloadError(FetchError):
     """A download failed; ``reason`` says why without naming the URL (it is ``source``)."""
 
@@ -126,7 +156,7 @@ def download(url, out, *, timeout, retries, max_bytes, backoff):
             tries = f" after {attempt + 1} attempts" if attempt else ""
             raise DownloadError(url, f"could not download{tries}: {why}")
         delay = backoff * 2**attempt
-        log.warning("%s: %s; trying again in %.1f s", url, why, delay)
+        log.warning("%s: %s; trying again in %.1f s", url, why, delay, extra=FILE_ONLY)
         time.sleep(delay)
 
 

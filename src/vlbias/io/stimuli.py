@@ -1,19 +1,21 @@
 """Stimulus files: one YAML file per association test, validated against
 ``workflow/schemas/stimulus.schema.yaml`` before anything uses it."""
 
-import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.validation import problems
 
 # Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SETS = ("X", "Y", "A", "B")
+# the multiple-comparison family of a stimulus file that names none: one's own tests, adjusted among
+# themselves, never with a paper's (the shipped files name theirs: may2019, steed2021, cross-modal)
+OWN = "own"
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -32,20 +34,6 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
-_END = re.compile(r"(?<!\\)\$")
-
-
-def _pattern(validator, pattern, instance, schema):
-    # JSON Schema's `$` (ECMA-262) matches only at the end of the string; Python's `re` also before a
-    # final newline, which let a model name "vx\n" through (and into a file name): `$` read as `\Z`
-    if validator.is_type(instance, "string") and not re.search(_END.sub(r"\\Z", pattern), instance):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-# the validator of every schema here and of the workflow's config (vlbias.config)
-Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
-
-
 @cache
 def schema(name):
     """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
@@ -53,16 +41,12 @@ def schema(name):
         return yaml.safe_load(f)
 
 
-def _key(error):
-    return "/".join(str(p) for p in error.absolute_path) or "(top level)"
-
-
 def validate(doc, source, schema):
-    """Raise InputError naming ``source`` and the offending key for the first schema violation."""
-    errors = sorted(Validator(schema).iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        raise InputError(source, f"key '{_key(e)}': {e.message}")
+    """Raise InputError naming ``source`` and each offending key, in one line, as the config check says
+    them (vlbias.validation: an unknown key with the closest valid one, "did you mean 'A'?")."""
+    found = problems(doc, schema)
+    if found:
+        raise InputError(source, "; ".join(found))
 
 
 @dataclass(frozen=True)
@@ -85,6 +69,7 @@ class Stimulus:
     A: StimulusSet
     B: StimulusSet
     path: str
+    family: str = OWN  # the tests a table adjusts its p-values with (per model): the paper's, or one's own
 
     @property
     def sets(self):
@@ -139,7 +124,7 @@ def load_stimulus(path):
     _check_modalities(doc, sets, path)
     return Stimulus(
         id=doc["id"], name=doc["name"], suite=doc["suite"], level=doc.get("level"),
-        source=doc.get("source"), path=str(path), **sets,
+        source=doc.get("source"), path=str(path), family=doc.get("family", OWN), **sets,
     )
 
 

@@ -26,6 +26,7 @@ and what it embeds and gives: vlbias.models.plan) and a config entry.
 import logging
 
 from vlbias.errors import InputError
+from vlbias.logs import FILE_ONLY
 from vlbias.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def runtime(spec):
         raise InputError("batch_size", f"must be a positive integer, got {batch_size!r}")
     if spec.get("threads"):
         torch.set_num_threads(int(spec["threads"]))
-        log.info("torch: %d intra-op thread(s)", torch.get_num_threads())
+        log.info("torch: %d intra-op thread(s)", torch.get_num_threads(), extra=FILE_ONLY)
     name = spec.get("device", "auto")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"

@@ -24,7 +24,7 @@ from vlbias.errors import InputError
 from vlbias.images.decode import load_rgb
 from vlbias.io.cache import digest
 from vlbias.io.fetch import read_manifest, sha256_file
-from vlbias.logs import Progress
+from vlbias.logs import FILE_ONLY, Progress
 from vlbias.regions import Regions
 from vlbias.regions.store import write_region_store
 
@@ -142,7 +142,7 @@ def extract_regions(entries, detector, out_path, batch_size, workers=2, prefetch
                 refill()
                 key, cached, x, reason = future.result()
                 if reason is not None:
-                    log.warning("%s: skipped: %s", image_id, reason)
+                    log.warning("%s: skipped: %s", image_id, reason, extra=FILE_ONLY)
                     store.skip(image_id, reason)
                     progress.advance()
                     continue

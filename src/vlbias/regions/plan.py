@@ -3,6 +3,7 @@
 
 from functools import cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import Source, read_manifest
@@ -31,9 +32,10 @@ class RegionsPlan:
         """The image manifest of ``dataset``: set under regions/manifests, else the grounded rules' output."""
         return self.regions.get("manifests", {}).get(dataset, images_path(dataset))
 
-    def targets(self):
+    def targets(self, offline=()):
+        """The region stores of regions/build, but those of the datasets ``offline`` (their images cannot be had)."""
         return [store_path(pair["dataset"], pair["detector"], ext) for pair in self.regions.get("build", [])
-                for ext in ("h5", "persons.tsv")]
+                if pair["dataset"] not in offline for ext in ("h5", "persons.tsv")]
 
     def weights(self):
         """The weights records the targets need: the detectors of regions/build (not the TSV sources)."""
@@ -82,8 +84,20 @@ class GroundedImagesPlan:
         src = self.source(dataset)
         return str(Path(root, *([src.mirror_name] if src else []), self.datasets[dataset]["mirror_dir"]))
 
-    def targets(self):
+    def probe_urls(self, dataset, hosts=8):
+        """A URL of each of the first ``hosts`` hosts in ``dataset``'s manifest (of the tests obtained):
+        what a run without a mirror asks before it plans the downloads (vlbias.suites.plan.offline)."""
+        tests, urls = set(self.tests(dataset)), {}
+        for r in read_manifest(self.datasets[dataset]["manifest"]):
+            if r["test"] in tests and r.get("url") and len(urls) < hosts:
+                urls.setdefault(urlsplit(r["url"]).netloc, r["url"])
+        return list(urls.values())
+
+    def targets(self, offline=()):
+        """Each dataset's acquisition tables and Table 1; without the datasets ``offline`` (their images
+        cannot be had now), and then without Table 1, which counts every dataset's."""
         if not self.grounded:
             return []
-        return ([images_path(d, name) for d in self.datasets for name in ("manifest", "failures", "summary")]
-                + [f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex", "html")])
+        return ([images_path(d, name) for d in self.datasets if d not in offline
+                 for name in ("manifest", "failures", "summary")]
+                + ([] if offline else [f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex", "html")]))

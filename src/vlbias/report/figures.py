@@ -16,9 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from vlbias.io.atomic import atomic_path
-from vlbias.report.formats import missing
-
-STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))  # p below: mark
+from vlbias.report.formats import FAMILY, significance_note, stars
 MODEL_COLOURS = ["#3b75af", "#d9822b", "#519e3e", "#c53a32", "#8d69b8", "#84584e", "#d57fbe", "#7f7f7f"]
 
 
@@ -26,13 +24,6 @@ def save_png(fig, path, dpi=150):
     """Write ``fig`` to ``path`` as PNG, atomically."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
-
-
-def stars(p):
-    """"***", "**", "*" for p below 0.001, 0.01, 0.05; "" otherwise (and for a missing p)."""
-    if missing(p):
-        return ""
-    return next((mark for bound, mark in STARS if p < bound), "")
 
 
 def _numeric(series):
@@ -53,13 +44,13 @@ def suite_rows(tables):
     return rows
 
 
-def plot_suite_heatmap(rows, path, title, p="p"):
+def plot_suite_heatmap(rows, path, title, family=FAMILY):
     """Heatmap of the effect size d, a row per test and a column per model, like Steed & Caliskan's
     figures: a diverging colour map centred on 0 (red: X with A, Y with B), symmetric limits
-    ±max(1, max |d|); each cell printed as d with stars for the ``p`` column (*** < 0.001,
-    ** < 0.01, * < 0.05); a skipped test a grey cell saying so, a (test, model) without a row an
-    empty light grey one. Tests in their first order of appearance, models likewise. Returns the
-    Figure.
+    ±max(1, max |d|); each cell printed as d with the stars of its Holm-adjusted p (column
+    ``p_holm``, over ``family``: vlbias.report.formats.stars); a skipped test a grey cell saying so,
+    a (test, model) without a row an empty light grey one. Tests in their first order of appearance,
+    models likewise. Returns the Figure.
     """
     rows = rows.reset_index(drop=True)
     if rows.duplicated(["test", "model"]).any():
@@ -71,7 +62,7 @@ def plot_suite_heatmap(rows, path, title, p="p"):
     d = np.full((len(tests), len(models)), np.nan)
     skipped = np.zeros(d.shape, bool)
     text = np.full(d.shape, "", dtype=object)
-    ok, d_col, p_col = _ok(rows), _numeric(rows["d"]), _numeric(rows[p])
+    ok, d_col, p_col = _ok(rows), _numeric(rows["d"]), _numeric(rows["p_holm"])
     for i, r in rows.iterrows():
         at = tests.index(r["test"]), models.index(r["model"])
         if ok[i]:
@@ -107,9 +98,8 @@ def plot_suite_heatmap(rows, path, title, p="p"):
     bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03, shrink=min(1.0, 6.0 / max(len(tests), 1)) ** 0.5)
     bar.set_label("effect size d", fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    p_name = {"p": "permutation p", "p_holm": "Holm-adjusted p", "p_bh": "BH-adjusted p"}.get(p, p)
     ax.set_title(title, fontsize=10, pad=8)
-    ax.set_xlabel(f"* {p_name} < 0.05, ** < 0.01, *** < 0.001; grey: no result", fontsize=7, color="0.3")
+    ax.set_xlabel(f"{significance_note(family)}; grey: no result", fontsize=7, color="0.3", wrap=True)
     save_png(fig, path)
     return fig
 

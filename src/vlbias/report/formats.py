@@ -13,6 +13,27 @@ RESULTS_P_DIGITS = 4
 LAYOUT_P_DIGITS = 3
 
 
+# Significance, one convention for every table, figure and legend: stars on the Holm-adjusted p of a
+# family of tests (one model's tests of one stimulus family in one table; a grounded table's column and
+# group at one level), so a table of 46 tests does not star its chance findings. The raw p is printed
+# beside every effect size, as the papers printed it.
+STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))  # Holm-adjusted p below: mark
+FAMILY = "one model's tests of one stimulus family in this table"  # the family of a results table (vlbias.report.tables)
+
+
+def stars(p_holm):
+    """"***", "**", "*" for a Holm-adjusted p below 0.001, 0.01, 0.05; "" otherwise (and when missing)."""
+    if missing(p_holm):
+        return ""
+    return next((mark for bound, mark in STARS if p_holm < bound), "")
+
+
+def significance_note(family):
+    """What the stars mean, for a caption, a note or a legend: the levels, and that p is Holm-adjusted
+    over ``family`` (e.g. "one model's tests of one stimulus family in this table")."""
+    return f"*, **, ***: p < .05, .01, .001, Holm-adjusted over {family}"
+
+
 def missing(value):
     """Whether a value is missing: None, NaN, pandas' NA (of nullable integer columns)."""
     return value is None or (not isinstance(value, str) and pd.isna(value))

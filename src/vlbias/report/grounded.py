@@ -9,8 +9,10 @@ Table 5 (experiment 3, masking): a row per test and mask (T, I) at one level (th
 Table 6 (COCO / Conceptual Captions): experiments side by side, each column a model on a dataset;
 Table 7: per group of tests (gender, race), how many are significant, per experiment and level/mask.
 The paper puts its gender and race tests side by side; here the groups are stacked, named in the
-first column. Each cell is the effect size d with its p; p < ``alpha`` is bold (Markdown, LaTeX)
-and ``True`` in the CSV's ``p<alpha`` column. A column no model fills (ViLBERT, VL-BERT until they
+first column. Each cell is the effect size d with its p, d starred by its Holm-adjusted p within its
+family (vlbias.report.layout: one column's tests of one group at one level or mask); the CSV has
+that ``p Holm`` and, ``True`` where the raw p < ``alpha``, the ``p<alpha`` column that Table 7
+counts as the paper did. A column no model fills (ViLBERT, VL-BERT until they
 land, a model switched off) stays empty; "–" marks a cell that does not apply (image masking on
 VisualBERT, a level the test does not define) or that the paper prints as "–" (our value, if any,
 stays in the rows file and the comparison view); "skipped" a test that could not run (its row in
@@ -20,57 +22,27 @@ saying what their mask I is; a model that gives no grounded vector (a dual encod
 ``not_applicable`` text in every cell.
 
 With the paper's transcription (resources/published/grounded_tables.tsv, ``read_printed``) every
-cell also shows the printed number, in brackets, starred where the paper highlights it
-(p < 0.05), and the CSV has ``<column> paper`` and ``<column> paper significant``;
+cell also shows the printed number, in brackets, bold where the paper highlights it
+(its p < 0.05), and the CSV has ``<column> paper`` and ``<column> paper significant``;
 ``printed_groups`` gives each table's tests by half as printed (ABW in both halves of Tables 3
 and 4). ``comparison`` lines up, per printed cell, the published number and the results of
 several protocols (vlbias.suites.grounded.protocol), ``experiment3_summary`` the effect size
 Section 5 quotes for experiment 3's first variant.
 """
 
-from dataclasses import dataclass, field, replace
-from itertools import groupby
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from vlbias.io.atomic import atomic_path
-from vlbias.report.formats import LAYOUT_P_DIGITS, NA, format_p, latex_escape, markdown_table, read_published
+from vlbias.report.formats import NA, latex_escape, markdown_table, read_published
+from vlbias.report.layout import Column, Layout, cell_text, display_rows, families, layout_note, value
+from vlbias.stats.adjust import add_adjusted
 
 DASHES = ("–", "-")  # what the paper prints where it has no number
 EXPERIMENT_NAMES = {"1": "Experiment 1", "2": "Experiment 2", "3": "Experiment 3 (congruent vs. incongruent)",
                     "3-masked": "Experiment 3 (masking)"}
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a table: ``label`` as printed; the model (config name) and dataset whose
-    results fill it (model None: the column stays empty); ``block`` an experiment heading or ""."""
-
-    label: str
-    model: str | None
-    dataset: str | None
-    block: str = ""
-    experiment: str | None = None
-    not_applicable: str | None = None  # the text of every cell: the model gives no such result (a dual encoder)
-    published: bool = True  # the paper's column: its printed numbers beside ours (False: an extended model's)
-
-
-@dataclass
-class Layout:
-    caption: str
-    label: str
-    index: list            # names of the index columns, e.g. ["group", "test", "level"]
-    columns: list          # Column per value column
-    rows: list = field(default_factory=list)  # (index values, cells) with one cell per column
-    counts: bool = False   # cells are (significant, tests) counts, not (d, p)
-    alpha: float = 0.05
-    note: str = ""
-    printed: list | None = None  # per row, per column the paper's (value, significant) or None
-
-    def blocks(self):
-        """[(experiment block, number of adjacent columns under it)], left to right."""
-        return [(block, len(list(cols))) for block, cols in groupby(self.columns, key=lambda c: c.block)]
 
 
 def index_results(rows):
@@ -200,25 +172,14 @@ def _heading(c):
     return f"{c.block} {c.label}".strip()
 
 
-def _value(cell, alpha):
-    """(d, p, significant) of a result cell, or None when it is text (empty, NA, skipped)."""
-    if not isinstance(cell, dict) or cell["status"] != "ok":
-        return None
-    d, p = float(cell["d"]), float(cell["p"])
-    return d, p, p < alpha
-
-
-def _text(cell):
-    if isinstance(cell, dict):
-        return "skipped"  # a result row whose status is not ok
-    return cell
-
-
 def to_frame(layout):
-    """The CSV form: index columns, then per column ``<heading> d``, ``p``, ``p<alpha`` (results)
-    or ``<heading> significant``, ``tests`` (counts); text cells ("–", "skipped") in the first."""
+    """The CSV form: index columns, then per column ``<heading> d``, ``p``, ``p Holm`` (adjusted within
+    its family, vlbias.report.layout.families: what the stars mark) and ``p<alpha`` (raw p, what Table
+    7 counts) (results) or ``<heading> significant``, ``tests`` (counts); text cells ("–", "skipped") in
+    the first."""
     records = []
     sig = f"p<{layout.alpha:g}"
+    adjusted = {} if layout.counts else families(layout)
     for i, (index, cells) in enumerate(layout.rows):
         rec = dict(zip(layout.index, index))
         for j, (c, cell) in enumerate(zip(layout.columns, cells)):
@@ -227,56 +188,21 @@ def to_frame(layout):
                 k, n = cell if isinstance(cell, tuple) else (cell, "")
                 rec |= {f"{h} significant": k, f"{h} tests": n}
             else:
-                v = _value(cell, layout.alpha)
-                rec |= ({f"{h} d": round(v[0], 4), f"{h} p": v[1], f"{h} {sig}": v[2]} if v else
-                        {f"{h} d": _text(cell), f"{h} p": "", f"{h} {sig}": ""})
+                v = value(cell)
+                rec |= ({f"{h} d": round(v[0], 4), f"{h} p": v[1], f"{h} p Holm": adjusted[(i, j)],
+                         f"{h} {sig}": v[1] < layout.alpha} if v else
+                        {f"{h} d": cell_text(cell), f"{h} p": "", f"{h} p Holm": "", f"{h} {sig}": ""})
             if layout.printed is not None and c.published:
-                value, significant = layout.printed[i][j] or ("", "")
-                rec |= {f"{h} paper": value, f"{h} paper significant": significant}
+                shown, significant = layout.printed[i][j] or ("", "")
+                rec |= {f"{h} paper": shown, f"{h} paper significant": significant}
         records.append(rec)
     return pd.DataFrame(records)
 
 
-def _display(layout, bold):
-    """Rows of display strings: d (p) per result cell, bold when p < alpha; counts as "k" or "k of n";
-    the paper's printed value after it in brackets, starred where the paper highlights it."""
-    rows = []
-    for i, (index, cells) in enumerate(layout.rows):
-        out = [str(v) for v in index]
-        for j, cell in enumerate(cells):
-            if layout.counts:
-                text = (cell if not isinstance(cell, tuple) else
-                        str(cell[0]) if int(index[1]) == cell[1] else f"{cell[0]} of {cell[1]}")
-            else:
-                v = _value(cell, layout.alpha)
-                if v is None:
-                    text = _text(cell)
-                else:
-                    d = f"{v[0]:.2f}"
-                    text = f"{bold(d) if v[2] else d} ({format_p(v[1], LAYOUT_P_DIGITS)})"
-            printed = layout.printed[i][j] if layout.printed is not None else None
-            if printed:
-                text = f"{text} [{printed[0]}{'*' if printed[1] == 'yes' else ''}]".strip()
-            out.append(text)
-        rows.append(out)
-    return rows
-
-
-def _note(layout):
-    printed = (" [x]: the number the paper prints, x* where it highlights it (p < 0.05); –: also where the "
-               "paper prints –." if layout.printed is not None else "")
-    if layout.counts:
-        return (f"Number of tests with p < {layout.alpha:g}; \"k of n\" where only n of the group's tests have a "
-                f"result. Empty: no model fills the column. –: does not apply.{printed}")
-    return (f"Effect size d (p-value of the permutation test); bold: p < {layout.alpha:g}. Empty: no model "
-            "fills the column. –: does not apply (e.g. image masking on a model never pre-trained with masked "
-            f"regions). skipped: the test could not run (see the rows file).{printed}")
-
-
 def to_markdown(layout):
     headings = [*layout.index, *(_heading(c) for c in layout.columns)]
-    df = pd.DataFrame(_display(layout, lambda s: f"**{s}**"), columns=headings)
-    return markdown_table(df, layout.caption, " ".join(filter(None, [_note(layout), layout.note])))
+    df = pd.DataFrame(display_rows(layout, lambda s: f"**{s}**"), columns=headings)
+    return markdown_table(df, layout.caption, " ".join(filter(None, [layout_note(layout), layout.note])))
 
 
 def to_latex(layout):
@@ -296,11 +222,11 @@ def to_latex(layout):
         lines += [" & ".join(cells) + r" \\", "".join(rules)]
     lines += [" & ".join(latex_escape(h) for h in [*layout.index, *(c.label for c in layout.columns)]) + r" \\",
               r"\midrule"]
-    for row in _display(layout, lambda s: rf"\textbf{{{s}}}"):
-        # bold markers are LaTeX already; everything else is escaped
-        lines.append(" & ".join(v if v.startswith(r"\textbf{") else latex_escape(v) for v in row) + r" \\")
+    for row in display_rows(layout, lambda s: f"\x02{s}\x03"):
+        # the highlight is marked with control characters, made LaTeX after escaping the text
+        lines.append(" & ".join(latex_escape(v).replace("\x02", r"\textbf{").replace("\x03", "}") for v in row) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}",
-              rf"\par\smallskip{{\footnotesize {latex_escape(' '.join(filter(None, [_note(layout), layout.note])))}}}",
+              rf"\par\smallskip{{\footnotesize {latex_escape(' '.join(filter(None, [layout_note(layout), layout.note])))}}}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -457,12 +383,14 @@ def comparison(printed, protocols, alpha=0.05, groups=None):
 
 # -- the suite's figures (vlbias.report.figures) -------------------------------------------------
 
-def figure_rows(rows, printed=None, columns=(), levels=()):
+def figure_rows(rows, printed=None, columns=(), levels=(), groups=None):
     """Experiment result rows (vlbias.suites.grounded.jobs.RESULT_COLUMNS) as the rows of the suite
     figures. ``heatmap``: the unmasked experiment-1 results in Table 3's layout, a row (``test``,
     ``name``) per test and level ("Toy toy-a W"), a column (``model``) per table column (with the
     dataset when there are several); tests in their order of appearance, levels in the order of
-    ``levels`` and columns of ``columns`` (the tables'; others after them). ``published``: every
+    ``levels`` and columns of ``columns`` (the tables'; others after them); ``p_holm`` adjusted as Table
+    3 adjusts it, within one column's tests of one group (``groups``: {group: [test ids]}, Table 3's; a
+    test in two groups counts in its first) at one level, so the heatmap stars what Table 3 does. ``published``: every
     result the paper prints an effect size for (``read_printed``), ``d_paper`` the printed number and
     ``table`` the paper's table it is in (its dashes left out), sorted by table. Returns (heatmap,
     published) DataFrames."""
@@ -475,6 +403,9 @@ def figure_rows(rows, printed=None, columns=(), levels=()):
                         key=lambda s: s.map(rank[s.name]).fillna(len(rank[s.name])))
     several = df["dataset"].nunique() > 1
     unmasked = df[(df["experiment"] == "1") & (df["mask"] == "")]
+    group = {t: g for g, tests in reversed(list((groups or {}).items())) for t in tests}
+    unmasked = add_adjusted(unmasked.assign(group=[group.get(t, "") for t in unmasked["test"]]),
+                            family=("dataset", "column", "group", "level")).drop(columns=["group", "p_bh"])
     heatmap = unmasked.assign(test=unmasked["test"] + " " + unmasked["level"],
                               name=unmasked["name"] + " " + unmasked["level"],
                               model=unmasked["column"] + ((" (" + unmasked["dataset"] + ")") if several else ""))

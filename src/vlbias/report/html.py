@@ -1,7 +1,7 @@
 """Results tables and figures as HTML, for the report.
 
     results_table_html(rows, caption)        # rows of report.tables.assemble, in the papers' layout
-    layout_html(layout)                      # a grounded paper-layout table (report.grounded.Layout)
+    layout_html(layout)                      # a grounded paper-layout table (report.layout.Layout)
     table_html(df, caption)                  # any table, a row per row of the DataFrame
     figure_html("heatmap.png", caption)      # an inline figure
     write_page("report/ieat.html", "iEAT", [table, figure, ...])    # one standalone page
@@ -11,20 +11,23 @@ Every text from a table (test names, set labels, a skipped test's reason) is esc
 
 import html
 import math
+import re
 
 import pandas as pd
 
 from vlbias.io.atomic import atomic_path
-from vlbias.report.formats import NA, NOT_COMPUTED, RESULTS_P_DIGITS, format_p, text
-from vlbias.report.grounded import _display, _note
+from vlbias.report.formats import (FAMILY, NA, NOT_COMPUTED, RESULTS_P_DIGITS, format_p, significance_note, stars,
+                                   text)
+from vlbias.report.layout import display_rows, layout_note
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 table.vlbias { border-collapse: collapse; margin: 1em 0 0.3em; font-size: 13px; }
 table.vlbias caption { caption-side: top; text-align: left; font-weight: 600; padding-bottom: 0.4em; }
 table.vlbias th, table.vlbias td { padding: 0.2em 0.6em; border-bottom: 1px solid #ddd; vertical-align: top; }
+table.vlbias td { overflow-wrap: anywhere; }
 table.vlbias thead th { border-bottom: 1px solid #666; text-align: center; }
-table.vlbias td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.vlbias td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; overflow-wrap: normal; }
 table.vlbias .sub { display: block; font-size: 85%; color: #555; }
 table.vlbias .skipped { color: #888; font-style: italic; }
 table.vlbias .paper { color: #555; }
@@ -37,6 +40,12 @@ figcaption { font-size: 90%; color: #333; max-width: 70em; }
 
 def _e(value):
     return html.escape(text(value))
+
+
+def _breakable(value):
+    """Escaped text with a line-break opportunity inside CamelCase words ("Incompetent<wbr>Not..."), so
+    a label such as IncompetentNotAchievementOriented wraps between its words, not inside them."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "<wbr>", _e(value))
 
 
 def _float(value):
@@ -52,10 +61,11 @@ def _same(values):
     return "/".join(dict.fromkeys(values)) if len(set(values)) > 1 else (values[0] if values else "")
 
 
-def results_table_html(rows, caption, alpha=0.05, note=None):
+def results_table_html(rows, caption, note=None, family=FAMILY):
     """A results table (DataFrame of report.tables.assemble) in the papers' layout: a row per test
-    with its sets and sizes, then per model its d and p, and the paper's d and p where the table
-    has them. Sizes that differ between models are shown "/"-separated in model order."""
+    with its sets and sizes, then per model its d (bold and starred by its Holm-adjusted p over
+    ``family``) and p, and the paper's d and p where the table has them. Sizes that differ between
+    models are shown "/"-separated in model order."""
     tests = list(dict.fromkeys(rows["test"]))
     models = list(dict.fromkeys(rows["model"]))
     by = {(r["test"], r["model"]): r for r in rows.to_dict("records")}
@@ -72,7 +82,7 @@ def results_table_html(rows, caption, alpha=0.05, note=None):
     for test in tests:
         found = [by[(test, m)] for m in models if (test, m) in by]
         first = found[0]
-        cells = [_e(first.get("name", test)), *(_e(first.get(s, "")) for s in "XYAB"),
+        cells = [_breakable(first.get("name", test)), *(_breakable(first.get(s, "")) for s in "XYAB"),
                  *(_e(_same([r.get(n, "") for r in found])) for n in ("n_t", "n_a"))]
         out.append("<tr>" + "".join(f"<td>{c}</td>" if i < 5 else f'<td class="num">{c}</td>'
                                     for i, c in enumerate(cells)))
@@ -84,8 +94,8 @@ def results_table_html(rows, caption, alpha=0.05, note=None):
             if r["status"] != "ok":
                 out.append(f'<td class="num skipped" title="{_e(r["status"])}">skipped</td><td></td>')
             else:
-                d, p = _float(r["d"]), _float(r["p"])
-                d_text = f"<strong>{d:.2f}</strong>*" if p < alpha else f"{d:.2f}"
+                d, p, mark = _float(r["d"]), _float(r["p"]), stars(_float(r.get("p_holm")))
+                d_text = f"<strong>{d:.2f}</strong>{mark}" if mark else f"{d:.2f}"
                 if has_ci and not math.isnan(_float(r.get("d_low"))):
                     d_text += f'<span class="sub">[{_float(r["d_low"]):.2f}, {_float(r["d_high"]):.2f}]</span>'
                 p_text = format_p(p, RESULTS_P_DIGITS)
@@ -101,10 +111,11 @@ def results_table_html(rows, caption, alpha=0.05, note=None):
         levels = {_float(v) for v in rows.get("ci_level", []) if not math.isnan(_float(v))}
         level = f"{100 * levels.pop():g} %" if len(levels) == 1 else "confidence"
         note = " ".join([
-            f"d: effect size (sample std, ddof=1), bold with * where p < {alpha:g}"
+            "d: effect size (sample std, ddof=1), bold and starred where significant"
             + (f"; below it, its {level} bootstrap interval." if has_ci else "."),
             "p: one-sided permutation p"
-            + ("; below it, the Holm-adjusted p over the model's tests in this table." if has_holm else "."),
+            + (f"; below it, the Holm-adjusted p over {family}." if has_holm else "."),
+            f"{significance_note(family)}.",
             *(["paper: the published values as printed."] if has_paper else []),
             "skipped: the test could not run (hover for the reason).",
         ])
@@ -112,8 +123,9 @@ def results_table_html(rows, caption, alpha=0.05, note=None):
 
 
 def layout_html(layout):
-    """A grounded paper-layout table (report.grounded.Layout) as HTML: a row of experiment blocks
-    above the column labels where the columns have blocks; bold where p < alpha."""
+    """A grounded paper-layout table (report.layout.Layout) as HTML: a row of experiment blocks
+    above the column labels where the columns have blocks; d starred by its Holm-adjusted p, the
+    paper's printed number bold where the paper highlights it."""
     n_index = len(layout.index)
     out = ['<table class="vlbias">', f"<caption>{_e(layout.caption)}</caption>", "<thead>"]
     blocks = layout.blocks()
@@ -124,12 +136,12 @@ def layout_html(layout):
                "".join(f"<th>{_e(c.label)}</th>" for c in layout.columns) + "</tr>")
     out += ["</thead>", "<tbody>"]
     # bold is marked with control characters, replaced by tags after escaping the text
-    for row in _display(layout, lambda s: f"\x02{s}\x03"):
+    for row in display_rows(layout, lambda s: f"\x02{s}\x03"):
         cells = [_e(v).replace("\x02", "<strong>").replace("\x03", "</strong>") for v in row]
         out.append("<tr>" + "".join(f"<td>{c}</td>" if i < n_index else f'<td class="num">{c}</td>'
                                     for i, c in enumerate(cells)) + "</tr>")
     out += ["</tbody>", "</table>"]
-    note = " ".join(filter(None, [_note(layout), layout.note]))
+    note = " ".join(filter(None, [layout_note(layout), layout.note]))
     return "\n".join(out) + f'\n<p class="vlbias-note">{_e(note)}</p>\n'
 
 

@@ -5,7 +5,8 @@ import pandas as pd
 
 from vlbias.associate import COLUMNS
 from vlbias.io.atomic import atomic_path
-from vlbias.report.formats import RESULTS_P_DIGITS, format_p, latex_table, markdown_table, missing
+from vlbias.report.formats import (FAMILY, RESULTS_P_DIGITS, format_p, latex_table, markdown_table, missing,
+                                   significance_note, stars)
 from vlbias.report.html import results_table_html, table_html, write_page
 from vlbias.stats.adjust import add_adjusted
 
@@ -22,12 +23,13 @@ def published_as(published, paper):
 
 def assemble(rows, tests, models, published=None, table=None):
     """Order result rows by the table's tests, then models; add the Holm and Benjamini–Hochberg
-    adjusted p (the family: one model's tests in this table, skipped tests left out) and the
-    paper's d and p beside ours."""
+    adjusted p (the family: one model's tests of one stimulus family in this table, skipped tests
+    left out: one's own tests never shift a paper's, vlbias.io.stimuli.OWN) and the paper's d and p
+    beside ours."""
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     order = {(t, m): i for i, (t, m) in enumerate((t, m) for t in tests for m in models)}
     df = df.assign(_o=[order[(t, m)] for t, m in zip(df["test"], df["model"])]).sort_values("_o")
-    df = add_adjusted(df.drop(columns="_o").reset_index(drop=True), family=("model",))[TABLE_COLUMNS]
+    df = add_adjusted(df.drop(columns="_o").reset_index(drop=True), family=("model", "family"))[TABLE_COLUMNS]
     if published is not None:
         pub = published if table is None else published[published["table"] == table]
         pub = pub[["test", "model", "d", "p"]].rename(columns={"d": "d_paper", "p": "p_paper"})
@@ -39,9 +41,8 @@ def assemble(rows, tests, models, published=None, table=None):
 def _fmt_p(p, se=None, exact=True):
     if missing(p):
         return ""
-    star = "*" if p < 0.05 else ""
     shown = format_p(p, RESULTS_P_DIGITS)
-    return f"{shown}{star}" if exact else f"{shown} ± {format_p(se, RESULTS_P_DIGITS)}{star}"
+    return shown if exact else f"{shown} ± {format_p(se, RESULTS_P_DIGITS)}"
 
 
 _METHOD = {"bca": "BCa", "percentile": "percentile"}
@@ -57,9 +58,9 @@ def _ci_level(df):
 
 
 def to_markdown(df, caption):
-    """A readable Markdown table: effect sizes to 2 decimals (the papers' precision) with their
-    confidence interval when computed, p with its Monte-Carlo error when sampled, the Holm and
-    Benjamini–Hochberg adjusted p; p < 0.05 starred; skipped tests say why."""
+    """A readable Markdown table: effect sizes to 2 decimals (the papers' precision) starred by their
+    Holm-adjusted p (vlbias.report.formats.stars) with their confidence interval when computed, p with
+    its Monte-Carlo error when sampled, the Holm and Benjamini–Hochberg adjusted p; skipped tests say why."""
     ci = _ci_level(df)
     head = ["Test", "Model", "X", "Y", "A", "B", "n_t", "n_a", "d" if ci is None else f"d [{ci}]", "p", "p Holm",
             "p BH"]
@@ -69,7 +70,7 @@ def to_markdown(df, caption):
     lines = [f"**{caption}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in df.itertuples(index=False):
         ok = r.status == "ok"
-        d = f"{r.d:.2f}" if ok else "–"
+        d = f"{r.d:.2f}{stars(r.p_holm)}" if ok else "–"
         if ok and ci is not None and not missing(r.d_low):
             d += f" [{r.d_low:.2f}, {r.d_high:.2f}]"
         cells = [r.name, r.model, r.X, r.Y, r.A, r.B, _int(r.n_t), _int(r.n_a), d,
@@ -84,17 +85,15 @@ def to_markdown(df, caption):
         f"; in brackets its {ci.removesuffix('CI')}{method + ' ' if method else ''}bootstrap confidence interval "
         "(stimuli resampled within each set).")
     note += (" p: one-sided permutation p; exact over all partitions, or sampled with its Monte-Carlo standard "
-             "error. p Holm, p BH: p adjusted over the model's tests in this table (Holm: family-wise error; "
-             "Benjamini–Hochberg: false discovery rate). * p < 0.05.")
+             f"error. p Holm, p BH: p adjusted over {FAMILY} (Holm: family-wise error; Benjamini–Hochberg: false "
+             f"discovery rate). {significance_note(FAMILY)}.")
     return "\n".join([*lines, "", note]) + "\n"
 
 
 def effects_grid(df):
-    """Tests (rows, by name, in order) x models (columns, in order): "d" with stars for p (*** < 0.001,
-    ** < 0.01, * < 0.05), "skipped" where the test was skipped, empty where there is no row."""
-    from vlbias.report.figures import stars  # (figures imports matplotlib: only when needed)
-
-    cells = {(r.test, r.model): f"{r.d:.2f}{stars(r.p)}" if r.status == "ok" else "skipped"
+    """Tests (rows, by name, in order) x models (columns, in order): "d" with the stars of its
+    Holm-adjusted p, "skipped" where the test was skipped, empty where there is no row."""
+    cells = {(r.test, r.model): f"{r.d:.2f}{stars(r.p_holm)}" if r.status == "ok" else "skipped"
              for r in df.itertuples(index=False)}
     names = dict(zip(df["test"], df["name"]))
     models = list(dict.fromkeys(df["model"]))

@@ -3,8 +3,9 @@ file makes. Each takes the checked config (vlbias.config.check_config: defaults 
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from vlbias.io.fetch import Source
+from vlbias.io.fetch import Source, unreachable
 
 
 def alternatives(names):
@@ -20,8 +21,56 @@ def source(config, name):
     return Source(**config["sources"][name])
 
 
+# Where `mirror: auto` looks, relative to the working directory: the data mirror beside the project
+# (../shared/data), as CI and the developers have it.
+DEFAULT_MIRROR = "../shared/data"
+
+
 def mirror(config):
-    return config["mirror"] and str(Path(config["mirror"]).resolve())
+    """The local mirror the upstream files are read from (an absolute path), or None: they are
+    downloaded from the pinned commits. ``mirror: auto`` is DEFAULT_MIRROR where that folder exists,
+    else None; a path is taken as given (a missing one is an error where a file is read from it)."""
+    setting = config["mirror"]
+    if setting == "auto":
+        setting = DEFAULT_MIRROR if Path(DEFAULT_MIRROR).is_dir() else None
+    return setting and str(Path(setting).resolve())
+
+
+def offline(config, datasets=(), probe_urls=None):
+    """What of the upstream a run reads does not answer now, {("sources", name) or ("images", dataset):
+    why}; {} with a mirror. A `sources` entry (GitHub) is offline when its host does not answer; a
+    grounded image dataset of ``datasets`` when none of the hosts of ``probe_urls(dataset)`` (a few of
+    its URLs: vlbias.regions.plan.GroundedImagesPlan.probe_urls) answers and no `sources` host does
+    either: dead sites alone are no missing network, their images are failures to record."""
+    if mirror(config):
+        return {}
+    down = {("sources", name): unreachable(source(config, name).url("")) for name in config["sources"]}
+    down = {key: why for key, why in down.items() if why}
+    if len(down) == len(config["sources"]):
+        down |= {("images", dataset): unreachable(probe_urls(dataset)) for dataset in datasets}
+    return {key: why for key, why in down.items() if why}
+
+
+def offline_line(config, down, left_out):
+    """The one line a run without a mirror or a network ends with: what it tried to reach (``down``, as
+    ``offline`` gives it, and the first reason), what of the default target it left out (``left_out``)
+    and what to do."""
+    hosts = {}
+    for kind, name in down:
+        if kind == "sources":
+            src = source(config, name)
+            hosts.setdefault(urlsplit(src.url("")).netloc, []).append(src.repo)
+    tried = [f"{host} ({', '.join(repos)} at the pinned commits)" for host, repos in hosts.items()]
+    datasets = [name for kind, name in down if kind == "images"]
+    if datasets:
+        tried.append(f"the image hosts of the grounded {' and '.join(datasets)} dataset{'s' * (len(datasets) > 1)}")
+    where = (f"there is no data mirror at {DEFAULT_MIRROR}" if config["mirror"] == "auto" else
+             "config/config.yaml says `mirror: null`")
+    folders = ", ".join(dict.fromkeys(str(Path(*Path(t).parts[:3 if t.startswith("results/images/") else 2])) + "/"
+                                      for t in left_out))
+    return (f"offline: no answer from {' nor '.join(tried)} ({next(iter(down.values()))}), and {where}: left out "
+            f"the {len(left_out)} target(s) that need them ({folders}) and built the rest. Put the mirror at "
+            f"{DEFAULT_MIRROR}, set `mirror:` in config/config.yaml to its path, or run with a network.")
 
 
 def stats_params(config):

@@ -21,7 +21,7 @@ from vlbias.io.hdf5 import open_hdf5
 from vlbias.io.paths import confined
 from vlbias.io.published import read_ieat_csv
 from vlbias.io.store import read_provenance, write_embeddings
-from vlbias.logs import Progress
+from vlbias.logs import FILE_ONLY, Progress
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,12 @@ def published_store(manifest, model_file, source, mirror, cache, out, provenance
         path = obtain(source, r["path"], r["sha256"], mirror, cache)
         vectors, ids = read_ieat_csv(path)
         sets[r["category"]] = (vectors, ids)
-        log.info("%s: %d x %d", r["category"], *vectors.shape)
+        log.info("%s: %d x %d", r["category"], *vectors.shape, extra=FILE_ONLY)
     write_embeddings(out, sets, {**provenance, "source": f"{source.repo}@{source.commit}",
                                  "n": {k: len(v[1]) for k, v in sets.items()}})
+    dims = sorted({v[0].shape[1] for v in sets.values()})
+    log.info("published embeddings %s: %d categories, %d vectors of dimension %s (%s@%s)", model_file, len(sets),
+             sum(len(v[1]) for v in sets.values()), "/".join(map(str, dims)), source.repo, source.commit[:7])
 
 
 def image_entries(manifest, source, mirror, cache):

@@ -49,13 +49,18 @@ class IeatPlan:
         self.image_categories = cache(self.image_categories)
         self.checked_stimulus = cache(self.checked_stimulus)
 
-    def targets(self):
-        targets = [table_path(t, ext) for t in self.tables for ext in ("csv", "md", "html", "missing.tsv")]
-        if self.ieat["specificity"]["models"]:
+    def targets(self, upstream=True):
+        """The default target's iEAT files; with ``upstream`` False only those that need no upstream
+        file (the `ieat` source: its images, the published vectors), e.g. a table of one's own vectors."""
+        needs = lambda models: any(self.models[self.table_models[m][0]]["source"] != "vectors" for m in models)
+        keep = lambda models: upstream or not needs(models)
+        targets = [table_path(t, ext) for t, spec in self.tables.items() if keep(spec["models"])
+                   for ext in ("csv", "md", "html", "missing.tsv")]
+        if self.ieat["specificity"]["models"] and keep(self.ieat["specificity"]["models"]):
             targets.append(table_path("specificity"))
-        if self.ieat["build_images"]:
+        if self.ieat["build_images"] and upstream:
             targets.append(f"results/images/ieat/{self.default_store}/manifest.tsv")
-        if self.sweep_models:
+        if self.sweep_models and upstream:  # image models: they read the images
             targets += [table_path("sweep", ext) for ext in ("csv", "md", "png", "missing.tsv")]
         return targets
 

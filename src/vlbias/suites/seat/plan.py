@@ -1,5 +1,7 @@
 """What the SEAT/WEAT workflow builds (workflow/rules/seat.smk), planned from the checked config."""
 
+import re
+
 from vlbias.suites.plan import stimulus_ids
 from vlbias.weights import record_path
 
@@ -9,9 +11,19 @@ def table_path(model, ext="csv"):
     return f"results/seat/{model}/table.{ext}"
 
 
-def seat_tests(config):
+def natural_key(test):
+    """Tests in their natural order: weat2 before weat10, and a sentence-level variant (sent-<id>) right
+    after its word-level test."""
+    base = test.removeprefix("sent-")
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", base)], test != base
+
+
+def seat_tests(config, model=None):
+    """The tests ``model`` runs: its entry's `tests`, else seat/tests (``model`` None: seat/tests);
+    `all` is every stimulus file in its natural order (``natural_key``), a list is taken as listed."""
     seat = config["seat"]
-    return stimulus_ids(seat["stimuli"]) if seat["tests"] == "all" else list(seat["tests"])
+    tests = seat["models"][model].get("tests", seat["tests"]) if model else seat["tests"]
+    return sorted(stimulus_ids(seat["stimuli"]), key=natural_key) if tests == "all" else list(tests)
 
 
 def targets(config):

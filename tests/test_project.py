@@ -1,0 +1,27 @@
+"""The project's own files agree with each other: the jobs' conda environment lists pyproject.toml's
+dependencies, CITATION.cff names this version and license (each rule's `conda:` directive is
+`snakemake --lint`'s to check, in CI)."""
+
+import tomllib
+
+import yaml
+from conftest import REPO
+
+
+def pyproject():
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def test_the_conda_environment_lists_the_package_dependencies():
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert pip == pyproject()["dependencies"]
+    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
+    assert pyproject()["requires-python"] == f">={python.removeprefix('python=')}"
+
+
+def test_the_citation_names_this_version_and_license_and_the_three_papers():
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert (cff["version"], cff["license"]) == (pyproject()["version"], pyproject()["license"])
+    assert [r["authors"][0]["family-names"] for r in cff["references"]] == ["Ross", "Steed", "Srinivasan"]
+    assert "MIT License" in (REPO / "LICENSE").read_text() and "the vlbias developers" in (REPO / "LICENSE").read_text()
