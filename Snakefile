@@ -3,6 +3,7 @@
 
 import atexit
 import gc
+import os
 import sys
 from pathlib import Path
 
@@ -33,13 +34,15 @@ if workflow.is_main_process:
     for path in claim(folders=["results", config["cache"]], files=[config["weights_lock"]],
                       hub_caches=[Path(config["cache"], "hub")]):
         print(f"removed {path}: left by an interrupted run", file=sys.stderr)
-    # the weights lock is an input of every fetch; a record it no longer pins is fetched again
+    # the weights lock is an input of every fetch (ancient: one entry written leaves the others'
+    # records current); a record it no longer pins (a `git pull` of the lock) is dated back, older
+    # than the fetch's script, so Snakemake's code trigger runs the fetch again, and what loads it
     try:
         Lock(config["weights_lock"]).ensure()
         for path in stale_records(weights_entries(config), config["weights_lock"]):
-            path.unlink()
-            print(f"removed {path}: the weights lock {config['weights_lock']} changed since it was fetched; "
-                  "fetched again", file=sys.stderr)
+            os.utime(path, (0, 0))
+            print(f"{path}: the weights lock {config['weights_lock']} changed since it was fetched: fetched again",
+                  file=sys.stderr)
     except InputError as e:
         sys.exit(f"error: {e}")
     # as in the jobs (vlbias.logs.setup_logging): no garbage collections while the process exits

@@ -854,3 +854,31 @@ def test_torchvision_weights_load_as_torchvision_builds_them(hub, tmp_path, monk
         a, b = ours.model([image])[0], theirs([image])[0]
     for key in ("boxes", "scores", "labels"):
         assert torch.equal(a[key], b[key]), key
+
+
+def test_vlbias_run_loads_a_hub_entry_fetched_locked_and_verified(hub, tmp_path, monkeypatch, capsys):
+    """Row 3: `vlbias run --model <hub entry>` built the spec as written: no record, no lock, an unpinned
+    download into $HF_HOME. It now goes through vlbias.weights.prepare, as the workflow's jobs load."""
+    from test_workflow import HUB_MINILM, make_project, seat_from_hub, serve_minilm
+
+    from vlbias.cli import main
+
+    config = make_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+
+    def run():
+        assert main(["run", "resources/stimuli/seat/weat-toy.yaml", "--model", "minilm", "--format", "json"]) == 0
+        return json.loads(capsys.readouterr().out)[0]
+
+    packaged = run()
+    seat_from_hub(tmp_path, config)
+    commit = serve_minilm(hub)
+    from_hub = run()
+    assert from_hub["d"] == packaged["d"] and from_hub["model_id"] == HUB_MINILM
+    assert yaml.safe_load(Path("config/weights.lock.yaml").read_text())["seat/minilm"]["sources"]["path"][
+        "commit"] == commit
+    assert (Path("results/cache/hub") / "models--sentence-transformers--all-MiniLM-L6-v2" / "snapshots" /
+            commit).is_dir() and not (tmp_path / "hf-home").exists()
+    hub.stop()  # the locked commit, from the cache
+    assert run()["d"] == packaged["d"]

@@ -4,8 +4,8 @@
 # and loads offline from the verified files. A local rule: on a cluster it runs on the submitting
 # node, where the network is. `snakemake weights` fetches what the configured targets need;
 # `snakemake -n weights` lists it. A record the lock no longer pins (its entry changed: a `git pull`)
-# is removed when the workflow starts (the Snakefile), so its fetch runs again; the lock is an input
-# of every fetch, `ancient`: one entry written does not make the others' records outdated.
+# is dated back when the workflow starts (the Snakefile), so its fetch runs again; the lock is an
+# input of every fetch, `ancient`: one entry written does not make the others' records outdated.
 
 from vlbias.config import weights_entries
 

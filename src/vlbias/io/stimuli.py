@@ -2,6 +2,7 @@
 ``workflow/schemas/stimulus.schema.yaml`` before anything uses it."""
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -151,7 +152,7 @@ def load_stimulus(path):
     """Load and validate one stimulus file; errors name the file and the key."""
     path = Path(path)
     doc = read_stimulus_file(path, "stimulus.schema.yaml", "id, name, suite, X, Y, A, B")
-    sets, owner = {}, {}
+    sets, owner, seen = {}, {}, {}
     for s in SETS:
         d = doc[s]
         items = tuple(d["items"]) if "items" in d else None
@@ -163,6 +164,12 @@ def load_stimulus(path):
             if item in owner:
                 raise InputError(path, f"key '{s}': '{item}' is also in set {owner[item]}")
             owner[item] = s
+        # ... and so would two texts an uncased model reads alike (most models here lowercase)
+        for item in items or []:
+            first = seen.setdefault(same_text(item), (item, s))
+            if first != (item, s):
+                raise InputError(path, f"key '{s}/items': {item!r} and {first[0]!r} (set {first[1]}) differ only by "
+                                       "case, spaces or invisible characters: one stimulus to an uncased model")
         # image categories are shared by many tests (one store per model); text sets are the test's own
         key = d.get("category") or f"{doc['id']}/{s}"
         sets[s] = StimulusSet(key=key, label=d["label"], category=d.get("category"), items=items)
@@ -171,6 +178,16 @@ def load_stimulus(path):
         id=doc["id"], name=doc["name"], suite=doc["suite"], level=doc.get("level"),
         source=doc.get("source"), path=str(path), **sets,
     )
+
+
+# zero-width and invisible formatting characters a text may carry unseen (and a tokenizer drop)
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff"))
+
+
+def same_text(text):
+    """``text`` as a text stimulus is compared with the others: NFKC-normalised, case-folded, without
+    invisible characters, its whitespace runs one space, stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().translate(_INVISIBLE).split())
 
 
 def _check_modalities(doc, sets, path):
