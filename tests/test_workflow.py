@@ -274,11 +274,19 @@ def test_a_pulled_lock_fetches_its_entry_again(hub, tmp_path):
 
     config = make_project(tmp_path)
     seat_from_hub(tmp_path, config)
+    # a second locked entry, of another repository: written into the lock by the same run
     first = serve_minilm(hub)
+    other = hub.commit("org/other-minilm", dict(hub.repos[HUB_MINILM][first]))
+    config["seat"]["models"]["other"] = {**config["seat"]["models"]["minilm"], "path": "org/other-minilm"}
+    write_yaml(tmp_path / "config/config.yaml", config)
     env = hub_env(hub, tmp_path)
-    snakemake(tmp_path, "results/seat/minilm/table.csv", env=env)
+    tables = ["results/seat/minilm/table.csv", "results/seat/other/table.csv"]
+    snakemake(tmp_path, *tables, env=env)
     assert read_record(tmp_path / record_path("seat/minilm"))["sources"]["path"]["commit"] == first
-    assert planned_jobs(tmp_path, "results/seat/minilm/table.csv") == {}
+    assert sorted(yaml.safe_load((tmp_path / "config/weights.lock.yaml").read_text())) == ["seat/minilm", "seat/other"]
+    # (the lock changed after each fetch: an input of every fetch, it makes none of them outdated)
+    assert planned_jobs(tmp_path, *tables) == {}
+    other_record = (tmp_path / record_path("seat/other")).read_bytes()
     # another machine moved the entry on (a new file on main) and committed its lock
     second = hub.commit(HUB_MINILM, {"extra_config.json": b"{}"})
     elsewhere = tmp_path / "elsewhere.lock.yaml"
@@ -286,13 +294,14 @@ def test_a_pulled_lock_fetches_its_entry_again(hub, tmp_path):
     fetch("seat/minilm", config["seat"]["models"]["minilm"], cache=tmp_path / "elsewhere", lock_path=elsewhere,
           update=True)
     shutil.copy(elsewhere, tmp_path / "config/weights.lock.yaml")
-    out = snakemake(tmp_path, "results/seat/minilm/table.csv", env=env)
+    out = snakemake(tmp_path, *tables, env=env)
     assert "results/weights/seat/minilm.json: the weights lock config/weights.lock.yaml changed" in out.stderr
     assert {"weights_fetch": 1, "seat_embed": 1} == {k: v for k, v in job_counts(out.stdout + out.stderr).items()
                                                       if k in ("weights_fetch", "seat_embed")}
     record = read_record(tmp_path / record_path("seat/minilm"))
     assert record["sources"]["path"]["commit"] == second and "extra_config.json" in record["sources"]["path"]["files"]
-    assert planned_jobs(tmp_path, "results/seat/minilm/table.csv") == {}
+    assert (tmp_path / record_path("seat/other")).read_bytes() == other_record and other != second
+    assert planned_jobs(tmp_path, *tables) == {}
 
 
 def test_second_run_does_nothing(project):
