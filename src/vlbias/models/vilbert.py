@@ -17,8 +17,8 @@ Config entry (``adapter: vilbert``): the keys of vlbias.models.vl, and
 published checkpoints.
 
 Weights: the original checkpoints are plain state_dicts (read with ``weights_only=True``), loaded
-strictly by name (``checkpoint:`` a local file or an http(s) URL, downloaded once into ``cache``;
-``sha256`` pins it):
+strictly by name (``checkpoint:`` a local file or an http(s) URL, fetched once into the cache by
+vlbias.weights; ``sha256`` pins it):
     vilbert_beta ``bert_base_6_layer_6_connect/pytorch_model_9.bin``: Conceptual Captions
         pre-training, the model Ross et al. measure (Google Drive, see CHECKPOINTS; download it by
         hand and give the local path)

