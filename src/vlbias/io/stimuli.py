@@ -17,16 +17,21 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SETS = ("X", "Y", "A", "B")
 
 
+# what aliases may expand a file to: fifty times the largest shipped stimulus file (about 20,000 nodes)
+MAX_NODES = 1_000_000
+
+
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """Safe YAML (libyaml when present: the grounded stimulus files are large) that refuses a key
-    given twice in one mapping, which YAML parsers otherwise resolve silently to the last one, and
-    aliases (``*name``): a file of 1.4 kB whose aliases nest eight deep stands for millions of items,
-    which validating and rendering its errors took half a minute and gigabytes to find out."""
+    given twice in one mapping, which YAML parsers otherwise resolve silently to the last one, and a
+    document whose aliases (``*name``) expand it beyond MAX_NODES: a file of 1.4 kB whose aliases
+    nest eight deep stands for 400 million items, which validating and rendering its errors took
+    half a minute and gigabytes to find out."""
 
     def get_single_node(self):
         node = super().get_single_node()
         if node is not None:
-            _refuse_aliases(node)
+            _refuse_expansion(node)
         return node
 
     def construct_mapping(self, node, deep=False):
@@ -41,25 +46,38 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
-def _refuse_aliases(root):
-    """MarkedYAMLError at the first node met twice in the composed tree: an alias of an anchored node
-    (each node is visited once, so a bomb costs its size on disk, not its expansion)."""
-    seen, todo = set(), [root]
+def _children(node):
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+def _refuse_expansion(root):
+    """MarkedYAMLError when the tree ``root`` stands for more than MAX_NODES nodes once its aliases
+    (nodes met more than once) are expanded, or for an endless one (an alias inside the node it names);
+    counted per distinct node, depth first, so a bomb costs its size on disk, not its expansion."""
+    size, started, todo = {}, set(), [(root, False)]
     while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            raise yaml.MarkedYAMLError("while reading", None, "an alias (*name) repeats the node anchored here: "
-                                       "aliases are not allowed here, write the items out", node.start_mark)
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            todo += [part for pair in node.value for part in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            todo += node.value
+        node, done = todo.pop()
+        children = _children(node)
+        if done:  # every child counted: this node's expansion, capped just past the limit
+            size[id(node)] = min(MAX_NODES + 1, 1 + sum(size[id(c)] for c in children))
+            if size[id(node)] > MAX_NODES:
+                raise yaml.MarkedYAMLError("while reading", None, f"its aliases (*name) expand it to more than "
+                                           f"{MAX_NODES:,} items: write them out, or fewer", node.start_mark)
+        elif id(node) not in started:
+            started.add(id(node))
+            todo.append((node, True))
+            for child in children:
+                if id(child) in started and id(child) not in size:  # started, unfinished: an ancestor
+                    raise yaml.MarkedYAMLError("while reading", None, "an alias (*name) of a node inside itself: an "
+                                               "endless document", child.start_mark)
+                todo.append((child, False))
 
 
 def load_yaml(stream):
     """The document in ``stream`` (text or a file), read as stimulus files are: safe YAML, no key
-    twice in a mapping, no aliases (yaml.YAMLError otherwise)."""
+    twice in a mapping, no expansion by aliases beyond MAX_NODES (yaml.YAMLError otherwise)."""
     return yaml.load(stream, Loader=_Loader)
 
 
