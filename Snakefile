@@ -3,13 +3,15 @@
 
 import atexit
 import gc
+import os
 import sys
 from pathlib import Path
 
 from snakemake.utils import min_version
 
-from vlbias.config import check_config
+from vlbias.config import check_config, weights_entries
 from vlbias.errors import InputError
+from vlbias.weights import Lock, stale_records
 from vlbias.workdir import claim
 
 min_version("8.20")
@@ -25,11 +27,24 @@ try:
 except InputError as e:
     sys.exit(f"error: {e}")
 
-# after a run killed hard: its stale locks and temporary files go, so this run just starts
-# (not in the jobs a cluster executor starts: they run inside the main process's run)
+# after a run killed hard: its stale locks and temporary files go (half-written results, cache
+# files, weights lock, huggingface_hub downloads), so this run just starts (not in the jobs a
+# cluster executor starts: they run inside the main process's run)
 if workflow.is_main_process:
-    for path in claim(folders=["results", config["cache"]]):
+    for path in claim(folders=["results", config["cache"]], files=[config["weights_lock"]],
+                      hub_caches=[Path(config["cache"], "hub")]):
         print(f"removed {path}: left by an interrupted run", file=sys.stderr)
+    # the weights lock is an input of every fetch (ancient: one entry written leaves the others'
+    # records current); a record it no longer pins (a `git pull` of the lock) is dated back, older
+    # than the fetch's script, so Snakemake's code trigger runs the fetch again, and what loads it
+    try:
+        Lock(config["weights_lock"]).ensure()
+        for path in stale_records(weights_entries(config), config["weights_lock"]):
+            os.utime(path, (0, 0))
+            print(f"{path}: the weights lock {config['weights_lock']} changed since it was fetched: fetched again",
+                  file=sys.stderr)
+    except InputError as e:
+        sys.exit(f"error: {e}")
     # as in the jobs (vlbias.logs.setup_logging): no garbage collections while the process exits
     atexit.register(gc.freeze)
 

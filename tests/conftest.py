@@ -146,6 +146,23 @@ def offline(monkeypatch):
     monkeypatch.setenv("no_proxy", "*")
 
 
+@pytest.fixture
+def hub(monkeypatch):
+    """The loopback Hugging Face hub (tests/hub.py), with huggingface_hub pointed at it and online
+    (the ``offline`` fixture turns it offline)."""
+    from huggingface_hub import constants
+
+    from hub import Hub
+
+    server = Hub().start()
+    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # restored after localize sets them
+        monkeypatch.setenv(key, "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    yield server
+    server.stop()
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - the http.server API
         path = urlsplit(self.path).path.lstrip("/")

@@ -33,6 +33,7 @@ from vlbias.regions.blob import image_scale
 from vlbias.regions.bua import (PIXEL_MEAN_BGR, generate_tsv_regions, max_conf, proposal_overlaps, resized_size,
                                 tsv_keep)
 from vlbias.regions.extract import detector_fingerprint
+from vlbias.weights import prepare
 
 # small images and few proposals keep the random-weight ResNet-101 fast on two cores
 SMALL = {"adapter": "bua", "weights": "random", "seed": 0, "device": "cpu", "min_size": 64, "max_size": 100,
@@ -227,7 +228,7 @@ def test_vocabularies_are_required_and_checked(tmp_path):
     with pytest.raises(InputError, match="attributes_vocab: file not found"):
         build({**spec, "checkpoint": "x", "objects_vocab": write_vocab(tmp_path, "o", 1600),
                "attributes_vocab": str(tmp_path / "nope.txt")})
-    with pytest.raises(InputError, match="set `revision`"):
+    with pytest.raises(InputError, match="bua entry: `model_id: unc-nlp/frcnn-vg-finetuned` names remote weights"):
         build({**spec, "model_id": "unc-nlp/frcnn-vg-finetuned", "objects_vocab": write_vocab(tmp_path, "o", 1600),
                "attributes_vocab": write_vocab(tmp_path, "a", 400)})
 
@@ -236,17 +237,14 @@ def test_vocabulary_from_a_url_and_person_classes(tmp_path, http_server):
     objects = ["yolk", "man,men", "woman", "stop sign,stopsign", "surfer"] + [f"o{i}" for i in range(1595)]
     http_server.routes["objects_vocab.txt"] = "\n".join(objects).encode()
     url = http_server.url("85ec9b7/objects_vocab.txt")
-    spec = {**SMALL, "objects_vocab": url, "attributes_vocab": write_vocab(tmp_path, "a", 400),
-            "cache": str(tmp_path / "cache")}
-    d = build(spec)
+    spec = {**SMALL, "objects_vocab": url, "attributes_vocab": write_vocab(tmp_path, "a", 400)}
+    d = build(prepare("regions/bua", spec, cache=tmp_path / "cache"))
     assert d.class_names[:5] == ["yolk", "man", "woman", "stop sign", "surfer"]
     assert d.person_classes == {"man", "woman", "surfer"}
     assert d.settings["objects_vocab"] == url and len(d.settings["objects_vocab_sha256"]) == 64
     assert len(list((tmp_path / "cache" / "bua").iterdir())) == 1
-    # a second detector reads the cached copy (and stops at its absent checkpoint, after the vocabularies)
-    del spec["weights"]
-    with pytest.raises(InputError, match="checkpoint file not found"):
-        build({**spec, "checkpoint": str(tmp_path / "absent.safetensors")})
+    # a second detector reads the cached copy
+    assert build(prepare("regions/bua", spec, cache=tmp_path / "cache")).class_names == d.class_names
     assert http_server.requests["objects_vocab.txt"] == 1
 
 

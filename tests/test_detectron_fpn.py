@@ -35,7 +35,6 @@ from vlbias.regions.detectron_fpn import (
     COCO_CLASSES,
     DetectronFPNDetector,
     _c2_name,
-    _cached_download,
     cell_anchors,
     decode,
     roi_levels,
@@ -165,13 +164,20 @@ def test_detectron_pickle_loads_strictly(detector, blobs, tmp_path):
 
 def test_another_url_of_the_same_file_name_is_downloaded(tmp_path, http_server):
     """Issue 18 row 5: a second `url:` ending in model_final.pkl got the first one's cached file."""
+    from vlbias.weights import fetch
+
     http_server.routes |= {"one/model_final.pkl": b"first", "two/model_final.pkl": b"second"}
-    first = _cached_download(http_server.url("one/model_final.pkl"), None, tmp_path)
-    second = _cached_download(http_server.url("two/model_final.pkl"), None, tmp_path)
+
+    def downloaded(url, sha256=None):
+        spec = {"adapter": "detectron_fpn", "url": http_server.url(url), **({"sha256": sha256} if sha256 else {})}
+        files = fetch("regions/detectron", spec, cache=tmp_path, lock_path=None)["sources"]["url"]["files"]
+        return Path(files["model_final.pkl"]["path"])
+
+    first, second = downloaded("one/model_final.pkl"), downloaded("two/model_final.pkl")
     assert (first.read_bytes(), second.read_bytes()) == (b"first", b"second")
     assert http_server.requests["two/model_final.pkl"] == 1 and first.parent == tmp_path / "detectron"
-    with pytest.raises(InputError, match="not the pinned 0+; set `checkpoint:`"):
-        _cached_download(http_server.url("two/model_final.pkl"), "0" * 64, tmp_path)
+    with pytest.raises(InputError, match="not the pinned 0+; give a local copy instead"):
+        downloaded("two/model_final.pkl", "0" * 64)
 
 
 class Payload:
@@ -285,7 +291,7 @@ def test_schema_declares_the_keys_the_adapter_reads():
     jsonschema.Draft202012Validator.check_schema(schema)
     spec = {k: v for k, v in SMALL.items() if k != "adapter"}
     jsonschema.validate(spec, schema)
-    jsonschema.validate({"url": "https://example.org/model_final.pkl", "sha256": "0" * 64, "cache": "c",
+    jsonschema.validate({"url": "https://example.org/model_final.pkl", "sha256": "0" * 64,
                          "min_boxes": 10, "max_boxes": 100, "conf": 0.2}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**spec, "post_nms_top_k": 5}, schema)

@@ -120,3 +120,34 @@ def test_an_entry_without_what_it_needs_is_refused(tmp_path, change, message):
     with pytest.raises(InputError) as e:
         build({k: v for k, v in spec.items() if v is not None})
     assert str(e.value).startswith(message)
+
+
+def test_the_entrys_padding_is_what_the_texts_are_padded_to(tmp_path):
+    """SigLIP's text tower pools the last position, a pad token: the padding changes its vectors."""
+    processor = write_processor(tmp_path, "siglip", VISION["image_size"], TEXT["max_position_embeddings"])
+    spec = {"adapter": "hf_dual", "architecture": "siglip", "weights": "random", "config": CONFIGS["siglip"],
+            "processor": str(processor), "device": "cpu"}
+    default, longest = build(spec), build({**spec, "padding": "longest"})
+    assert (default.info["padding"], longest.info["padding"]) == ("max_length", "longest")
+    assert not np.allclose(default.encode_texts(SHORT), longest.encode_texts(SHORT), atol=1e-4)
+    with torch.inference_mode():
+        inputs = longest.processor(text=SHORT, padding="longest", truncation=True, return_tensors="pt")
+        expected = longest.model.get_text_features(**inputs).pooler_output
+    np.testing.assert_allclose(longest.encode_texts(SHORT), expected.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(InputError, match="padding 'max': must be one of longest, max_length"):
+        build({**spec, "padding": "max"})
+
+
+@pytest.mark.parametrize("vocab_size,refused", [(49407, True), (49408, False)])
+def test_token_ids_beyond_the_text_towers_embeddings_are_refused(tmp_path, vocab_size, refused):
+    """CLIP's tokenizer ends every text with id 49407: a text tower of 49407 embeddings has none for it."""
+    processor = write_processor(tmp_path, "clip", VISION["image_size"], TEXT["max_position_embeddings"])
+    config = {**CONFIGS["clip"], "text_config": {**TEXT, "vocab_size": vocab_size}}
+    encoder = build({"adapter": "hf_dual", "architecture": "clip", "weights": "random", "config": config,
+                     "processor": str(processor), "device": "cpu"})
+    if refused:
+        with pytest.raises(InputError, match=r"gives token ids up to 49407, beyond the text tower's 49407 "
+                                             "embeddings"):
+            encoder.encode_texts(SHORT)
+    else:
+        assert encoder.encode_texts(SHORT).shape == (3, encoder.dim)

@@ -26,6 +26,7 @@ from conftest import REPO
 from vlbias.images.decode import ImageDecodeError, prepare
 from vlbias.io.fetch import read_manifest
 from vlbias.io.published import read_ieat_csv
+from vlbias import weights
 from vlbias.models import build
 
 pytestmark = pytest.mark.mirror
@@ -55,7 +56,9 @@ MODELS = {"igpt_l_32": lambda: _igpt("hidden"), "igpt-logit_l_32": lambda: _igpt
 
 @pytest.mark.parametrize("model_file", list(MODELS))
 def test_recomputed_vectors_equal_the_published(model_file, mirror):
-    encoder = build(MODELS[model_file]())
+    # a hub id is fetched and verified first, into the repository's cache (no lock: a one-off
+    # comparison), as every load of weights
+    encoder = build(weights.prepare(f"ieat/{model_file}", MODELS[model_file](), cache=REPO / "results/cache"))
     size = encoder.n_px if model_file.startswith("igpt") else encoder.image_size
     per_category = int(os.environ.get("VLBIAS_AGREEMENT_PER_CATEGORY", "2"))
     cosines, left_out = {}, {}

@@ -203,7 +203,7 @@ def test_bad_entries_are_refused(tmp_path):
         build({**TINY, "config": {**TINY["config"], "n_positions": 60}})
     with pytest.raises(InputError, match="config: not ImageGPTConfig keys: n_px"):
         build({**TINY, "config": {"n_px": 8}})
-    with pytest.raises(InputError, match=r"'openai/imagegpt-large': a Hugging Face id needs a revision"):
+    with pytest.raises(InputError, match=r"igpt entry: `model_id: \(its default\)` names remote weights"):
         build({"adapter": "igpt"})
     enc = build({**TINY, "layer": [0, 1]})
     with pytest.raises(InputError, match=r"layer: 2 outputs configured \(layer0, layer1\); encode_outputs"):

@@ -176,19 +176,21 @@ class Payload:
         return _record_unpickling, ()
 
 
-def test_pretrained_tag(tmp_path, monkeypatch):
-    """The tag path end to end, with the download replaced by a local file (no network in tests)."""
+def test_pretrained_tag(tmp_path, hub):
+    """The real `openai` tag of ViT-B-32 end to end: its file (here the tiny model's) on a loopback hub
+    (tests/hub.py) under the repository open_clip names, fetched and verified (vlbias.weights)."""
     import open_clip
     import safetensors.torch
+
+    from vlbias.weights import prepare
 
     path = tmp_path / "open_clip_model.safetensors"
     state = build(TINY).model.state_dict()
     safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()}, path)
-    monkeypatch.setattr(open_clip, "download_pretrained", lambda cfg, **kw: str(path))
-    monkeypatch.setattr(open_clip.factory, "download_pretrained", lambda cfg, **kw: str(path))
+    hub.commit("timm/vit_base_patch32_clip_224.openai", {"open_clip_model.safetensors": path.read_bytes()})
     spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
 
-    tagged = build({**spec, "pretrained": "openai"})
+    tagged = build(prepare("ieat/tagged", {**spec, "pretrained": "openai"}, cache=tmp_path / "cache"))
     info = tagged.info
     assert info["weights"] == "pretrained" and info["weights_sha256"] == sha256(path)
     assert info["revision"] == "timm/vit_base_patch32_clip_224.openai/"
@@ -234,7 +236,7 @@ def test_bad_open_clip_entries_are_refused():
     with pytest.raises(InputError, match="arch 'ViT-X': not an open_clip architecture"):
         build({"adapter": "open_clip", "arch": "ViT-X", "weights": "random"})
     with pytest.raises(InputError, match="arch 'ViT-B-32': set exactly one of `pretrained`"):
-        build({**TINY, "pretrained": "openai"})
+        build({**TINY, "checkpoint": "weights.safetensors"})
     with pytest.raises(InputError, match="random_init: no longer read; write `weights: random` instead"):
         build({k: v for k, v in TINY.items() if k != "weights"} | {"random_init": True})
     with pytest.raises(InputError, match="ViT-B-32 pretrained 'nope'.*openai"):
@@ -243,9 +245,17 @@ def test_bad_open_clip_entries_are_refused():
         build({"adapter": "open_clip", "arch": "ViT-B-32", "checkpoint": "missing.pt"})
 
 
-def test_unreachable_pretrained_weights_say_what_to_do():
-    with pytest.raises(InputError, match=r"ViT-B-32 pretrained 'openai'.*set `checkpoint:`"):
-        build({"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"})
+def test_unreachable_pretrained_weights_say_what_to_do(tmp_path):
+    from vlbias.weights import prepare
+
+    spec = {"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"}
+    # issue 25 row 3: an adapter never downloads; the registry names the key and the way to fetch it
+    with pytest.raises(InputError, match=r"^open_clip entry: `pretrained: openai` names remote weights, .*"
+                                         r"vlbias\.weights\.prepare"):
+        build(spec)
+    with pytest.raises(InputError, match=r"'timm/vit_base_patch32_clip_224.openai': could not be downloaded .*give "
+                                         r"a local copy instead or run with network access"):
+        prepare("ieat/clip", spec, cache=tmp_path)
 
 
 # --- open_clip text tower ----------------------------------------------------------------------
@@ -415,7 +425,7 @@ def test_bad_sentence_entries_are_refused(tmp_path, minilm):
         build({**MINILM, "path": str(tmp_path / "absent")})
     with pytest.raises(InputError, match="no model.safetensors"):
         build({**MINILM, "path": str(tmp_path)})
-    with pytest.raises(InputError, match=r"org/model: not a local directory.*set `path:`"):
+    with pytest.raises(InputError, match=r"sentence entry: `path: org/model` names remote weights"):
         build({**MINILM, "path": "org/model", "revision": "main"})
     with pytest.raises(InputError, match="pooling 'max'"):
         build({**MINILM, "pooling": "max"})

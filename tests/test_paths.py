@@ -24,6 +24,7 @@ SOURCE = Source(repo="owner/repo", commit="c0ffee", mirror_name="repo", url_temp
     ("a\0b.jpg", "a control character"),
     ("a.jpg\n", "a control character"),
     ("a\tb", "a control character"),
+    ("a\x7fb.jpg", "a control character"),  # DEL
     ("a\\..\\b", "a backslash"),
     ("", "an empty path"),
     (".", "no file name"),
@@ -37,6 +38,8 @@ def test_a_path_breaking_the_rule_is_named_with_its_source(tmp_path, path, why):
 def test_a_path_keeping_the_rule_is_the_root_joined(tmp_path):
     assert confined(tmp_path, "a/./b.jpg", "m") == tmp_path / "a/b.jpg"
     assert str(relative_path("café/ünï.jpg", "m")) == "café/ünï.jpg"
+    for name in ("x" * 200, "é" * 100, "a~b.jpg"):  # names of NAME_MAX bytes exactly, the last printable ASCII
+        assert relative_path(f"d/{name}", "m").name == name
 
 
 def test_a_symbolic_link_leading_outside_is_refused(tmp_path):

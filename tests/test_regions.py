@@ -322,6 +322,7 @@ def test_every_detector_checks_its_box_rule_and_weights_source(adapter, remote):
         build(entry)
     if remote:  # two sources of weights at once
         with pytest.raises(InputError, match=rf"{adapter} detector: set exactly one of `{remote}`"):
-            build({**entry, "min_boxes": 1, remote: "x", "checkpoint": "w.safetensors"})
+            # (as localized: the registry refuses remote weights that did not come through vlbias.weights)
+            build({**entry, "min_boxes": 1, remote: "x", "checkpoint": "w.safetensors", "fetched": {}})
         with pytest.raises(InputError, match=rf"weights 'COCO': the only value is `random`; use {remote}"):
             build({**entry, "min_boxes": 1, "weights": "COCO"})

@@ -69,6 +69,51 @@ def test_the_same_stimulus_in_two_sets_is_refused(tmp_path):
         load_stimulus(write(tmp_path, yaml.safe_dump(doc)))
 
 
+@pytest.mark.parametrize("x,b", [("Tulip", "tulip"), ("tulip ", "tulip"), ("tu\u200blip", "tulip"),
+                                 ("ｄａｉｓｙ", "daisy"), ("a  daisy", "A daisy")])
+def test_texts_that_differ_only_by_case_spacing_or_invisible_characters_are_one_stimulus(tmp_path, x, b):
+    """Issue 25: target or attribute sets that differ only so gave d≈0 and status ok for an uncased model
+    (the same stimulus on both sides). Refused naming both items, across sets and within one."""
+    doc = {**DOC, "X": {"label": "Flowers", "items": [x, "rose"]}, "B": {"label": "Unpleasant", "items": ["pain", b]}}
+    with pytest.raises(InputError, match=rf"^\S+toy.yaml: key 'B/items': {re.escape(repr(b))} and "
+                                         rf"{re.escape(repr(x))} \(set X\) differ only by case, spaces or invisible "
+                                         "characters: one stimulus to an uncased model$"):
+        load_stimulus(write(tmp_path, yaml.safe_dump(doc)))
+    doc = {**DOC, "X": {"label": "Flowers", "items": ["rose", x, b]}}
+    with pytest.raises(InputError, match=rf"key 'X/items': {re.escape(repr(b))} and {re.escape(repr(x))} \(set X\)"):
+        load_stimulus(write(tmp_path, yaml.safe_dump(doc)))
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    """Issue 25: a stimulus file of 1.4 kB whose aliases nest eight deep took 35 s and 3.2 GB before
+    its error (every error of the expanded tree rendered). Refused in one line, from the file's own
+    size; aliases that expand a file moderately (what yaml.dump writes for a list used twice) load."""
+    import time
+
+    # X's items: nine lists of nine ... eight deep: 9^9 strings (an error message quotes each list it refuses)
+    nested = ["&a [" + ", ".join(["lol"] * 9) + "]"]
+    nested += [f"&{n} [" + ", ".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefgh", "bcdefghi")]
+    doc = {k: v for k, v in DOC.items() if k != "X"}
+    text = yaml.safe_dump(doc, sort_keys=False) + "X:\n  label: Flowers\n  items: [" + ", ".join(nested) + "]\n"
+    assert len(text.encode()) < 1500  # (the probe's: 1.4 kB)
+    start = time.monotonic()
+    with pytest.raises(InputError) as e:
+        load_stimulus(write(tmp_path, text))
+    assert time.monotonic() - start < 0.5
+    assert re.fullmatch(r"\S+toy.yaml: not valid YAML: while reading its aliases \(\*name\) expand it to more than "
+                        r"1,000,000 items: write them out, or fewer in \S+, line \d+, column \d+", str(e.value)), str(e.value)
+    shared = ["joy", "love"]
+    doc = {**DOC, "A": {"label": "Pleasant", "items": shared}, "extra_note": shared}
+    text = yaml.dump(doc)
+    assert "&id001" in text and "*id001" in text
+    with pytest.raises(InputError, match="extra_note"):  # read (aliases and all), then validated
+        load_stimulus(write(tmp_path, text))
+    text = yaml.dump({**DOC, "A": {"label": "Pleasant", "items": shared}, "B": {"label": "Unpleasant",
+                                                                                "items": shared}})
+    with pytest.raises(InputError, match="key 'B': 'joy' is also in set A"):
+        load_stimulus(write(tmp_path, text))
+
+
 def test_a_cross_modal_test_mixes_image_and_text_sets(tmp_path):
     doc = {**DOC, "suite": "ieat", "level": "cross-modal", "X": {"label": "Flowers", "category": "toy/flower"},
            "Y": {"label": "Insects", "category": "toy/insect"}}

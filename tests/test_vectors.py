@@ -199,3 +199,40 @@ def test_row_8_a_quote_left_open_a_huge_npy_claim_and_ids_not_utf8_are_named(tmp
         f["vectors"] = np.ones((2, 3))
     with pytest.raises(InputError, match=r"v\.h5: dataset `ids`: not UTF-8 text \(byte 0xe9 in row 2\)"):
         read_vectors(tmp_path / "v.h5")
+
+
+def _store_of(tmp_path, sizes, seed=0):
+    """An image-level stimulus of categories x, y, a, b with ``sizes`` vectors each, and its store."""
+    from vlbias.io.store import write_embeddings
+
+    rng = np.random.default_rng(seed)
+    sets = {f"t/{c}": (rng.normal(size=(n, 4)), [f"{i}.jpg" for i in range(n)]) for c, n in zip("xyab", sizes)}
+    write_embeddings(tmp_path / "store.h5", sets, {"model_id": "toy"})
+    path = tmp_path / "image.yaml"
+    path.write_text("id: image\nname: Image\nsuite: ieat\nlevel: image\n" + "".join(
+        f"{s}:\n  label: {s}\n  category: t/{c}\n" for s, c in zip("XYAB", "xyab")))
+    return load_stimulus(path), tmp_path / "store.h5"
+
+
+def test_a_target_set_of_one_gives_no_d_and_says_why(tmp_path):
+    """Issue 25: a set of size 1 gave d = ±√2 (by construction, whatever the vectors) with a
+    zero-width interval, marked ok. The row is kept, with its sizes and status too-few."""
+    for sizes, short in [((1, 1, 3, 3), "X has 1 and Y has 1"), ((1, 5, 3, 3), "X has 1"), ((4, 1, 1, 1), "Y has 1")]:
+        stimulus, store = _store_of(tmp_path, sizes)
+        row = run_test(stimulus, store, "toy", n_samples=100, seed=0,
+                       ci={"level": 0.95, "n_boot": 100, "seed": 0, "method": "bca"})
+        assert row["status"] == f"too-few: {short} stimulus; d and p need at least 2 in each target set"
+        assert (row["n_t"], row["n_y"]) == sizes[:2] and "d" not in row and "p" not in row
+    stimulus, store = _store_of(tmp_path, (2, 2, 1, 1))  # one attribute each: s(w, A, B) is defined
+    assert run_test(stimulus, store, "toy", n_samples=100, seed=0)["status"] == "ok"
+
+
+def test_sets_of_thousands_give_their_row(tmp_path):
+    """Issue 25: |X| + |Y| >= 14,292 gave a ValueError from str() of the partition count (Python writes
+    ints of at most 4,300 digits)."""
+    stimulus, store = _store_of(tmp_path, (7146, 7146, 2, 2))
+    row = run_test(stimulus, store, "toy", n_samples=100, seed=0)
+    assert row["status"] == "ok" and not row["exact"] and row["n_samples"] == 100
+    assert row["n_partitions"] == "≈1.396638e+4300"  # C(14292, 7146), 4,301 digits
+    stimulus, store = _store_of(tmp_path, (5, 5, 2, 2))
+    assert run_test(stimulus, store, "toy", n_samples=100, seed=0)["n_partitions"] == "252"

@@ -24,8 +24,9 @@ from conftest import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, r
 
 from vlbias.errors import InputError
 from vlbias.models import build
-from vlbias.models.vilbert import TASK_HEADS, ViLBertConfig, vilbert_inputs
+from vlbias.models.vilbert import ViLBertConfig, vilbert_inputs
 from vlbias.models.vl import Visual, encode_text
+from vlbias.weights import prepare, unused
 
 TINY = TINY_VL["vilbert"]
 CONFIG = TINY["config"]
@@ -209,17 +210,17 @@ def test_checkpoints_load_strictly_from_a_file_or_a_url(encoder, tmp_path, http_
     safetensors.torch.save_model(encoder.model, str(tmp_path / "tiny.safetensors"))  # tied weights once
     np.testing.assert_array_equal(build({**spec, "checkpoint": str(tmp_path / "tiny.safetensors")})
                                   .embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
-    # a URL is downloaded once into <cache>/models, and checked against a pinned sha256
+    # a URL is fetched once into <cache>/models (vlbias.weights), and checked against a pinned sha256
     http_server.routes["multi_task_model.bin"] = (tmp_path / "pytorch_model_9.bin").read_bytes()
     url = http_server.url("vilbert-multi-task/multi_task_model.bin")
     cache = tmp_path / "cache"
-    from_url = build({**spec, "checkpoint": url, "cache": str(cache), "sha256": digest})
+    from_url = build(prepare("grounded/vilbert", {**spec, "checkpoint": url, "sha256": digest}, cache=cache))
     np.testing.assert_array_equal(from_url.embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
     assert from_url.info["checkpoint"] == url and from_url.info["weights_sha256"] == digest
-    build({**spec, "checkpoint": url, "cache": str(cache), "sha256": digest})  # kept under its sha256
+    prepare("grounded/vilbert", {**spec, "checkpoint": url, "sha256": digest}, cache=cache)  # kept under its sha256
     assert http_server.requests["multi_task_model.bin"] == 1 and len(list((cache / "models").iterdir())) == 1
     with pytest.raises(InputError, match="not the pinned 0000"):
-        build({**spec, "checkpoint": url, "cache": str(tmp_path / "other"), "sha256": "0000"})
+        prepare("grounded/vilbert", {**spec, "checkpoint": url, "sha256": "0000"}, cache=tmp_path / "other")
     assert not (tmp_path / "other" / "models").exists() or not list((tmp_path / "other" / "models").iterdir())
 
 
@@ -246,7 +247,7 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
     np.testing.assert_allclose(c, language[np.arange(3), np.array([1, 2, 1]) + 1].numpy(), atol=1e-5)
     assert logp[0].shape == (1, 30522)
     # the 12-in-1 checkpoint's task heads are not loaded; anything else unexpected is an error
-    heads = {f"{prefix}weight": torch.zeros(2) for prefix in TASK_HEADS}
+    heads = {pattern.replace("*", "weight"): torch.zeros(2) for pattern in unused("vilbert")}
     torch.save({**state, **heads}, tmp_path / "multi_task_model.bin")
     loaded = build({k: v for k, v in spec.items() if k not in ("weights", "seed")}
                    | {"checkpoint": str(tmp_path / "multi_task_model.bin"), "task_id": 9})
@@ -264,7 +265,7 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
 def test_bad_entries(tmp_path):
     spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
     with pytest.raises(InputError, match="vilbert entry: needs `checkpoint:`.*dl.fbaipublicfiles.com"):
-        build({"adapter": "vilbert", "device": "cpu", "model_id": "some/vilbert", "revision": "abc"})
+        build({"adapter": "vilbert", "device": "cpu"})
     with pytest.raises(InputError, match="absent.bin: checkpoint file not found"):
         build({**spec, "checkpoint": str(tmp_path / "absent.bin")})
     torch.save({"bert.embeddings.word_embeddings.weight": torch.zeros(30522, 32)}, tmp_path / "part.bin")

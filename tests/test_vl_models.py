@@ -228,7 +228,7 @@ def test_bad_entries_and_inputs(encoders):
     spec = TINY["lxmert"]
     with pytest.raises(InputError, match="config: not LxmertConfig keys: hidden_sise"):
         build({**spec, "config": {"hidden_sise": 32}})
-    with pytest.raises(InputError, match="'unc-nlp/lxmert-base-uncased': a Hugging Face id needs a revision"):
+    with pytest.raises(InputError, match=r"lxmert entry: `model_id: \(its default\)` names remote weights"):
         build({"adapter": "lxmert", "device": "cpu"})
     with pytest.raises(InputError, match="weights 'pretrained': the only value is `random`"):
         build({**spec, "weights": "pretrained"})

@@ -266,6 +266,46 @@ def test_hub_weights_are_fetched_locked_and_loaded_with_the_hub_gone(project, tm
     assert (ours["revision"] == "main").all()
 
 
+def test_a_pulled_lock_fetches_its_entry_again(hub, tmp_path):
+    """Issue 25 row 2: the lock changed after a record existed (a `git pull` of a new lock): the old
+    commit was used, exit 0, no word. The workflow's start dates back the record the lock no longer
+    pins, so the entry's fetch runs again, and its jobs after it; the other entries' records stay."""
+    import shutil
+
+    from vlbias.weights import fetch
+
+    config = make_project(tmp_path)
+    seat_from_hub(tmp_path, config)
+    # a second locked entry, of another repository: written into the lock by the same run
+    first = serve_minilm(hub)
+    other = hub.commit("org/other-minilm", dict(hub.repos[HUB_MINILM][first]))
+    config["seat"]["models"]["other"] = {**config["seat"]["models"]["minilm"], "path": "org/other-minilm"}
+    write_yaml(tmp_path / "config/config.yaml", config)
+    env = hub_env(hub, tmp_path)
+    tables = ["results/seat/minilm/table.csv", "results/seat/other/table.csv"]
+    snakemake(tmp_path, *tables, env=env)
+    assert read_record(tmp_path / record_path("seat/minilm"))["sources"]["path"]["commit"] == first
+    assert sorted(yaml.safe_load((tmp_path / "config/weights.lock.yaml").read_text())) == ["seat/minilm", "seat/other"]
+    # (the lock changed after each fetch: an input of every fetch, it makes none of them outdated)
+    assert planned_jobs(tmp_path, *tables) == {}
+    other_record = (tmp_path / record_path("seat/other")).read_bytes()
+    # another machine moved the entry on (a new file on main) and committed its lock
+    second = hub.commit(HUB_MINILM, {"extra_config.json": b"{}"})
+    elsewhere = tmp_path / "elsewhere.lock.yaml"
+    shutil.copy(tmp_path / "config/weights.lock.yaml", elsewhere)
+    fetch("seat/minilm", config["seat"]["models"]["minilm"], cache=tmp_path / "elsewhere", lock_path=elsewhere,
+          update=True)
+    shutil.copy(elsewhere, tmp_path / "config/weights.lock.yaml")
+    out = snakemake(tmp_path, *tables, env=env)
+    assert "results/weights/seat/minilm.json: the weights lock config/weights.lock.yaml changed" in out.stderr
+    assert {"weights_fetch": 1, "seat_embed": 1} == {k: v for k, v in job_counts(out.stdout + out.stderr).items()
+                                                      if k in ("weights_fetch", "seat_embed")}
+    record = read_record(tmp_path / record_path("seat/minilm"))
+    assert record["sources"]["path"]["commit"] == second and "extra_config.json" in record["sources"]["path"]["files"]
+    assert (tmp_path / record_path("seat/other")).read_bytes() == other_record and other != second
+    assert planned_jobs(tmp_path, *tables) == {}
+
+
 def test_second_run_does_nothing(project):
     assert planned_jobs(project) == {}
 

@@ -5,6 +5,7 @@ take about a second, less than starting a process per test would.
 """
 
 import logging
+import math
 
 import numpy as np
 
@@ -50,6 +51,11 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
     empty = [f"{s} ({st.key})" for s, st in stimulus.sets.items() if len(vectors[s]) == 0]
     if empty:
         return {**row, "status": f"skipped: no stimuli left in {', '.join(empty)}"}
+    # d divides by the deviation over X and Y together: with one stimulus on each side it is ±√2 whatever
+    # the vectors, and a target set of one has no spread of its own; no d, no p (the row says why)
+    few = [f"{s} has {len(vectors[s])}" for s in ("X", "Y") if len(vectors[s]) < 2]
+    if few:
+        return {**row, "status": f"too-few: {' and '.join(few)} stimulus; d and p need at least 2 in each target set"}
     try:
         s_xy = s_wAB(_stack(vectors["X"], vectors["Y"]), vectors["A"], vectors["B"])
         n_x = len(vectors["X"])
@@ -64,7 +70,7 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
                 "ci_method": interval.method, "ci_n_boot": interval.n_boot, "ci_seed": interval.seed}
     return {
         **row, "d": d, "p": res.p, "p_se": res.p_se, "p_parametric": res.p_parametric,
-        "n_samples": res.n_samples, "exact": res.exact, "n_partitions": str(res.n_partitions),
+        "n_samples": res.n_samples, "exact": res.exact, "n_partitions": partitions_text(res.n_partitions),
         "seed": "" if res.seed is None else res.seed, "status": "ok",
     }
 
@@ -81,6 +87,15 @@ def run_tests(stimuli, stores, *, n_samples, seed, exact="auto", threads=None, c
             progress.advance()
     progress.done()
     return rows
+
+
+def partitions_text(n):
+    """The number of partitions as the tables write it: all its digits, or, beyond what Python writes
+    of an int as text (|X| + |Y| >= 14,292 passes its 4,300 digits), "≈<mantissa>e+<exponent>"."""
+    if n.bit_length() <= 14_000:  # 10^4214: within the limit
+        return str(n)
+    exponent = math.floor(math.log10(n))
+    return f"≈{10 ** (math.log10(n) - exponent):.6f}e+{exponent}"
 
 
 def _stack(X, Y):

@@ -89,9 +89,10 @@ def find_model(config, name, suite):
 def model_store(config, section, name, spec, stimulus, workdir):
     """The embedding store holding ``stimulus``'s vectors on model ``name``.
 
-    Text stimuli are encoded here by the model's adapter (through the workflow's content-keyed cache,
-    so a text the workflow encoded is not encoded again); image categories come from the store the
-    workflow builds for the model (results/embeddings/<section>/<name>.h5).
+    Text stimuli are encoded here by the model's adapter, its weights fetched, locked and verified as
+    the workflow's (vlbias.weights.prepare), through the workflow's content-keyed cache (a text the
+    workflow encoded is not encoded again); image categories come from the store the workflow builds
+    for the model (results/embeddings/<section>/<name>.h5).
     """
     if all(s.items is not None for s in stimulus.sets.values()):
         if "adapter" not in spec:
@@ -99,8 +100,10 @@ def model_store(config, section, name, spec, stimulus, workdir):
         from vlbias.io.cache import RecordCache, fingerprint
         from vlbias.models import build
         from vlbias.suites.seat import embed_stimuli
+        from vlbias.weights import prepare
 
-        encoder = build(spec)
+        # as the workflow's jobs load it: fetched (or found in the cache), checked against the lock, verified
+        encoder = build(prepare(f"{section}/{name}", spec, cache=config["cache"], lock_path=config["weights_lock"]))
         store = Path(workdir) / f"{name}.h5"
         with RecordCache(Path(config["cache"], "embeddings", fingerprint(encoder.info))) as cache:
             embed_stimuli([stimulus], encoder, store, plan.provenance(spec), cache)
@@ -326,9 +329,10 @@ def _describe(key, source, pin):
 
 def weights(args):
     from vlbias import weights as w
+    from vlbias.config import weights_entries
 
     config = load_config(args.config)
-    found = w.entries(config)
+    found = weights_entries(config)
     names = list(found)
     if args.names:
         unknown = [n for n in args.names if n not in found and not any(k.split("/", 1)[1] == n for k in found)]
@@ -363,9 +367,14 @@ def _weights_entry(w, name, spec, config, lock, args):
     files = [f for s in record["sources"].values() for f in s["files"].values()]
     print(f"{name}: {len(files)} file(s), {_size(sum(f['size'] for f in files))}, verified")
     path = w.record_path(name)
-    # the workflow's record, where it differs: rewritten, so that its model jobs run again
-    if path.is_file() and w.read_record(path) != record:
-        w.write_record(path, record)
+    # the workflow's record, where it differs (or is no record): rewritten, so that its model jobs run again
+    if path.is_file():
+        try:
+            same = w.read_record(path) == record
+        except InputError:
+            same = False
+        if not same:
+            w.write_record(path, record)
 
 
 # --- the parser -------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from vlbias.registry import SCHEMAS, adapters
 from vlbias.suites.grounded.protocol import resolve
 from vlbias.validation import Validator, key_path, suggest
 from vlbias.validation import problems as schema_errors
+from vlbias.weights import SECTIONS
 
 SOURCE = "config/config.yaml"
 MAX_ERRORS = 10
@@ -197,6 +198,26 @@ def ieat_models(ieat):
     for entry in (ieat.get("sweep") or {}).get("models", []):
         models.setdefault(sweep_name(entry), {"source": "images", **entry})
     return models
+
+
+def weights_entries(config):
+    """{entry name: spec} of every configured entry that loads weights (vlbias.weights):
+    ``ieat/<name>`` (models with ``source: images`` and the sweep's open_clip entries),
+    ``seat/<name>``, ``grounded/<name>``, ``mlm/<name>``, ``regions/<name>`` (detectors). Read from
+    the config alone (no adapter import)."""
+    found = {}
+    for section, kind in SECTIONS.items():
+        part = config.get(section) or {}
+        if section == "ieat":  # the sweep's entries are open_clip's (the schema's default, for an unchecked config)
+            sweep = [{"adapter": "open_clip", **e} for e in (part.get("sweep") or {}).get("models", [])]
+            specs = {name: spec for name, spec in ieat_models({"models": part.get("models") or {},
+                                                               "sweep": {"models": sweep}}).items()
+                     if spec.get("source") == "images"}  # published and own vectors load no weights
+        else:
+            specs = part.get(kind) or {}
+        found.update({f"{section}/{name}": spec for name, spec in specs.items()
+                      if isinstance(spec, dict) and spec.get("adapter")})
+    return found
 
 
 def table_models(models):

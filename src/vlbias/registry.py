@@ -35,7 +35,13 @@ class Registry:
         return add
 
     def build(self, spec):
-        """The adapter object described by ``spec``; other keys of the entry are the adapter's to read."""
+        """The adapter object described by ``spec``; other keys of the entry are the adapter's to read.
+
+        An entry naming remote weights (a hub id, a URL, an open_clip tag, torchvision weights) is
+        refused unless it came through vlbias.weights (``prepare``, or the workflow's ``localize``):
+        adapters load verified local files only, they never download."""
+        from vlbias.weights import unfetched
+
         name = spec.get("adapter")
         known = adapters(f"{self.kind}s")
         if name not in self.classes and name in known:
@@ -43,6 +49,10 @@ class Registry:
         if name not in self.classes:
             known = ", ".join(sorted(set(known) | set(self.classes)))
             raise InputError(f"adapter '{name}'", f"unknown {self.kind} adapter (known adapters: {known})")
+        if name in known and (key := unfetched(spec, f"{self.kind}s")):
+            raise InputError(f"{name} entry", f"`{key}: {spec.get(key, '(its default)')}` names remote weights, which "
+                                              "load only fetched and verified: build the spec that vlbias.weights."
+                                              "prepare(name, spec, cache=..., lock_path=...) returns")
         return self.classes[name](spec)
 
 

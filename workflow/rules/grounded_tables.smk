@@ -43,6 +43,7 @@ rule grounded_embed:
         levels=GROUNDED_PLAN.grounded.get("levels"),
         masks=GROUNDED_PLAN.grounded.get("masks"),
         cache=config["cache"],
+        weights_lock=config["weights_lock"],
     script:
         "../scripts/grounded_embed.py"
 

@@ -75,6 +75,7 @@ rule ieat_embed_images:
         threads=IEAT["threads"],
         provenance=lambda w: provenance(IEAT_MODELS[w.model]),
         cache=config["cache"],
+        weights_lock=config["weights_lock"],
     script:
         "../scripts/embed_images.py"
 

@@ -45,6 +45,7 @@ rule mlm_logprobs:
         spec=lambda w: MLM_MODELS[w.model],
         text_only=lambda w: w.model == MLM_REFERENCE,
         cache=config["cache"],
+        weights_lock=config["weights_lock"],
     script:
         "../scripts/mlm_logprobs.py"
 

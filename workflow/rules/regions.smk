@@ -40,6 +40,7 @@ rule regions:
         threads=REGIONS.get("threads", 2),
         spec=lambda w: REGION_DETECTORS[w.detector],
         cache=config["cache"],
+        weights_lock=config["weights_lock"],
     script:
         "../scripts/regions.py"
 

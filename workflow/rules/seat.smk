@@ -28,6 +28,7 @@ rule seat_embed:
         threads=SEAT["threads"],
         provenance=lambda w: provenance(SEAT["models"][w.model]),
         cache=config["cache"],
+        weights_lock=config["weights_lock"],
     script:
         "../scripts/seat_embed.py"
 

@@ -1,15 +1,20 @@
 # Weights as inputs (vlbias.weights): one job per model or detector entry fetches what the entry
 # loads into the cache, checked against the weights lock (config key `weights_lock`), and writes its
-# record; every job that loads the entry reads that record and loads offline from the verified
-# files. A local rule: on a cluster it runs on the submitting node, where the network is.
-# `snakemake weights` fetches what the configured targets need; `snakemake -n weights` lists it.
+# record; every job that loads the entry reads that record, checks it against the entry and the lock,
+# and loads offline from the verified files. A local rule: on a cluster it runs on the submitting
+# node, where the network is. `snakemake weights` fetches what the configured targets need;
+# `snakemake -n weights` lists it. A record the lock no longer pins (its entry changed: a `git pull`)
+# is dated back when the workflow starts (the Snakefile), so its fetch runs again; the lock is an
+# input of every fetch, `ancient`: one entry written does not make the others' records outdated.
 
-from vlbias.weights import entries
+from vlbias.config import weights_entries
 
-WEIGHTS_ENTRIES = entries(config)  # {"<section>/<name>": entry}
+WEIGHTS_ENTRIES = weights_entries(config)  # {"<section>/<name>": entry}
 
 
 rule weights_fetch:
+    input:
+        lock=ancient(config["weights_lock"]),
     output:
         record_path("{section}/{entry}"),
     log:

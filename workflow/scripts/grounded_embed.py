@@ -17,7 +17,9 @@ w, spec, switches = snakemake.wildcards, snakemake.params.spec, snakemake.params
 stimuli = [load_grounded_stimulus(p, caption_indices=switches["caption_indices"]) for p in snakemake.input.stimuli]
 # the verified files of the weights record, offline: a compute node needs no network
 record = read_record(snakemake.input.weights)
-encoder = build({**localize(spec, record), "threads": snakemake.params.threads})
+spec = localize(f"grounded/{w.model}", spec, record, cache=snakemake.params.cache,
+                lock_path=snakemake.params.weights_lock)
+encoder = build({**spec, "threads": snakemake.params.threads})
 info = encoder.info
 with RegionStore(snakemake.input.regions) as store, \
         RecordCache(Path(snakemake.params.cache, "embeddings", cache_fingerprint(encoder))) as cache:

@@ -19,7 +19,9 @@ stimuli = list({s.id: s for s in (case_study, entities)}.values())  # the same f
 
 # the verified files of the weights record, offline: a compute node needs no network
 record = read_record(snakemake.input.weights)
-model = build({**localize(snakemake.params.spec, record), "threads": snakemake.params.threads})
+spec = localize(f"mlm/{snakemake.wildcards.model}", snakemake.params.spec, record, cache=snakemake.params.cache,
+                lock_path=snakemake.params.weights_lock)
+model = build({**spec, "threads": snakemake.params.threads})
 
 # the case study's images: every manifest row gets a status; only images with regions are queried
 status, visuals, images = [], {}, None

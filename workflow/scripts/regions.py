@@ -15,7 +15,9 @@ spec, manifest = snakemake.params.spec, snakemake.input.manifest
 # the verified files of the weights record (bua's vocabularies among them), offline: a compute
 # node needs no network
 record = read_record(snakemake.input.weights)
-detector = build({"cache": snakemake.params.cache, **localize(spec, record), "threads": snakemake.params.threads})
+spec = localize(f"regions/{snakemake.wildcards.detector}", spec, record, cache=snakemake.params.cache,
+                lock_path=snakemake.params.weights_lock)
+detector = build({**spec, "threads": snakemake.params.threads})
 with RecordCache(Path(snakemake.params.cache, "regions", detector_fingerprint(detector))) as cache:
     summary = extract_regions(
         manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec.get("batch_size", 2),

@@ -10,7 +10,9 @@ from vlbias.weights import localize, provenance, read_record
 setup_logging(snakemake.log[0])
 # the verified files of the weights record, offline: a compute node needs no network
 record = read_record(snakemake.input.weights)
-encoder = build({**localize(snakemake.params.spec, record), "threads": snakemake.params.threads})
+spec = localize(f"seat/{snakemake.wildcards.model}", snakemake.params.spec, record, cache=snakemake.params.cache,
+                lock_path=snakemake.params.weights_lock)
+encoder = build({**spec, "threads": snakemake.params.threads})
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
 with RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(encoder.info))) as cache:
     embed_stimuli(stimuli, encoder, snakemake.output[0],

@@ -160,6 +160,12 @@ def download(url, out, *, timeout, retries, max_bytes, backoff):
         time.sleep(delay)
 
 
+def cached_path(url, cache, sha256=None):
+    """Where ``cached_download`` keeps ``url`` in the folder ``cache`` (see there)."""
+    key = sha256.lower() if sha256 else hashlib.sha256(url.encode()).hexdigest()[:16]
+    return Path(cache) / f"{key}-{Path(urlsplit(url).path).name or 'download'}"
+
+
 def cached_download(url, cache, *, max_bytes, sha256=None, timeout=30, retries=3, backoff=0.5):
     """The path of ``url`` downloaded once into the folder ``cache``, named after what it is: the
     pinned ``sha256`` when given, else a digest of the whole URL (never the file name alone, which
@@ -171,8 +177,7 @@ def cached_download(url, cache, *, max_bytes, sha256=None, timeout=30, retries=3
     downloaded again. Raises :class:`DownloadError`.
     """
     sha256 = sha256.lower() if sha256 else None
-    key = sha256 or hashlib.sha256(url.encode()).hexdigest()[:16]
-    dest = Path(cache) / f"{key}-{Path(urlsplit(url).path).name or 'download'}"
+    dest = cached_path(url, cache, sha256)
     if dest.is_file() and sha256 and sha256_file(dest) != sha256:
         log.warning("%s: cached copy of %s differs from its pinned sha256; downloading it again", dest, url)
         dest.unlink(missing_ok=True)

@@ -1,6 +1,7 @@
 """Stimulus files: one YAML file per association test, validated against
 ``workflow/schemas/stimulus.schema.yaml`` before anything uses it."""
 
+import unicodedata
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -18,9 +19,22 @@ SETS = ("X", "Y", "A", "B")
 OWN = "own"
 
 
+# what aliases may expand a file to: fifty times the largest shipped stimulus file (about 20,000 nodes)
+MAX_NODES = 1_000_000
+
+
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """Safe YAML (libyaml when present: the grounded stimulus files are large) that refuses a key
-    given twice in one mapping, which YAML parsers otherwise resolve silently to the last one."""
+    given twice in one mapping, which YAML parsers otherwise resolve silently to the last one, and a
+    document whose aliases (``*name``) expand it beyond MAX_NODES: a file of 1.4 kB whose aliases
+    nest eight deep stands for 400 million items, which validating and rendering its errors took
+    half a minute and gigabytes to find out."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _refuse_expansion(node)
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -32,6 +46,41 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                                            key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+def _children(node):
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return node.value if isinstance(node, yaml.SequenceNode) else []
+
+
+def _refuse_expansion(root):
+    """MarkedYAMLError when the tree ``root`` stands for more than MAX_NODES nodes once its aliases
+    (nodes met more than once) are expanded, or for an endless one (an alias inside the node it names);
+    counted per distinct node, depth first, so a bomb costs its size on disk, not its expansion."""
+    size, started, todo = {}, set(), [(root, False)]
+    while todo:
+        node, done = todo.pop()
+        children = _children(node)
+        if done:  # every child counted: this node's expansion, capped just past the limit
+            size[id(node)] = min(MAX_NODES + 1, 1 + sum(size[id(c)] for c in children))
+            if size[id(node)] > MAX_NODES:
+                raise yaml.MarkedYAMLError("while reading", None, f"its aliases (*name) expand it to more than "
+                                           f"{MAX_NODES:,} items: write them out, or fewer", node.start_mark)
+        elif id(node) not in started:
+            started.add(id(node))
+            todo.append((node, True))
+            for child in children:
+                if id(child) in started and id(child) not in size:  # started, unfinished: an ancestor
+                    raise yaml.MarkedYAMLError("while reading", None, "an alias (*name) of a node inside itself: an "
+                                               "endless document", child.start_mark)
+                todo.append((child, False))
+
+
+def load_yaml(stream):
+    """The document in ``stream`` (text or a file), read as stimulus files are: safe YAML, no key
+    twice in a mapping, no expansion by aliases beyond MAX_NODES (yaml.YAMLError otherwise)."""
+    return yaml.load(stream, Loader=_Loader)
 
 
 @cache
@@ -83,7 +132,7 @@ def read_stimulus_file(path, schema_name, keys):
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.load(f, Loader=_Loader)
+            doc = load_yaml(f)
     except FileNotFoundError:
         raise InputError(path, "stimulus file not found") from None
     except OSError as e:
@@ -93,7 +142,7 @@ def read_stimulus_file(path, schema_name, keys):
         raise InputError(path, f"not UTF-8 text: byte 0x{e.object[e.start]:02x} on line {line} (save the file "
                                "as UTF-8)") from None
     except yaml.YAMLError as e:
-        raise InputError(path, f"not valid YAML: {e}") from None
+        raise InputError(path, f"not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(doc, dict):
         raise InputError(path, f"expected a mapping with keys {keys}")
     validate(doc, path, schema(schema_name))
@@ -106,7 +155,7 @@ def load_stimulus(path):
     """Load and validate one stimulus file; errors name the file and the key."""
     path = Path(path)
     doc = read_stimulus_file(path, "stimulus.schema.yaml", "id, name, suite, X, Y, A, B")
-    sets, owner = {}, {}
+    sets, owner, seen = {}, {}, {}
     for s in SETS:
         d = doc[s]
         items = tuple(d["items"]) if "items" in d else None
@@ -118,6 +167,12 @@ def load_stimulus(path):
             if item in owner:
                 raise InputError(path, f"key '{s}': '{item}' is also in set {owner[item]}")
             owner[item] = s
+        # ... and so would two texts an uncased model reads alike (most models here lowercase)
+        for item in items or []:
+            first = seen.setdefault(same_text(item), (item, s))
+            if first != (item, s):
+                raise InputError(path, f"key '{s}/items': {item!r} and {first[0]!r} (set {first[1]}) differ only by "
+                                       "case, spaces or invisible characters: one stimulus to an uncased model")
         # image categories are shared by many tests (one store per model); text sets are the test's own
         key = d.get("category") or f"{doc['id']}/{s}"
         sets[s] = StimulusSet(key=key, label=d["label"], category=d.get("category"), items=items)
@@ -126,6 +181,16 @@ def load_stimulus(path):
         id=doc["id"], name=doc["name"], suite=doc["suite"], level=doc.get("level"),
         source=doc.get("source"), path=str(path), family=doc.get("family", OWN), **sets,
     )
+
+
+# zero-width and invisible formatting characters a text may carry unseen (and a tokenizer drop)
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff"))
+
+
+def same_text(text):
+    """``text`` as a text stimulus is compared with the others: NFKC-normalised, case-folded, without
+    invisible characters, its whitespace runs one space, stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().translate(_INVISIBLE).split())
 
 
 def _check_modalities(doc, sets, path):

@@ -64,7 +64,8 @@ class BlipEncoder(VLEncoder):
         super().__init__(spec)
         vision = self.model.config.vision_config
         if self._model_dir is not None and (self._model_dir / "preprocessor_config.json").is_file():
-            self.processor = BlipImageProcessor.from_pretrained(self._model_dir, local_files_only=True)
+            self.processor = BlipImageProcessor.from_pretrained(self._model_dir, local_files_only=True,
+                                                                trust_remote_code=False)
         else:
             self.processor = BlipImageProcessor(size={"height": vision.image_size, "width": vision.image_size})
         self.fill = mean_colour(self.processor.image_mean)

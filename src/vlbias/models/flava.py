@@ -75,7 +75,6 @@ class FlavaEncoder(VLEncoder):
     config_class = FlavaConfig
     model_class = FlavaForPreTraining
     base_config = {"init_codebook": False}
-    ignored_checkpoint_keys = ("image_codebook.",)
     feature_dim_key = None
     needs_pixels = True
     supports_image_masking = True
@@ -122,7 +121,8 @@ class FlavaEncoder(VLEncoder):
         model, source, model_dir = load_model(spec, self.family, self.model_class, self.config_class,
                                               self.base_config, map_state=self._checkpoint_state)
         if model_dir is not None and (model_dir / "preprocessor_config.json").is_file():
-            self.processor = FlavaImageProcessor.from_pretrained(model_dir, local_files_only=True)
+            self.processor = FlavaImageProcessor.from_pretrained(model_dir, local_files_only=True,
+                                                                 trust_remote_code=False)
         else:  # flava-full's processing at the model's image size
             size = model.config.image_config.image_size
             self.processor = FlavaImageProcessor(size={"height": size, "width": size},

@@ -3,27 +3,37 @@
 Config entry keys (every adapter built on a transformers model class reads them):
     weights: random   random initialisation from the family's real config class, with ``seed``
                       (default 0) and ``config`` (a dict of overrides, e.g. hidden_size 32)
-    checkpoint        a local state_dict file: .safetensors, or a torch file read with
-                      weights_only=True; loaded strictly into the model built from ``config``
+    checkpoint        a state_dict file: .safetensors, or a torch file read with weights_only=True;
+                      loaded strictly into the model built from ``config``
     path              a local model directory (config.json + model.safetensors or pytorch_model.bin)
-    model_id          a Hugging Face id (default: the family's published model), downloaded at
-                      ``revision`` (required: a commit hash pins the weights)
+    model_id          a Hugging Face id (default: the family's published model) at ``revision``
 
-The hub files a family loads, and its default model, are its schema's ``family: weights:`` (read by
-vlbias.models.plan.weights; vlbias.weights fetches them ahead of the job and localizes the entry).
+Every load is of all of a model or nothing: a checkpoint, a directory or a hub snapshot whose
+parameters are not exactly the model's (missing, left over, another shape) is refused, listing
+them, except the checkpoint entries the family's schema declares unused (``family: weights:
+unused:``, vlbias.weights.declarations), which are dropped and listed in ``info["unused_parameters"]``.
+Nothing runs from a model folder (vlbias.io.checkpoints.refuse_custom_code; transformers is always
+told ``trust_remote_code=False``).
+
+Remote weights (a hub id, a checkpoint URL) reach an adapter only fetched and verified by
+vlbias.weights (the registry refuses them otherwise): ``model_id`` then names the hub snapshot
+folder and ``checkpoint`` the cached file.
 """
 
+import contextlib
+import fnmatch
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+import transformers
 
 from vlbias.errors import InputError
-from vlbias.io.fetch import DownloadError, cached_download, sha256_file
-from vlbias.io.weights import read_state_dict, some
-from vlbias.models.plan import weights as declared_weights
-from vlbias.weights import as_written, fetched, hub_download
+from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, some
+from vlbias.io.fetch import sha256_file
+from vlbias.weights import as_written, fetched, unused
 
 
 def build_config(config_class, base, overrides):
@@ -39,8 +49,8 @@ def build_config(config_class, base, overrides):
 def load_model(spec, family, model_class, config_class, base_config, map_state=None):
     """(model, provenance for .info, model directory or None) from the entry's weights keys.
 
-    ``family``: the adapter, whose declaration names the hub files and the default model (the model
-    directory is returned to read the files besides the weights, e.g. an image processor's).
+    ``family``: the adapter, whose schema declares the checkpoint entries its model never reads (the
+    model directory is returned to read the files besides the weights, e.g. an image processor's).
     ``map_state(state, model, path)``: a checkpoint's state_dict with the model's names (for a family
     whose original code named its parameters otherwise).
     """
@@ -63,6 +73,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
         model = model_class(build_config(config_class, base_config, spec.get("config") or {}))
         if map_state is not None:
             state = map_state(state, model, path)
+        state, dropped = without_unused(state, family)
         # tied weights (the LM decoder is the word embedding matrix) are stored once, under either
         # name: safetensors refuses shared tensors
         for tied, to in (model._tied_weights_keys or {}).items():
@@ -77,7 +88,8 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
             raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                    f"unexpected {some(unexpected)}")
         return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
-                       "checkpoint": str(as_written(spec, "checkpoint")), "weights_file": str(path), "weights_sha256": digest}, None
+                       "checkpoint": str(as_written(spec, "checkpoint")), "weights_file": str(path),
+                       "weights_sha256": digest, **_unused_info(dropped)}, None
     if spec.get("config"):
         raise InputError("config", "overrides apply to `weights: random` or a `checkpoint` only; a model "
                                    "directory or Hugging Face id brings its own config.json")
@@ -88,43 +100,105 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
     elif got := fetched(spec, "model_id"):  # fetched ahead into the snapshot directory it names now
         model_dir, model_id, commit = Path(spec["model_id"]), got["request"], got["commit"]
     else:
-        hub = declared_weights(family)["model_id"]  # the files the family loads, its default model
-        model_id = source["model_id"] or hub.get("default")
-        model_dir, commit = download(model_id, spec.get("revision"), hub["hub"])
-    weights = weights_file(model_dir)
-    model = model_class.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32,
-                                        use_safetensors=weights.suffix == ".safetensors", weights_only=True)
+        raise InputError(f"{family} entry", "a Hugging Face model loads only fetched and verified: build the spec "
+                                            "that vlbias.weights.prepare returns")
+    model, weights, dropped = from_folder(model_class, model_dir, family)
     return model, {**source, "model_id": model_id, "weights": "pretrained", "weights_file": str(weights),
-                   "weights_sha256": sha256_file(weights), "commit": commit}, model_dir
+                   "weights_sha256": sha256_file(weights), "commit": commit, **_unused_info(dropped)}, model_dir
+
+
+def from_folder(model_class, folder, family, kind="models"):
+    """(model, weights file, the checkpoint entries dropped) of the save_pretrained directory ``folder``:
+    all of ``model_class`` from its files or an InputError listing what is missing, left over or of
+    another shape (naming the class expected and what the folder's config.json declares), but for
+    the entries ``family``'s schema declares unused. ``model_class`` AutoModel: the class of the
+    folder's config. No code from the folder runs; a pickle is read weights-only, by vlbias."""
+    folder = Path(folder)
+    refuse_custom_code(folder)
+    weights = weights_file(folder)
+    declares = _declared_class(folder)
+    auto = model_class is transformers.AutoModel
+    try:
+        config = (transformers.AutoConfig if auto else model_class.config_class).from_pretrained(
+            folder, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as e:  # no config.json, or one transformers cannot read
+        raise InputError(folder / "config.json", f"transformers cannot read it ({_first_line(e)})") from None
+    if auto:
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+        if type(config) not in MODEL_MAPPING:
+            raise InputError(folder / "config.json", f"declares {declares}, which transformers has no model for")
+        model_class = MODEL_MAPPING[type(config)]
+    common = dict(config=config, dtype=torch.float32, trust_remote_code=False, output_loading_info=True,
+                  ignore_mismatched_sizes=True)  # mismatches reported, then refused below
+    with _quiet_transformers():
+        if weights.suffix == ".safetensors":
+            model, report = model_class.from_pretrained(folder, local_files_only=True, use_safetensors=True, **common)
+        else:  # a pickle: read by vlbias's weights-only reader (its errors are one line)
+            model, report = model_class.from_pretrained(None, state_dict=read_state_dict(weights), **common)
+    patterns = unused(family, kind)
+    dropped = sorted(k for k in report["unexpected_keys"] if _matches(k, patterns))
+    unexpected = sorted(k for k in report["unexpected_keys"] if not _matches(k, patterns))
+    missing = sorted(report["missing_keys"])
+    shapes = sorted(f"{k} {tuple(a)} vs {tuple(b)}" for k, a, b in report["mismatched_keys"])
+    if missing or unexpected or shapes:
+        raise InputError(folder, f"does not hold a {model_class.__name__} (its config.json declares {declares}): "
+                                 f"missing {some(missing)}; unexpected {some(unexpected)}; of another shape "
+                                 f"{some(shapes)}")
+    return model, weights, dropped
+
+
+def _declared_class(folder):
+    """What the folder's config.json says it holds: its architectures, else its model_type."""
+    try:
+        doc = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "nothing readable"
+    if not isinstance(doc, dict):
+        return "nothing readable"
+    return ", ".join(map(str, doc.get("architectures") or [])) or f"model_type {doc.get('model_type')}"
+
+
+def _first_line(error):
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _matches(name, patterns):
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def without_unused(state, family):
+    """(``state`` without the entries ``family``'s schema declares unused, their sorted names)."""
+    patterns = unused(family)
+    dropped = sorted(k for k in state if _matches(k, patterns))
+    return {k: v for k, v in state.items() if k not in dropped}, dropped
+
+
+def _unused_info(dropped):
+    return {"unused_parameters": dropped} if dropped else {}
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' load report is ours to give (an error listing the parameters, or nothing)."""
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(level)
 
 
 def checkpoint_file(spec):
-    """(local file, its sha256) of the entry's ``checkpoint``: a path, or an http(s) URL downloaded
-    once into ``<cache>/models``; checked against ``sha256`` when the entry pins one."""
-    value = str(spec["checkpoint"])
-    if re.match(r"https?://", value):
-        try:
-            path = cached_download(value, Path(spec.get("cache") or "results/cache") / "models", max_bytes=2**33,
-                                   sha256=spec.get("sha256"), timeout=60)
-        except DownloadError as e:
-            raise InputError(value, f"{e.reason}; set `checkpoint:` to a local copy") from None
-    else:
-        path = Path(value)
-        if not path.is_file():
-            raise InputError(path, "checkpoint file not found")
+    """(local file, its sha256) of the entry's ``checkpoint`` (a URL reaches here fetched: the cached
+    file), checked against ``sha256`` when the entry pins one."""
+    path = Path(spec["checkpoint"])
+    if not path.is_file():
+        raise InputError(path, "checkpoint file not found")
     digest = sha256_file(path)
     if spec.get("sha256") and digest != spec["sha256"]:
         raise InputError(path, f"its sha256 is {digest}, not the pinned {spec['sha256']}")
     return path, digest
-
-
-def download(repo_id, revision, patterns):
-    """(snapshot directory, commit) of a Hugging Face repository at ``revision``, with the files
-    ``patterns`` name (vlbias.weights.hub_download: ``a|b`` the first present, globs)."""
-    if not revision:
-        raise InputError(f"'{repo_id}'", "a Hugging Face id needs a revision: the commit hash that pins it")
-    model_dir, commit, _ = hub_download(repo_id, revision, patterns)
-    return model_dir, commit
 
 
 def weights_file(model_dir):

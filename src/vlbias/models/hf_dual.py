@@ -56,6 +56,7 @@ from transformers import (AutoModel, AutoProcessor, CLIPConfig, CLIPImageProcess
 
 from vlbias.errors import InputError
 from vlbias.images.decode import square_images
+from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register, runtime
 from vlbias.models.hf import load_model
@@ -172,8 +173,9 @@ def _processor(directory):
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(directory, "no such processor directory")
+    refuse_custom_code(directory)
     try:
-        processor = AutoProcessor.from_pretrained(directory, local_files_only=True)
+        processor = AutoProcessor.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
     except Exception as e:  # missing files, a tokenizer backend not installed (SigLIP's needs sentencepiece)
         raise InputError(directory, f"transformers could not load a processor from it ({e})") from e
     if not (hasattr(processor, "image_processor") and hasattr(processor, "tokenizer")):

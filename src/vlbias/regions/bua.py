@@ -13,14 +13,13 @@ the anchors (torchvision rounds them) and the proposal selection (torchvision fi
 
 Config entry keys:
     weights, exactly one of:
-      model_id + revision   the Hugging Face hub repo (unc-nlp/frcnn-vg-finetuned) and the pinned
-                            commit of its pytorch_model.bin (huggingface_hub download; needs the network
-                            once, then the hub cache)
+      model_id + revision   the Hugging Face hub repo (unc-nlp/frcnn-vg-finetuned) and the revision
+                            of its pytorch_model.bin (fetched and verified by vlbias.weights)
       checkpoint: <file>    a local state_dict: .safetensors, or a torch file read with weights_only=True
       weights: random       seeded random weights (``seed``, default 0), for tests and timing
     objects_vocab, attributes_vocab   the class / attribute names, one per line (1600 / 400 lines, as
                   py-bottom-up-attention's demo/data/genome/1600-400-20/*_vocab.txt): a local file or an
-                  http(s) URL pinned to a commit, downloaded once into ``<cache>/bua/``; a line's first
+                  http(s) URL pinned to a commit, fetched by vlbias.weights into ``<cache>/bua/``; a line's first
                   comma-separated synonym is the name. Optional with random weights (generated names).
     num_classes, num_attributes   classes / attributes without background (default 1600 / 400)
     min_size, max_size   the resize: shorter side to min_size unless the longer would exceed max_size
@@ -30,7 +29,6 @@ Config entry keys:
                   model was trained and published with) or ``demo`` (transformers' LXMERT demo)
     min_boxes, max_boxes, conf   the box rule: generate_tsv's MIN_BOXES, MAX_BOXES, conf_thresh;
                   with ``demo``, vlbias.regions.keep_boxes
-    cache         where downloaded vocabularies are kept (the workflow's cache directory)
     device, threads, batch_size  see vlbias.models.runtime
 
 Test-time behaviour, as the reference with the demo config: the image (BGR, minus the caffe pixel
@@ -80,7 +78,6 @@ original at 600/1000, which ``min_size: 600, max_size: 1000`` gives.
 
 import logging
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,8 +90,8 @@ from torchvision.models.detection._utils import BoxCoder
 from torchvision.ops import FrozenBatchNorm2d, clip_boxes_to_image, nms, roi_pool
 
 from vlbias.errors import InputError
-from vlbias.io.fetch import DownloadError, cached_download, sha256_file
-from vlbias.io.weights import read_state_dict, some
+from vlbias.io.fetch import sha256_file
+from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
 from vlbias.regions.blob import image_blob
@@ -382,9 +379,8 @@ class BottomUpAttention:
             path, model_id, commit = Path(model_id) / "pytorch_model.bin", got["request"], got["commit"]
             state = read_state_dict(path)
         elif model_id is not None:
-            path = _hub_weights(model_id, revision)
-            commit = path.parent.name  # the hub cache keeps files under snapshots/<commit>/
-            state = read_state_dict(path)
+            raise InputError(model_id, "hub weights load only fetched and verified: build the spec that "
+                                       "vlbias.weights.prepare returns")
         elif checkpoint is not None:
             path = Path(checkpoint)
             if not path.is_file():
@@ -628,12 +624,9 @@ def _vocab(spec, key, n, optional, kind):
             return [f"{kind}{i}" for i in range(n)], None
         raise InputError(key, f"the detector needs its {n} {kind} names, one per line: a local file or a "
                               f"pinned URL, e.g. {VOCAB_BASE}{key}.txt")
-    if re.match(r"https?://", str(value)):
-        path = _cached_download(str(value), Path(spec.get("cache") or "results/cache") / "bua")
-    else:
-        path = Path(value)
-        if not path.is_file():
-            raise InputError(value, f"{key}: file not found")
+    path = Path(value)  # a URL reaches here fetched by vlbias.weights: its cached file
+    if not path.is_file():
+        raise InputError(value, f"{key}: file not found")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -643,27 +636,6 @@ def _vocab(spec, key, n, optional, kind):
         raise InputError(value, f"{key}: expected {n} non-empty lines (one {kind} name each), got "
                                 f"{len(names)} lines, {names.count('')} empty")
     return names, sha256_file(path)
-
-
-def _cached_download(url, cache):
-    """``url`` downloaded once into ``cache`` (named after the URL, which is pinned to a commit)."""
-    try:
-        return cached_download(url, cache, max_bytes=2**20)
-    except DownloadError as e:
-        raise InputError(url, f"{e.reason}; set the vocabulary key to a local copy") from None
-
-
-def _hub_weights(model_id, revision):
-    """pytorch_model.bin of the hub repo at ``revision``, downloaded into (or found in) the hub cache."""
-    if not revision:
-        raise InputError(model_id, "set `revision` to the hub commit to use (weights are pinned)")
-    from huggingface_hub import hf_hub_download
-
-    try:
-        return Path(hf_hub_download(model_id, "pytorch_model.bin", revision=revision))
-    except Exception as e:  # hub, HTTP and cache errors alike mean: the weights are not reachable
-        raise InputError(model_id, f"could not obtain pytorch_model.bin at revision {revision} ({e}); set "
-                                   "`checkpoint:` to a local copy or run once with network access") from e
 
 
 def _load(model, state, path):

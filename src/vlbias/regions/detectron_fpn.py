@@ -13,12 +13,12 @@ of a RoI, its proposal rule (per level, then all levels), and the extraction's b
 
 Config entry keys:
     weights, exactly one of:
-      url (+ sha256)   Detectron's model_final.pkl (DETECTRON_URL is 35861858's), downloaded once into
-                       ``<cache>/detectron/`` (named by the pinned sha256, else by the URL's
-                       digest: another URL's model_final.pkl is never reused); ``sha256`` pins it (recommended: the file is not
-                       pinned upstream), else its sha256 is only recorded
+      url (+ sha256)   Detectron's model_final.pkl (DETECTRON_URL is 35861858's), fetched by
+                       vlbias.weights into ``<cache>/detectron/`` (named by the pinned sha256, else by the
+                       URL's digest: another URL's model_final.pkl is never reused); ``sha256`` pins it
+                       (recommended: the file is not pinned upstream), else the weights lock pins it
       checkpoint       a local model_final.pkl (Detectron's Caffe2 blobs, read by a restricted
-                       unpickler that builds numpy arrays only: vlbias.io.weights.read_numpy_pickle),
+                       unpickler that builds numpy arrays only: vlbias.io.checkpoints.read_numpy_pickle),
                        or a .safetensors of this module's own state_dict
       weights: random  seeded random weights (``seed``, default 0), for tests and timing
     min_size, max_size   the test scale (Detectron's TEST.SCALE 800, TEST.MAX_SIZE 1333)
@@ -26,7 +26,6 @@ Config entry keys:
                    to make tests fast)
     min_boxes, max_boxes, conf   the box rule (vlbias.regions.keep_boxes): VisualBERT's extraction
                    keeps 10-100 boxes at 0.2 (its --min_bboxes, --max_bboxes, --conf_thresh defaults)
-    cache          where a downloaded checkpoint is kept (the workflow's cache directory)
     device, threads, batch_size  see vlbias.models.runtime
 
 Test-time behaviour, as Detectron's with that config (detectron/core/test.py im_detect_bbox,
@@ -75,8 +74,8 @@ from torchvision.ops import FeaturePyramidNetwork, FrozenBatchNorm2d, batched_nm
 from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
 
 from vlbias.errors import InputError
-from vlbias.io.fetch import DownloadError, cached_download, sha256_file
-from vlbias.io.weights import read_numpy_pickle, read_state_dict, some
+from vlbias.io.fetch import sha256_file
+from vlbias.io.checkpoints import read_numpy_pickle, read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
 from vlbias.registry import one_weights_source
@@ -323,10 +322,11 @@ class DetectronFPNDetector:
             random_init_(model, seed)
             self.weights = "random"
         else:
-            if fetched(spec, "url"):  # fetched ahead (vlbias.weights): `url` names the local file now
-                path, url = Path(url), as_written(spec, "url")
-            else:
-                path = _cached_download(url, spec.get("sha256"), spec.get("cache")) if url else Path(checkpoint)
+            if url and not fetched(spec, "url"):
+                raise InputError(url, "a checkpoint URL loads only fetched and verified: build the spec that "
+                                      "vlbias.weights.prepare returns")
+            # fetched (vlbias.weights): `url` names the cached file now
+            path, url = (Path(url), as_written(spec, "url")) if url else (Path(checkpoint), None)
             if not path.is_file():
                 raise InputError(checkpoint, "checkpoint file not found")
             if path.suffix == ".pkl":
@@ -447,13 +447,3 @@ class DetectronFPNDetector:
         top = value == best[roi]
         first = torch.full_like(label, num + 1).scatter_reduce_(0, roi[top], cls[kept][top], reduce="amin")
         return best, torch.where(first <= num, first, label)
-
-
-def _cached_download(url, sha256, cache):
-    """``url`` downloaded once into ``<cache>/detectron/`` (keyed by ``sha256`` when pinned, else by the
-    URL) and checked against ``sha256`` when given."""
-    try:
-        return cached_download(url, Path(cache or "results/cache") / "detectron", max_bytes=2**30, sha256=sha256,
-                               timeout=60, backoff=1.0)
-    except DownloadError as e:
-        raise InputError(url, f"{e.reason}; set `checkpoint:` to a local copy") from None

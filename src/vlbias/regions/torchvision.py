@@ -3,8 +3,9 @@
 Config entry keys:
     arch          fasterrcnn_resnet50_fpn (default) | fasterrcnn_resnet50_fpn_v2
     weights, exactly one of:
-      weights: COCO_V1      torchvision's COCO weights (downloaded by torchvision into the torch hub
-                            cache; needs the network the first time)
+      weights: COCO_V1      torchvision's COCO weights (fetched and verified by vlbias.weights into
+                            ``<cache>/torchvision``; loaded here weights-only, strictly, into the model
+                            torchvision builds for them)
       checkpoint: <file>    a local state_dict: .safetensors, or a torch file read with weights_only=True
       weights: random       seeded random weights (``seed``, default 0), for tests and speed runs
     num_classes   with a checkpoint or random weights: classes including background (default 91, COCO)
@@ -28,34 +29,32 @@ then runs backbone, RPN and box head, and maps boxes back to original-image pixe
 """
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torchvision
-from torchvision.models import detection
+from torch import nn
 from torchvision.models.detection.image_list import ImageList
 from torchvision.models.detection.transform import resize_boxes
+from torchvision.ops import FrozenBatchNorm2d
 from torchvision.ops import boxes as box_ops
 from torchvision.transforms.v2 import functional as TF
 
 from vlbias.errors import InputError
+from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.io.fetch import sha256_file
-from vlbias.io.weights import read_state_dict, some
 from vlbias.models import runtime
 from vlbias.regions import Regions, box_rule, keep_boxes, register
-from vlbias.weights import as_written, fetched
+from vlbias.weights import DEFAULT_TORCHVISION_ARCH, as_written, fetched, torchvision_arch
 
 log = logging.getLogger(__name__)
 
-ARCHS = {
-    "fasterrcnn_resnet50_fpn": (detection.fasterrcnn_resnet50_fpn, detection.FasterRCNN_ResNet50_FPN_Weights),
-    "fasterrcnn_resnet50_fpn_v2": (detection.fasterrcnn_resnet50_fpn_v2,
-                                   detection.FasterRCNN_ResNet50_FPN_V2_Weights),
-}
-DEFAULT_ARCH = "fasterrcnn_resnet50_fpn"
+# Where torchvision's factory builds another model for its trained weights than for none: the v1
+# model freezes its ResNet's batch norms, and runs them with eps 0 for COCO_V1 (its overwrite_eps).
+# {arch: {weights: eps of the frozen batch norms}}
+FROZEN_BATCH_NORMS = {"fasterrcnn_resnet50_fpn": {"COCO_V1": 0.0}}
 
 
 @dataclass
@@ -69,10 +68,8 @@ class Prepared:
 @register("torchvision")
 class TorchvisionFasterRCNN:
     def __init__(self, spec):
-        arch = spec.get("arch", DEFAULT_ARCH)
-        if arch not in ARCHS:
-            raise InputError(f"arch '{arch}'", f"not a torchvision Faster R-CNN (known: {', '.join(ARCHS)})")
-        factory, weights_enum = ARCHS[arch]
+        arch = spec.get("arch", DEFAULT_TORCHVISION_ARCH)
+        factory, weights_enum = torchvision_arch(arch)
         weights, checkpoint, got = as_written(spec, "weights"), spec.get("checkpoint"), fetched(spec, "weights")
         if (weights is not None) == (checkpoint is not None):
             raise InputError(f"arch '{arch}'", "set exactly one of `weights: COCO_V1`, `weights: random` "
@@ -86,23 +83,19 @@ class TorchvisionFasterRCNN:
 
         seed = None
         if weights is not None and weights != "random":
-            try:
-                enum = weights_enum[weights]
-            except KeyError:
+            if weights not in weights_enum.__members__:
                 raise InputError(f"weights '{weights}'", f"not a weight set of {arch} (known: "
-                                 f"{', '.join(w.name for w in weights_enum)}, or random)") from None
-            hub_dir = torch.hub.get_dir()
-            if got:  # fetched ahead (vlbias.weights) into a torch hub folder: torchvision finds the file there
-                torch.hub.set_dir(spec["weights"])
-            try:
-                model = factory(weights=enum, progress=False, **build)
-                path = Path(torch.hub.get_dir(), "checkpoints", os.path.basename(enum.url))
-            except Exception as e:  # URLError, HTTPError, hash mismatch: the weights are not reachable
-                raise InputError(f"weights '{weights}'", f"could not obtain {enum.url} ({e}); set `checkpoint:` "
-                                 "to a local weights file or run once with network access") from e
-            finally:
-                torch.hub.set_dir(hub_dir)
-            self.weights, num_classes, names = sha256_file(path), len(coco), coco[1:]
+                                 f"{', '.join(w.name for w in weights_enum)}, or random)")
+            if not got:
+                raise InputError(f"weights '{weights}'", "torchvision's weights load only fetched and verified: "
+                                                         "build the spec that vlbias.weights.prepare returns")
+            path, num_classes, names = Path(spec["weights"]), len(coco), coco[1:]
+            state = read_state_dict(path)  # weights only (torchvision's own loader would unpickle anything)
+            model = factory(weights=None, num_classes=num_classes, **build)
+            if weights in FROZEN_BATCH_NORMS.get(arch, {}):
+                _freeze_batch_norms(model.backbone.body, FROZEN_BATCH_NORMS[arch][weights])
+            _load(model, state, path, f"{arch} {weights}")
+            self.weights = sha256_file(path)
         else:
             num_classes = int(spec.get("num_classes", 91))
             names = spec.get("class_names") or (coco[1:] if num_classes == len(coco) else None)
@@ -115,10 +108,7 @@ class TorchvisionFasterRCNN:
                     raise InputError(checkpoint, "checkpoint file not found")
                 state = read_state_dict(path)  # before building the model: a refused file fails fast
                 model = factory(weights=None, num_classes=num_classes, **build)
-                missing, unexpected = model.load_state_dict(state, strict=False)
-                if missing or unexpected:
-                    raise InputError(path, f"does not fit {arch} with {num_classes} classes: missing "
-                                           f"{some(missing)}, unexpected {some(unexpected)}")
+                _load(model, state, path, f"{arch} with {num_classes} classes")
                 self.weights = sha256_file(path)
             else:
                 seed = int(spec.get("seed", 0))
@@ -193,3 +183,28 @@ class TorchvisionFasterRCNN:
                 image_size=tuple(x.size),
             ))
         return out
+
+
+def _freeze_batch_norms(module, eps):
+    """Replace ``module``'s BatchNorm2d layers by FrozenBatchNorm2d of ``eps``, as torchvision builds a
+    trained model's ResNet (the state_dict's names are the same; num_batches_tracked is not kept)."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.BatchNorm2d):
+            setattr(module, name, FrozenBatchNorm2d(child.num_features, eps=eps))
+        else:
+            _freeze_batch_norms(child, eps)
+
+
+def _load(model, state, path, what):
+    """Load ``state`` into ``model``: every parameter and buffer, of its shape (else InputError listing them)."""
+    expected = model.state_dict()
+    shapes = [f"{k} {tuple(v.shape)} vs {tuple(expected[k].shape)}" for k, v in state.items()
+              if k in expected and v.shape != expected[k].shape]
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    # FrozenBatchNorm2d drops the num_batches_tracked a BatchNorm2d checkpoint has
+    unexpected = [k for k in unexpected if not (k.endswith("num_batches_tracked") and k.rsplit(".", 1)[0] + ".weight"
+                                                in expected)]
+    if shapes or missing or unexpected:
+        raise InputError(path, f"does not fit {what}: missing {some(missing)}; unexpected {some(unexpected)}; of "
+                               f"another shape {some(shapes)}")
+    model.load_state_dict(state, strict=False)

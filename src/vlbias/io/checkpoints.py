@@ -1,12 +1,13 @@
-"""Read a user's weights file without ever unpickling arbitrary objects."""
+"""Read a user's weights without ever running code: checkpoint files unpickled with weights only (or
+numpy arrays only), model folders refused when they ask for code of their own."""
 
 import codecs
+import json
 import pickle
 import re
+from pathlib import Path
 
 import numpy as np
-import safetensors.torch
-import torch
 
 from vlbias.errors import InputError
 
@@ -35,6 +36,9 @@ def read_state_dict(path, wrappers=("state_dict",)):
 
     (Model libraries' own loaders, e.g. open_clip's, fall back to a full, unsafe torch.load on some errors.)
     """
+    import safetensors.torch  # here: the folder check below needs neither (the workflow's planning imports it)
+    import torch
+
     if path.suffix == ".safetensors":
         try:
             state = safetensors.torch.load_file(path)
@@ -44,10 +48,8 @@ def read_state_dict(path, wrappers=("state_dict",)):
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # UnpicklingError for refused objects, RuntimeError for non-torch files
-            reason = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\. |\n|$)", str(e))
-            raise InputError(path, "refused: not a weights-only torch checkpoint "
-                                   f"({reason.group(1) if reason else e}); only tensors are loaded from "
-                                   "pickle files, convert it to .safetensors") from e
+            raise InputError(path, f"refused: not a weights-only torch checkpoint ({_unpickling_reason(e)}); only "
+                                   "tensors are loaded from pickle files, convert it to .safetensors") from None
     wrapper = next((k for k in wrappers if isinstance(state, dict) and isinstance(state.get(k), dict)), None)
     if wrapper:
         state = state[wrapper]
@@ -55,6 +57,17 @@ def read_state_dict(path, wrappers=("state_dict",)):
         raise InputError(path, "expected a state_dict (a mapping of names to tensors)")
     # DistributedDataParallel prefixes every name with "module."
     return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def _unpickling_reason(error):
+    """What torch's weights-only unpickler refused, in one line, without its advice to load the file
+    with weights_only=False (which would run whatever the pickle asks for)."""
+    text = str(error)
+    found = re.search(r"(?:WeightsUnpickler error:|Trying to load)\s*(.+?)(?:\. |\n|$)", text)
+    if found:
+        return found.group(1).strip().rstrip(".")
+    line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return "not a torch file" if "weights_only" in line else line
 
 
 class _NumpyOnly(pickle.Unpickler):
@@ -83,3 +96,33 @@ def read_numpy_pickle(path):
 def some(names):
     """A short list of parameter names for an error message."""
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "") if names else "none"
+
+
+# the files of a model folder through which transformers would import and run the folder's own code
+# (their ``auto_map``); a python file among a model's files is refused as well
+CODE_CONFIGS = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
+
+
+def refuse_custom_code(folder, files=None):
+    """InputError naming the file when the model folder ``folder`` asks to run code of its own: a
+    python file among its files (``files``: their names relative to it, default every file in it), or
+    ``auto_map`` in one of CODE_CONFIGS. vlbias never runs code from a model folder, so transformers
+    never asks whether to trust it."""
+    folder = Path(folder)
+    names = sorted(files) if files is not None else sorted(
+        str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    code = next((n for n in names if n.endswith(".py")), None)
+    if code:
+        raise InputError(folder / code, "python code in a model folder: vlbias never runs code from a model; "
+                                        "give a folder of weights and configuration files only")
+    for name in CODE_CONFIGS:
+        path = folder / name
+        if name not in names or not path.is_file():
+            continue
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise InputError(path, f"not a readable JSON file ({e})") from None
+        if isinstance(doc, dict) and doc.get("auto_map"):
+            raise InputError(path, "asks transformers to run the model's own code (auto_map): vlbias never runs "
+                                   "code from a model; use a model of a transformers class")
