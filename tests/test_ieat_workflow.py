@@ -63,7 +63,7 @@ def make(root):
                                                 "family": "paper2019"})
     write_yaml(seat_dir / "own-toy.yaml", {
         "id": "own-toy", "name": "Own toy", "suite": "seat", "level": "word",
-        **{s: {"label": s, "items": w} for s, w in zip("XYAB", (["rose"], ["ant"], ["joy", "love"], ["pain", "hate"]))}})
+        **{s: {"label": s, "items": w} for s, w in zip("XYAB", (["rose", "tulip"], ["ant", "wasp"], ["joy", "love"], ["pain", "hate"]))}})
     images = [f"{c}/{f}" for c, f in (line.split("\t")[:2] for line in
                                       (root / "resources/manifests/images.tsv").read_text().splitlines()[1:])]
     seat_words = sorted({w for p in (root / "resources/stimuli/seat").glob("*.yaml")
