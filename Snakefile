@@ -31,8 +31,9 @@ except InputError as e:
 # files, weights lock, huggingface_hub downloads), so this run just starts (not in the jobs a
 # cluster executor starts: they run inside the main process's run)
 if workflow.is_main_process:
-    for path in claim(folders=["results", config["cache"]], files=[config["weights_lock"]],
-                      hub_caches=[Path(config["cache"], "hub")]):
+    for path in claim(
+        folders=["results", config["cache"]], files=[config["weights_lock"]], hub_caches=[Path(config["cache"], "hub")]
+    ):
         print(f"removed {path}: left by an interrupted run", file=sys.stderr)
     # the weights lock is an input of every fetch (ancient: one entry written leaves the others'
     # records current); a record it no longer pins (a `git pull` of the lock) is dated back, older
@@ -41,8 +42,10 @@ if workflow.is_main_process:
         Lock(config["weights_lock"]).ensure()
         for path in stale_records(weights_entries(config), config["weights_lock"]):
             os.utime(path, (0, 0))
-            print(f"{path}: the weights lock {config['weights_lock']} changed since it was fetched: fetched again",
-                  file=sys.stderr)
+            print(
+                f"{path}: the weights lock {config['weights_lock']} changed since it was fetched: fetched again",
+                file=sys.stderr,
+            )
     except InputError as e:
         sys.exit(f"error: {e}")
     # as in the jobs (vlbias.logs.setup_logging): no garbage collections while the process exits
