@@ -27,7 +27,6 @@ rule weights_fetch:
     params:
         name=lambda w: f"{w.section}/{w.entry}",
         spec=lambda w: WEIGHTS_ENTRIES[f"{w.section}/{w.entry}"],
-        lock=config["weights_lock"],
         cache=config["cache"],
     script:
         "../scripts/weights_fetch.py"

@@ -6,7 +6,7 @@ from vlbias.weights import fetch, write_record
 setup_logging(snakemake.log[0])
 log = logging.getLogger("weights_fetch")
 p = snakemake.params
-record = fetch(p.name, p.spec, cache=p.cache, lock_path=p.lock)
+record = fetch(p.name, p.spec, cache=p.cache, lock_path=snakemake.input.lock)
 write_record(snakemake.output[0], record)
 for key, source in record["sources"].items():
     files = source["files"].values()
