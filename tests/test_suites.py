@@ -98,7 +98,7 @@ def toy_check(config, root):
 
 
 TOY = Suite(
-    name="toy", title="Toy", rules=("toy.smk",), adapters={"models": "models"}, check=toy_check,
+    name="toy", rules=("toy.smk",), adapters={"models": "models"}, check=toy_check,
     targets=lambda config, down: [f"results/toy/{m}.csv" for m in config["toy"]["tables"]],
     weights=lambda config: [record_path(f"toy/{m}") for m in config["toy"]["tables"]],
     tests=lambda config: [("toy", "weat1", "resources/stimuli/seat/weat1.yaml")],

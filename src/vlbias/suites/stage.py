@@ -7,7 +7,7 @@ vlbias.suites.registry; none of them names a suite.
 
     Stage(name="regions", rules=("regions.smk",), adapters={"detectors": "detectors"},
           check=..., targets=..., weights=...)                      # vlbias.suites.regions
-    Suite(name="seat", title="WEAT/SEAT", ..., tests=..., tables=...)   # vlbias.suites.<name>.suite
+    Suite(name="seat", rules=("seat.smk",), ..., tests=..., tables=...)   # vlbias.suites.<name>.suite
 
 Each function takes the config as vlbias.config.check_config leaves it (schema defaults filled in),
 and is called only while the stage's section is in it: a stage whose section is absent builds,
@@ -94,21 +94,19 @@ class Stage:
 
 @dataclass(frozen=True)
 class Suite(Stage):
-    """A stage of association tests: what ``vlbias list`` and ``vlbias show`` read of it besides.
+    """A stage of association tests: what ``vlbias list``, ``show`` and ``run`` read of it besides its
+    models (the section's ``models``).
 
-    title   its name for a reader ("iEAT")
-    models  config -> {name: entry} of its models (default: the section's ``models``)
     tests   config -> [(suite label, test id, stimulus file)] of its tests
     tables  config -> {name: Table} of the tables it builds, by the name ``vlbias show`` takes
     """
 
-    title: str = ""
-    models: Callable[[dict], dict] | None = None
     tests: Callable[[dict], list] = _nothing
     tables: Callable[[dict], dict] = _none_by_name
 
     def model_entries(self, config):
-        return self.models(config) if self.models else dict(self.section(config).get("models") or {})
+        """{name: entry} of its models."""
+        return dict(self.section(config).get("models") or {})
 
 
 # --- what the stages' reference checks share --------------------------------------------------------------

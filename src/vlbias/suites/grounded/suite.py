@@ -124,7 +124,7 @@ def tables(config):
 
 
 SUITE = Suite(
-    name="grounded", title="Grounded WEAT/SEAT", rules=("grounded_images.smk", "grounded_tables.smk"),
+    name="grounded", rules=("grounded_images.smk", "grounded_tables.smk"),
     adapters={"models": "models"}, check=check, targets=targets,
     weights=lambda config: GroundedPlan(config).weights(), probes=probes, tests=tests, tables=tables,
 )

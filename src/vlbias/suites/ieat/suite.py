@@ -107,7 +107,7 @@ def tables(config):
 
 
 SUITE = Suite(
-    name="ieat", title="iEAT", rules=("ieat.smk",), adapters={"models": "models", "sweep/models": "models"},
+    name="ieat", rules=("ieat.smk",), adapters={"models": "models", "sweep/models": "models"},
     check=check, targets=targets, weights=lambda config: IeatPlan(config).weights(), entries=entries,
     tests=tests, tables=tables,
 )

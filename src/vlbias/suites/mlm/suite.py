@@ -53,7 +53,7 @@ def tables(config):
 
 
 SUITE = Suite(
-    name="mlm", title="MLM association", rules=("mlm.smk",), adapters={"models": "models"}, check=check,
+    name="mlm", rules=("mlm.smk",), adapters={"models": "models"}, check=check,
     targets=lambda config, down: MlmPlan(config).targets(), weights=lambda config: MlmPlan(config).weights(),
     tests=tests, tables=tables,
 )

@@ -40,6 +40,6 @@ def tables(config):
 
 
 SUITE = Suite(
-    name="seat", title="WEAT/SEAT", rules=("seat.smk",), adapters={"models": "models"},
+    name="seat", rules=("seat.smk",), adapters={"models": "models"},
     check=check, targets=targets, weights=plan.weights, tests=tests, tables=tables,
 )
