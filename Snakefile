@@ -9,21 +9,23 @@ from pathlib import Path
 
 from snakemake.utils import min_version
 
-from vlbias.config import check_config, weights_entries
+from vlbias import CONFIG, SCHEMA
+from vlbias.config import check_config
 from vlbias.errors import InputError
+from vlbias.suites.registry import rule_files, weights_entries
 from vlbias.weights import Lock, stale_records
 from vlbias.workdir import claim
 
 min_version("8.20")
 
 
-configfile: "config/config.yaml"
+configfile: CONFIG
 
 
 # every key, model and detector entry checked (defaults filled in) before anything runs; a mistake
 # is said as such, without the traceback Snakemake adds to an exception (vlbias.logs)
 try:
-    check_config(config, Path(workflow.basedir, "workflow/schemas/config.schema.yaml"))
+    check_config(config, Path(workflow.basedir, SCHEMA))
 except InputError as e:
     sys.exit(f"error: {e}")
 
@@ -53,30 +55,15 @@ if workflow.is_main_process:
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/ieat.smk"
-include: "workflow/rules/seat.smk"
-include: "workflow/rules/grounded_images.smk"
-include: "workflow/rules/regions.smk"
-include: "workflow/rules/mlm.smk"
-include: "workflow/rules/grounded_tables.smk"
-include: "workflow/rules/report.smk"
+
+
+# each stage's rules (vlbias.suites.registry: the suites and the region features), then the weights'
+for rule_file in rule_files():
+
+    include: f"workflow/rules/{rule_file}"
+
+
 include: "workflow/rules/weights.smk"
-
-
-# on a cluster (profiles/slurm) these run on the submitting node: the first four download (compute
-# nodes often have no network; the model jobs load offline from what weights_fetch fetched), the
-# others copy vectors between files or plot a table's numbers (seconds; no queue wait)
-localrules:
-    weights_fetch,
-    grounded_images,
-    ieat_images,
-    ieat_published_embeddings,
-    ieat_output_store,
-    ieat_vectors,
-    seat_vectors,
-    ieat_figures,
-    seat_figures,
-    grounded_figures,
 
 
 report: "workflow/report/workflow.rst"

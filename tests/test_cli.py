@@ -116,7 +116,7 @@ def test_run_on_own_vectors_gives_the_stores_row(project):
     (["run", "resources/stimuli/seat/weat-toy.yaml", "--vectors", "nope.csv"], "nope.csv"),
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--store", "nope.h5"], "nope.h5: no such embedding store"),
     (["show", "t1"], "results/ieat/t1.csv: not built yet"),
-    (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, minilm"),
+    (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, specificity, minilm"),
     (["list", "models", "--config", "none.yaml"], "none.yaml: no such config"),
 ])
 def test_a_bad_input_is_named(project, args, message):
@@ -176,8 +176,9 @@ def test_workflow_runs_snakemake_and_names_the_missing_slurm_plugin(project, mon
                  "--quiet", "rules")
     assert out.returncode == 0 and "ieat_table" in out.stdout, out.stderr
     from vlbias import cli
+    from vlbias.cli import workflow
 
-    monkeypatch.setattr(cli, "SLURM_PLUGIN", "vlbias_no_such_plugin")
+    monkeypatch.setattr(workflow, "SLURM_PLUGIN", "vlbias_no_such_plugin")
     assert cli.main(["workflow", "--slurm"]) == 2
     assert "pip install -e '.[slurm]'" in capsys.readouterr().err
 
@@ -185,12 +186,22 @@ def test_workflow_runs_snakemake_and_names_the_missing_slurm_plugin(project, mon
 def test_a_table_name_two_suites_use_is_said_by_its_suite():
     from pathlib import Path
 
-    from vlbias.cli import UsageError, table_path
+    import yaml
 
-    config = {"ieat": {"tables": {"table3": {"caption": "iEAT 3"}}}, "seat": {"models": {"minilm": {}}},
-              "grounded": {"tables": {"table3": {"caption": "Grounded 3"}}}}
+    from vlbias.cli.show import UsageError, table_path
+    from vlbias.config import check_config
+
+    config = check_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
+                          REPO / "workflow/schemas/config.schema.yaml", root=REPO)
     with pytest.raises(UsageError, match="table 'table3' is in several suites: say which, ieat/table3 or grounded/table3"):
         table_path("table3", config)
-    assert table_path("grounded/table3", config) == (Path("results/grounded/table3.csv"), "Grounded 3")
-    assert table_path("ieat/table3", config) == (Path("results/ieat/table3.csv"), "iEAT 3")
+    assert table_path("grounded/table3", config) == (Path("results/grounded/table3.csv"), "Experiment 1 on Google "
+                                                     "Images: do joint embeddings encode social biases? (Ross et al. "
+                                                     "2021, Table 3). Protocol 'authors'")
+    assert table_path("ieat/table3", config) == (Path("results/ieat/table3.csv"),
+                                                 config["ieat"]["tables"]["table3"]["caption"])
     assert table_path("minilm", config)[0] == Path("results/seat/minilm/table.csv")
+    # every suite's tables, MLM's too: each vision-language model's, by "<model>/<table>"
+    assert table_path("lxmert/bias", config) == (Path("results/mlm/lxmert/bias.csv"), "Bias scores B(E) = "
+                                                 "S(E, female) - S(E, male) of the case study: lxmert")
+    assert table_path("paper/table5", config)[0] == Path("results/grounded/paper/table5.csv")

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from vlbias.config import ConfigError, adapter_schema, adapters, check_config, ieat_models, table_models
+from vlbias.config import ConfigError, adapter_schema, adapters, check_config
+from vlbias.suites.ieat.plan import ieat_models, table_models
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
@@ -180,13 +181,15 @@ def test_sweep_entries_become_named_models():
                                           "revision": "main"},
                                          {"adapter": "hf_dual", "path": "/m/Tiny SigLIP"},
                                          {"adapter": "hf_dual", "architecture": "siglip", "weights": "random",
-                                          "seed": 2, "processor": "p"}]
+                                          "seed": 2, "processor": "p"},
+                                         {"arch": "RN50", "weights": "random"}]
     check_config(config, SCHEMA, root=REPO)
     models = ieat_models(config["ieat"])
-    assert list(models)[-6:] == ["vit-b-32-laion2b_s34b_b79k", "vit-b-32-my-weights", "rn", "clip-vit-base-patch32",
-                                 "tiny-siglip", "siglip-random2"]
+    assert list(models)[-7:] == ["vit-b-32-laion2b_s34b_b79k", "vit-b-32-my-weights", "rn", "clip-vit-base-patch32",
+                                 "tiny-siglip", "siglip-random2", "rn50-random0"]  # the seed: the schema's default
+    # the adapter and the seed its schema's defaults, filled in by the check
     assert models["rn"] == {"source": "images", "adapter": "open_clip", "arch": "RN50", "weights": "random",
-                            "name": "rn"}
+                            "name": "rn", "seed": 0}
     names = table_models(models)
     assert names["igpt-l/logits"] == ("igpt-l", "logits") and names["rn"] == ("rn", None) and "igpt-l" not in names
     # the schema's defaults are copied, never shared between configs

@@ -14,7 +14,8 @@ from vlbias.io.cache import RecordCache, fingerprint
 from vlbias.io.stimuli import load_stimulus
 from vlbias.io.store import read_provenance, read_set
 from vlbias.models import build
-from vlbias.suites.ieat import embed_image_store, image_files, output_store, text_sets
+from vlbias.suites.ieat import embed_image_store, output_store, text_sets
+from vlbias.suites.stores import image_files
 
 CLIP = {"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random", "seed": 0, "device": "cpu",
         "model_cfg": {"embed_dim": 16,

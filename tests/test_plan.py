@@ -231,7 +231,8 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
 
 
 def test_the_grounded_images_and_region_stores_of_the_shipped_config(shipped, monkeypatch):
-    from vlbias.regions.plan import GroundedImagesPlan, RegionsPlan
+    from vlbias.regions.plan import RegionsPlan
+    from vlbias.suites.grounded.plan import GroundedImagesPlan
 
     monkeypatch.chdir(REPO)
     images = GroundedImagesPlan(shipped)
@@ -404,7 +405,7 @@ def test_the_offline_line_names_what_it_tried_what_it_left_out_and_what_to_do():
 def test_without_upstream_the_plans_keep_what_needs_none(shipped, tmp_path, monkeypatch):
     from test_workflow import make_project
 
-    from vlbias.regions.plan import GroundedImagesPlan
+    from vlbias.suites.grounded.plan import GroundedImagesPlan
     from vlbias.suites.ieat.plan import IeatPlan
 
     monkeypatch.chdir(REPO)

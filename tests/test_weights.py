@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from vlbias.config import weights_entries
+from vlbias.suites.registry import weights_entries
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.weights import (
@@ -284,7 +284,7 @@ def test_every_adapter_declares_its_sources(tmp_path):
 def test_entries_name_every_weights_loading_entry():
     config = {"ieat": {"models": {"igpt": {"source": "published"}, "igpt-l": {"source": "images", "adapter": "igpt"},
                                   "mine": {"source": "vectors", "adapter": "igpt"}},
-                       "sweep": {"models": [{"arch": "ViT-B-32", "pretrained": "openai"}]}},
+                       "sweep": {"models": [{"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"}]}},
               "seat": {"models": {"minilm": {"adapter": "sentence", "path": "x"}}},
               "regions": {"detectors": {"bua-36": {"adapter": "bua", "weights": "random"}}}}
     assert list(weights_entries(config)) == ["ieat/igpt-l", "ieat/vit-b-32-openai", "seat/minilm", "regions/bua-36"]

@@ -1,12 +1,17 @@
 # Grounded-WEAT/SEAT (Ross et al. 2021): image acquisition and the dataset table (paper Table 1).
 # One job per dataset obtains its images (cached: a rerun asks only for what is not there yet).
+# Planned in vlbias.suites.grounded.plan (GroundedImagesPlan); declared in vlbias.suites.grounded.suite.
 
-from vlbias.regions.plan import GroundedImagesPlan
+from vlbias.suites.grounded.plan import GroundedImagesPlan
 
-GROUNDED = config.get("grounded") or {}
+GROUNDED = config.get("grounded")  # None: no grounded section, no job of these rules
 GROUNDED_IMAGES = GroundedImagesPlan(config)
 GROUNDED_DATASETS = GROUNDED_IMAGES.datasets
-grounded_targets = GROUNDED_IMAGES.targets
+
+
+# on a cluster (profiles/slurm) it runs on the submitting node: it downloads (compute nodes often have no network)
+localrules:
+    grounded_images,
 
 
 rule grounded_images:
@@ -38,8 +43,8 @@ rule grounded_images:
         tests=lambda w: GROUNDED_IMAGES.tests(w.dataset),
         cache=lambda w: GROUNDED_IMAGES.folder(config["cache"], w.dataset),
         mirror=lambda w: mirror() and GROUNDED_IMAGES.folder(mirror(), w.dataset),
-        mirror_layout=lambda w: GROUNDED_DATASETS[w.dataset].get("mirror_layout", "tests"),
-        download=GROUNDED.get("images", {}).get("download", {}),
+        mirror_layout=lambda w: GROUNDED_DATASETS[w.dataset]["mirror_layout"],
+        download=lambda w: GROUNDED["images"]["download"],
     script:
         "../scripts/grounded_images.py"
 
@@ -48,7 +53,7 @@ rule grounded_table1:
     input:
         summaries=expand("results/images/grounded/{dataset}/summary.tsv", dataset=GROUNDED_DATASETS),
         failures=expand("results/images/grounded/{dataset}/failures.tsv", dataset=GROUNDED_DATASETS),
-        published=GROUNDED.get("table1", {}).get("published", []),
+        published=lambda w: GROUNDED["table1"]["published"],
     output:
         csv="results/grounded/table1.csv",
         md="results/grounded/table1.md",

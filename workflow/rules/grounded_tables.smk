@@ -6,13 +6,19 @@
 # its new pairs only), one experiment job per (protocol, dataset, model), one job per table.
 # Targets: results/grounded/table{3..7}.* under `grounded: protocol`, results/grounded/<protocol>/
 # table{3..7}.* under every other protocol, results/grounded/comparison.{csv,md} (printed / each).
-# Planned in vlbias.suites.grounded.plan (targets, inputs, paths; unit-tested in tests/test_plan.py).
+# Planned in vlbias.suites.grounded.plan (targets, inputs, paths; unit-tested in tests/test_plan.py);
+# declared in vlbias.suites.grounded.suite. A setting is read in a function of the job (`lambda w`):
+# without a grounded section there is none to read, and no job.
 
 from vlbias.suites.grounded.plan import GroundedPlan, embedding_path, experiment_path, table_path
 
 GROUNDED_PLAN = GroundedPlan(config)
 PROTOCOLS = GROUNDED_PLAN.protocols
-grounded_tests_targets = GROUNDED_PLAN.targets
+
+
+# on a cluster (profiles/slurm) it runs on the submitting node: it plots a table's numbers (seconds; no queue wait)
+localrules:
+    grounded_figures,
 
 
 rule grounded_embed:
@@ -32,16 +38,16 @@ rule grounded_embed:
         model=alternatives(list(GROUNDED_PLAN.models)),
     conda:
         "../../environment.yml"
-    threads: GROUNDED_PLAN.experiments.get("threads", 2)
+    threads: lambda w: GROUNDED["experiments"]["threads"]
     resources:
         mem_mb=8000,
     params:
-        threads=GROUNDED_PLAN.experiments.get("threads", 2),
+        threads=lambda w: GROUNDED["experiments"]["threads"],
         spec=lambda w: GROUNDED_PLAN.embed_spec(w.protocol, w.dataset, w.model),
         switches=lambda w: PROTOCOLS[w.protocol],
         region_store=lambda w: GROUNDED_PLAN.embed_region_store(w.protocol, w.dataset, w.model),
-        levels=GROUNDED_PLAN.grounded.get("levels"),
-        masks=GROUNDED_PLAN.grounded.get("masks"),
+        levels=lambda w: GROUNDED["levels"],
+        masks=lambda w: GROUNDED["masks"],
         cache=config["cache"],
         weights_lock=config["weights_lock"],
     script:
@@ -73,7 +79,7 @@ rule grounded_table:
     input:
         results=lambda w: GROUNDED_PLAN.table_spec(w.target)["results"],
         missing=lambda w: GROUNDED_PLAN.table_spec(w.target)["missing"],
-        published=GROUNDED_PLAN.grounded.get("published", []),
+        published=GROUNDED_PLAN.published,
     output:
         csv=table_path("{target}", "csv"),
         md=table_path("{target}", "md"),
@@ -102,7 +108,7 @@ rule grounded_table:
 rule grounded_comparison:
     input:
         results=lambda w: GROUNDED_PLAN.experiment_results(),
-        published=GROUNDED_PLAN.grounded.get("published", []),
+        published=GROUNDED_PLAN.published,
     output:
         csv=report("results/grounded/comparison.csv", caption="../report/grounded_comparison.rst", category="Grounded"),
         md="results/grounded/comparison.md",
@@ -112,6 +118,40 @@ rule grounded_comparison:
         "../../environment.yml"
     params:
         protocols=list(PROTOCOLS),
-        alpha=GROUNDED_PLAN.experiments.get("alpha"),
+        alpha=lambda w: GROUNDED["experiments"]["alpha"],
     script:
         "../scripts/grounded_comparison.py"
+
+
+# the figures of the main protocol's tables: results/grounded/{heatmap,published}.png
+# (vlbias.suites.grounded.suite.FIGURES)
+rule grounded_figures:
+    input:
+        results=lambda w: existing(GROUNDED_PLAN.main_results()),
+        published=GROUNDED_PLAN.published,
+    output:
+        heatmap=report(
+            "results/grounded/heatmap.png",
+            caption="../report/grounded_heatmap.rst",
+            category="Grounded",
+            subcategory="Figures",
+            labels={"figure": "effect sizes (heatmap)"},
+        ),
+        published=report(
+            "results/grounded/published.png",
+            caption="../report/grounded_published.rst",
+            category="Grounded",
+            subcategory="Figures",
+            labels={"figure": "published vs reproduced d"},
+        ),
+    log:
+        "results/logs/grounded_figures.log",
+    conda:
+        "../../environment.yml"
+    threads: 1
+    params:
+        columns=lambda w: GROUNDED["experiments"]["columns"],
+        levels=lambda w: GROUNDED["levels"],
+        groups=lambda w: GROUNDED_PLAN.figure_groups(),
+    script:
+        "../scripts/grounded_figures.py"

@@ -1,10 +1,29 @@
 # iEAT (Steed & Caliskan 2021): image stimuli and embeddings → tables 1-3, the specificity check and the
 # sweep. One image store per (size, crop, resampling) the models need, one embedding store per
 # model (all image categories, and the text sets of its cross-modal tests), one job per table (all its
-# tests' statistics in one process).
+# tests' statistics in one process). Planned in vlbias.suites.ieat.plan; declared in vlbias.suites.ieat.suite.
+
+from vlbias.suites.ieat.plan import IeatPlan
+
+IEAT = config["ieat"]
+IEAT_PLAN = IeatPlan(config)
+IEAT_TABLES = IEAT_PLAN.tables
+IEAT_MODELS = IEAT_PLAN.models  # ieat/models and the sweep's entries
+SWEEP_MODELS = IEAT_PLAN.sweep_models
+IMAGE_STORES = IEAT_PLAN.image_stores_settings  # every image store a model reads, and the default one
+image_store = IEAT_PLAN.image_store
+image_stores = IEAT_PLAN.image_stores
+table_stimuli = IEAT_PLAN.table_stimuli
 
 
-ieat_targets = IEAT_PLAN.targets
+# on a cluster (profiles/slurm) these run on the submitting node: the downloads (compute nodes often
+# have no network) and the copies of vectors and plots of a table's numbers (seconds; no queue wait)
+localrules:
+    ieat_images,
+    ieat_published_embeddings,
+    ieat_output_store,
+    ieat_vectors,
+    ieat_figures,
 
 
 rule ieat_published_embeddings:
@@ -15,7 +34,7 @@ rule ieat_published_embeddings:
     log:
         "results/logs/ieat_published_embeddings/{model}.log",
     wildcard_constraints:
-        model=alternatives(PUBLISHED_MODELS),
+        model=alternatives(IEAT_PLAN.published_models),
     conda:
         "../../environment.yml"
     params:
@@ -58,13 +77,13 @@ rule ieat_embed_images:
     input:
         weights=record_path("ieat/{model}"),
         images=lambda w: f"{image_store(w.model)}/images.h5",
-        stimuli=lambda w: text_stimuli(w.model),
+        stimuli=lambda w: IEAT_PLAN.text_stimuli(w.model),
     output:
         "results/embeddings/ieat/{model}.h5",
     log:
         "results/logs/ieat_embed_images/{model}.log",
     wildcard_constraints:
-        model=alternatives(IMAGE_MODELS),
+        model=alternatives(IEAT_PLAN.image_models),
     conda:
         "../../environment.yml"
     threads: IEAT["threads"]
@@ -89,8 +108,8 @@ rule ieat_output_store:
     log:
         "results/logs/ieat_output_store/{model}/{output}.log",
     wildcard_constraints:
-        model=alternatives(list(SEVERAL_OUTPUTS)),
-        output=alternatives(sorted({o for names in SEVERAL_OUTPUTS.values() for o in names})),
+        model=alternatives(list(IEAT_PLAN.several_outputs)),
+        output=alternatives(sorted({o for names in IEAT_PLAN.several_outputs.values() for o in names})),
     conda:
         "../../environment.yml"
     script:
@@ -101,13 +120,13 @@ rule ieat_vectors:
     input:
         vectors=lambda w: vector_files(IEAT_MODELS[w.model]),
         manifest=IEAT["images"]["manifest"],
-        stimuli=lambda w: [checked_stimulus("ieat", t) for t in model_tests(w.model)],
+        stimuli=lambda w: [IEAT_PLAN.checked_stimulus("ieat", t) for t in IEAT_PLAN.model_tests(w.model)],
     output:
         "results/embeddings/ieat/{model}.h5",
     log:
         "results/logs/ieat_vectors/{model}.log",
     wildcard_constraints:
-        model=alternatives(VECTOR_MODELS),
+        model=alternatives(IEAT_PLAN.vector_models),
     conda:
         "../../environment.yml"
     params:
@@ -136,6 +155,8 @@ rule ieat_table:
         missing="results/ieat/{table}.missing.tsv",
     log:
         "results/logs/ieat_table/{table}.log",
+    wildcard_constraints:
+        table=alternatives(list(IEAT_TABLES)),
     conda:
         "../../environment.yml"
     threads: 2
@@ -144,7 +165,7 @@ rule ieat_table:
         caption=lambda w: IEAT_TABLES[w.table]["caption"],
         models=lambda w: IEAT_TABLES[w.table]["models"],
         image_stores=lambda w: image_stores(IEAT_TABLES[w.table]["models"]),
-        paper=lambda w: {m: paper_name(m) for m in IEAT_TABLES[w.table]["models"]},
+        paper=lambda w: {m: IEAT_PLAN.paper_name(m) for m in IEAT_TABLES[w.table]["models"]},
         stats=stats_params(),
         ci=STATS["ci"],
     script:
@@ -156,7 +177,7 @@ rule ieat_table:
 rule ieat_sweep:
     input:
         stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=SWEEP_MODELS),
-        stimuli=lambda w: table_stimuli(sweep_tests(), SWEEP_MODELS),
+        stimuli=lambda w: table_stimuli(IEAT_PLAN.sweep_tests(), SWEEP_MODELS),
         images=lambda w: sorted(set(image_stores(SWEEP_MODELS).values())),
     output:
         csv=report(
@@ -212,3 +233,33 @@ rule ieat_specificity:
         seed=STATS["seed"],
     script:
         "../scripts/ieat_specificity.py"
+
+
+# the figures of every table: results/ieat/{heatmap,published}.png (vlbias.suites.ieat.suite.FIGURES)
+rule ieat_figures:
+    input:
+        unpack(lambda w: existing({table: f"results/ieat/{table}.csv" for table in IEAT_TABLES})),
+    output:
+        heatmap=report(
+            "results/ieat/heatmap.png",
+            caption="../report/ieat_heatmap.rst",
+            category="iEAT",
+            subcategory="Figures",
+            labels={"figure": "effect sizes (heatmap)"},
+        ),
+        published=report(
+            "results/ieat/published.png",
+            caption="../report/ieat_published.rst",
+            category="iEAT",
+            subcategory="Figures",
+            labels={"figure": "published vs reproduced d"},
+        ),
+    log:
+        "results/logs/ieat_figures.log",
+    conda:
+        "../../environment.yml"
+    threads: 1
+    params:
+        title="iEAT",
+    script:
+        "../scripts/suite_figures.py"

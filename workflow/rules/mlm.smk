@@ -3,15 +3,21 @@
 # them, with the text-only reference's, into the score tables and Figures 2-5.
 # Without an `mlm:` section nothing here is built; `mlm: build` lists the models the default target
 # builds, and every model's targets stay buildable by name (or all at once: `snakemake mlm_all`).
+# Planned in vlbias.suites.mlm.plan; declared in vlbias.suites.mlm.suite.
 
-from vlbias.suites.mlm.plan import FIGURES as MLM_FIGURES, TABLES as MLM_TABLES, MlmPlan, logprobs_path
+from vlbias.suites.mlm.plan import (
+    FIGURES as MLM_FIGURES,
+    TABLES as MLM_TABLES,
+    MlmPlan,
+    logprobs_path,
+    table_path as mlm_path,
+)
 
 MLM_PLAN = MlmPlan(config)
 MLM = MLM_PLAN.mlm
 MLM_MODELS = MLM_PLAN.models
 MLM_REFERENCE = MLM_PLAN.reference
 MLM_VL = MLM_PLAN.vl
-mlm_targets = MLM_PLAN.targets
 
 
 rule mlm_all:
@@ -37,11 +43,11 @@ rule mlm_logprobs:
         model=alternatives(list(MLM_MODELS)),
     conda:
         "../../environment.yml"
-    threads: MLM.get("threads", 2)
+    threads: lambda w: MLM["threads"]
     resources:
         mem_mb=8000,
     params:
-        threads=MLM.get("threads", 2),
+        threads=lambda w: MLM["threads"],
         spec=lambda w: MLM_MODELS[w.model],
         text_only=lambda w: w.model == MLM_REFERENCE,
         cache=config["cache"],
@@ -56,16 +62,26 @@ rule mlm_report:
         logprobs=logprobs_path("{model}"),
         reference=logprobs_path(MLM_REFERENCE),
     output:
-        **{f"{t}_{ext}": f"results/mlm/{{model}}/{t}.{ext}" for t in MLM_TABLES for ext in ["csv", "md", "tex"]},
-        scores_html=mlm_report_output("scores.html", "mlm_scores.rst"),
-        bias_html=mlm_report_output("bias.html", "mlm_bias.rst"),
-        contradictions_html=mlm_report_output("contradictions.html", "mlm_contradictions.rst"),
-        entities_html=mlm_report_output("entities.html", "mlm_entities.rst"),
-        figure2=mlm_report_output("figure2.png", "mlm_figure2.rst"),
-        figure3=mlm_report_output("figure3.png", "mlm_figure3.rst"),
-        figure4=mlm_report_output("figure4.png", "mlm_figure4.rst"),
-        figure5a=mlm_report_output("figure5a.png", "mlm_figure5a.rst"),
-        figure5b=mlm_report_output("figure5b.png", "mlm_figure5b.rst"),
+        **{f"{t}_{ext}": mlm_path("{model}", t, ext) for t in MLM_TABLES for ext in ["csv", "md", "tex"]},
+        # in the report under its model, each with its caption (workflow/report/mlm_<table or figure>.rst)
+        **{
+            f"{t}_html": report(
+                mlm_path("{model}", t, "html"),
+                caption=f"../report/mlm_{t}.rst",
+                category="MLM association",
+                subcategory="{model}",
+            )
+            for t in MLM_TABLES
+        },
+        **{
+            f: report(
+                mlm_path("{model}", f, "png"),
+                caption=f"../report/mlm_{f}.rst",
+                category="MLM association",
+                subcategory="{model}",
+            )
+            for f in MLM_FIGURES
+        },
     log:
         "results/logs/mlm/report/{model}.log",
     wildcard_constraints:
@@ -74,6 +90,6 @@ rule mlm_report:
         "../../environment.yml"
     params:
         model=lambda w: {"name": w.model, **provenance(MLM_MODELS[w.model])},
-        reference={"name": MLM_REFERENCE, **provenance(MLM_MODELS.get(MLM_REFERENCE, {}))},
+        reference=lambda w: {"name": MLM_REFERENCE, **provenance(MLM_MODELS[MLM_REFERENCE])},
     script:
         "../scripts/mlm_report.py"

@@ -2,15 +2,15 @@
 # The images come from a dataset's acquisition manifest (by default the grounded image rules').
 # Each image's regions are cached by content: new images in the manifest are the only ones detected.
 # Or read from a TSV file of released features (regions/tsv; rule regions_tsv).
+# Planned in vlbias.regions.plan; declared in vlbias.suites.regions (a stage, not a suite).
 
-from vlbias.regions.plan import RegionsPlan
+from vlbias.regions.plan import RegionsPlan, store_path
 
 REGIONS_PLAN = RegionsPlan(config)
 REGIONS = REGIONS_PLAN.regions
 REGION_DETECTORS = REGIONS_PLAN.detectors
 REGION_TSV = REGIONS_PLAN.tsv
 regions_manifest = REGIONS_PLAN.manifest
-regions_targets = REGIONS_PLAN.targets
 
 
 rule regions:
@@ -18,9 +18,9 @@ rule regions:
         weights=record_path("regions/{detector}"),
         manifest=lambda w: regions_manifest(w.dataset),
     output:
-        store="results/regions/{dataset}/{detector}.h5",
+        store=store_path("{dataset}", "{detector}"),
         persons=report(
-            "results/regions/{dataset}/{detector}.persons.tsv",
+            store_path("{dataset}", "{detector}", "persons.tsv"),
             caption="../report/regions_persons.rst",
             category="Regions",
             subcategory="{dataset}",
@@ -33,11 +33,11 @@ rule regions:
     conda:
         "../../environment.yml"
     # torch's threads for the model; as many threads decode and resize the next images meanwhile
-    threads: REGIONS.get("threads", 2)
+    threads: lambda w: REGIONS["threads"]
     resources:
         mem_mb=8000,
     params:
-        threads=REGIONS.get("threads", 2),
+        threads=lambda w: REGIONS["threads"],
         spec=lambda w: REGION_DETECTORS[w.detector],
         cache=config["cache"],
         weights_lock=config["weights_lock"],
@@ -52,9 +52,9 @@ rule regions_tsv:
         manifest=lambda w: regions_manifest(w.dataset),
         tsv=lambda w: REGIONS_PLAN.tsv_file(w.source, w.dataset),
     output:
-        store="results/regions/{dataset}/{source}.h5",
+        store=store_path("{dataset}", "{source}"),
         persons=report(
-            "results/regions/{dataset}/{source}.persons.tsv",
+            store_path("{dataset}", "{source}", "persons.tsv"),
             caption="../report/regions_persons.rst",
             category="Regions",
             subcategory="{dataset}",

@@ -1,15 +1,28 @@
 # SEAT/WEAT (May et al. 2019): word and sentence stimuli on text encoders. One embedding job per
 # model (every test's texts; cached by content, so an edited test re-encodes its new texts only), or
 # per set of a user's own vectors, and one table job per model (all its tests' statistics in one process).
+# Planned in vlbias.suites.seat.plan; declared in vlbias.suites.seat.suite.
+
+from functools import cache
+
+from vlbias.suites.seat import plan as seat_plan
+
+SEAT = config["seat"]
+SEAT_VECTOR_MODELS = [m for m, spec in SEAT["models"].items() if spec["source"] == "vectors"]
+seat_stimuli = cache(partial(seat_plan.stimuli, config))  # checked once per model
 
 
-seat_targets = partial(seat_plan.targets, config)
+# on a cluster (profiles/slurm) these run on the submitting node: they copy vectors or plot a table's
+# numbers (seconds; no queue wait)
+localrules:
+    seat_vectors,
+    seat_figures,
 
 
 rule seat_embed:
     input:
         weights=record_path("seat/{model}"),
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
+        stimuli=lambda w: seat_stimuli(w.model),
     output:
         "results/embeddings/seat/{model}.h5",
     log:
@@ -36,7 +49,7 @@ rule seat_embed:
 rule seat_vectors:
     input:
         vectors=lambda w: vector_files(SEAT["models"][w.model]),
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
+        stimuli=lambda w: seat_stimuli(w.model),
     output:
         "results/embeddings/seat/{model}.h5",
     log:
@@ -55,7 +68,7 @@ rule seat_vectors:
 rule seat_table:
     input:
         store="results/embeddings/seat/{model}.h5",
-        stimuli=lambda w: [checked_stimulus("seat", t) for t in seat_tests(w.model)],
+        stimuli=lambda w: seat_stimuli(w.model),
     output:
         csv="results/seat/{model}/table.csv",
         md="results/seat/{model}/table.md",
@@ -68,12 +81,37 @@ rule seat_table:
         ),
     log:
         "results/logs/seat_table/{model}.log",
+    wildcard_constraints:
+        model=alternatives(list(SEAT["models"])),
     conda:
         "../../environment.yml"
     threads: 2
     params:
         stats=stats_params(),
         ci=STATS["ci"],
-        caption=lambda w: f"Word- and sentence-level WEAT/SEAT (May et al. 2019) on {w.model}",
+        caption=lambda w: seat_plan.caption(w.model),
     script:
         "../scripts/seat_table.py"
+
+
+# the heatmap of every model's table: results/seat/heatmap.png (vlbias.suites.seat.suite.HEATMAP)
+rule seat_figures:
+    input:
+        unpack(lambda w: existing({model: f"results/seat/{model}/table.csv" for model in SEAT["models"]})),
+    output:
+        heatmap=report(
+            "results/seat/heatmap.png",
+            caption="../report/seat_heatmap.rst",
+            category="SEAT",
+            subcategory="Figures",
+            labels={"figure": "effect sizes (heatmap)"},
+        ),
+    log:
+        "results/logs/seat_figures.log",
+    conda:
+        "../../environment.yml"
+    threads: 1
+    params:
+        title="WEAT/SEAT",
+    script:
+        "../scripts/suite_figures.py"

@@ -7,9 +7,13 @@
 # is dated back when the workflow starts (the Snakefile), so its fetch runs again; the lock is an
 # input of every fetch, `ancient`: one entry written does not make the others' records outdated.
 
-from vlbias.config import weights_entries
+WEIGHTS_ENTRIES = registry.weights_entries(config)  # {"<stage>/<name>": entry}
 
-WEIGHTS_ENTRIES = weights_entries(config)  # {"<section>/<name>": entry}
+
+# on a cluster (profiles/slurm) it runs on the submitting node: it downloads (the model jobs load
+# offline from what it fetched; compute nodes often have no network)
+localrules:
+    weights_fetch,
 
 
 rule weights_fetch:
@@ -34,12 +38,4 @@ rule weights_fetch:
 
 rule weights:
     input:
-        sorted(
-            set(
-                IEAT_PLAN.weights()
-                + seat_plan.weights(config)
-                + GROUNDED_PLAN.weights()
-                + REGIONS_PLAN.weights()
-                + MLM_PLAN.weights()
-            )
-        ),
+        registry.weights_records(config),

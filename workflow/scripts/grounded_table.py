@@ -5,9 +5,10 @@ import pandas as pd
 
 from vlbias.io.atomic import atomic_path
 from vlbias.logs import setup_logging
-from vlbias.report.grounded import CAPTIONS, paper_table, read_printed, write_layout
+from vlbias.report.grounded import paper_table, read_printed, write_layout
 from vlbias.report.html import layout_html, write_page
 from vlbias.suites.grounded.jobs import MISSING_COLUMNS, RESULT_COLUMNS
+from vlbias.suites.grounded.plan import CAPTIONS
 
 
 def read(path, **kwargs):

@@ -4,7 +4,7 @@ from vlbias.io.cache import RecordCache, fingerprint
 from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
 from vlbias.models import build
-from vlbias.suites.seat import embed_stimuli
+from vlbias.suites.stores import embed_stimuli
 from vlbias.weights import localize, provenance, read_record
 
 setup_logging(snakemake.log[0])

@@ -3,7 +3,7 @@ import logging
 from vlbias.io.stimuli import load_stimulus
 from vlbias.io.vectors import read_vectors, stimulus_sets, vectors_store
 from vlbias.logs import setup_logging
-from vlbias.suites.ieat import image_files
+from vlbias.suites.stores import image_files
 
 setup_logging(snakemake.log[0])
 spec = snakemake.params.spec

@@ -39,6 +39,7 @@ from vlbias.io.atomic import atomic_path
 from vlbias.report.formats import NA, latex_escape, markdown_table, read_published
 from vlbias.report.layout import Column, Layout, cell_text, display_rows, families, layout_note, value
 from vlbias.stats.adjust import add_adjusted
+from vlbias.suites.grounded.plan import CAPTIONS
 
 DASHES = ("–", "-")  # what the paper prints where it has no number
 EXPERIMENT_NAMES = {"1": "Experiment 1", "2": "Experiment 2", "3": "Experiment 3 (congruent vs. incongruent)",
@@ -245,15 +246,6 @@ def write_layout(layout, *, csv=None, md=None, tex=None):
 
 # -- the paper's tables from a table's config ---------------------------------------------------
 
-CAPTIONS = {
-    "table3": "Experiment 1 on Google Images: do joint embeddings encode social biases? (Ross et al. 2021, Table 3)",
-    "table4": "Experiment 2 on Google Images: can grounded evidence that counters a stereotype alleviate biases? "
-              "(Ross et al. 2021, Table 4)",
-    "table5": "Experiment 3 with masked tokens (T) and masked image regions (I), sentence-level encodings, "
-              "Google Images (Ross et al. 2021, Table 5)",
-    "table6": "Experiments 1, 2 and 3 (masking) on COCO and Conceptual Captions (Ross et al. 2021, Table 6)",
-    "table7": "Number of significant tests per group of tests, Google Images (Ross et al. 2021, Table 7)",
-}
 
 
 def paper_table(spec, rows, printed=None):

@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from vlbias.suites.mlm.plan import TABLES
 from vlbias.suites.mlm.scores import LogProbs, association_scores, bias_scores, contradictions, entity_bias
 from vlbias.report.figures import save_png
 from vlbias.report.formats import NOT_COMPUTED
@@ -119,12 +120,12 @@ def write_report(vl_df, ref_df, case_study, entities, model, reference, out):
         write_scored_table(df, caption, csv=out[f"{name}_csv"], md=out[f"{name}_md"], tex=out[f"{name}_tex"],
                            html=out.get(f"{name}_html"), label=f"tab:mlm-{name}", note=note)
 
-    tables("scores", scores, f"Association scores S(E, g) of the case study: {who}", NOTE)
-    tables("bias", biases, f"Bias scores B(E) = S(E, female) - S(E, male) of the case study: {who}",
+    tables("scores", scores, f"{TABLES['scores']}: {who}", NOTE)
+    tables("bias", biases, f"{TABLES['bias']}: {who}",
            "Positive: the entity leans female, negative: male. n_female, n_male: images per gender (S_V); "
            "B_L uses both. " + NOTE)
     shown = contra[contra["contradicts"].astype(bool)].drop(columns="contradicts")
-    tables("contradictions", shown, f"Images whose prediction contradicts the visual evidence (Table 3): {who}",
+    tables("contradictions", shown, f"{TABLES['contradictions']}: {who}",
            f"{len(shown)} of {len(contra)} images: P_VL(contrast | person, I) > P_VL(entity | person, I) although "
            "the image shows the entity (caption with the agent 'person').")
     tables("entities", ent, f"Language bias B_L(E) of {entities.name}: {who}",

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from vlbias import CONFIG
 from vlbias.io.fetch import Source, unreachable
 
 
@@ -40,7 +41,7 @@ def offline(config, datasets=(), probe_urls=None):
     """What of the upstream a run reads does not answer now, {("sources", name) or ("images", dataset):
     why}; {} with a mirror. A `sources` entry (GitHub) is offline when its host does not answer; a
     grounded image dataset of ``datasets`` when none of the hosts of ``probe_urls(dataset)`` (a few of
-    its URLs: vlbias.regions.plan.GroundedImagesPlan.probe_urls) answers and no `sources` host does
+    its URLs: vlbias.suites.grounded.plan.GroundedImagesPlan.probe_urls) answers and no `sources` host does
     either: dead sites alone are no missing network, their images are failures to record."""
     if mirror(config):
         return {}
@@ -65,12 +66,12 @@ def offline_line(config, down, left_out):
     if datasets:
         tried.append(f"the image hosts of the grounded {' and '.join(datasets)} dataset{'s' * (len(datasets) > 1)}")
     where = (f"there is no data mirror at {DEFAULT_MIRROR}" if config["mirror"] == "auto" else
-             "config/config.yaml says `mirror: null`")
+             f"{CONFIG} says `mirror: null`")
     folders = ", ".join(dict.fromkeys(str(Path(*Path(t).parts[:3 if t.startswith("results/images/") else 2])) + "/"
                                       for t in left_out))
     return (f"offline: no answer from {' nor '.join(tried)} ({next(iter(down.values()))}), and {where}: left out "
             f"the {len(left_out)} target(s) that need them ({folders}) and built the rest. Put the mirror at "
-            f"{DEFAULT_MIRROR}, set `mirror:` in config/config.yaml to its path, or run with a network.")
+            f"{DEFAULT_MIRROR}, set `mirror:` in {CONFIG} to its path, or run with a network.")
 
 
 def stats_params(config):

@@ -18,10 +18,10 @@ registry refuses an entry naming remote weights that did not come through ``loca
 ``as_written(spec, key)``.
 
 This package imports nothing of vlbias above the I/O layer (not the config, models, regions or
-suites): the config's entries are listed by vlbias.config.weights_entries.
+suites): the config's entries are listed by vlbias.suites.registry.weights_entries.
 """
 
-from vlbias.weights.declarations import SECTIONS, declared, kind_of, unused
+from vlbias.weights.declarations import declared, kind_of, unused
 from vlbias.weights.download import MAX_BYTES, hub_download
 from vlbias.weights.lock import Lock
 from vlbias.weights.record import (
@@ -49,7 +49,7 @@ from vlbias.weights.sources import (
 )
 
 __all__ = [
-    "DEFAULT_TORCHVISION_ARCH", "MAX_BYTES", "REMOTE", "SECTIONS", "TORCHVISION_ARCHS", "Lock", "as_written",
+    "DEFAULT_TORCHVISION_ARCH", "MAX_BYTES", "REMOTE", "TORCHVISION_ARCHS", "Lock", "as_written",
     "declared", "fetch", "fetched", "go_offline", "hub_download", "kind_of", "localize", "package_dir", "prepare",
     "provenance", "read_record", "record_path", "remote_sources", "request", "stale_records", "torchvision_arch",
     "unfetched", "unused", "write_record",

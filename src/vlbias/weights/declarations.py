@@ -25,13 +25,14 @@ import yaml
 
 from vlbias.registry import SCHEMAS
 
-# the config sections whose entries load weights, and the kind of adapter each holds
-SECTIONS = {"ieat": "models", "seat": "models", "grounded": "models", "mlm": "models", "regions": "detectors"}
+# the stage whose entries are detectors (vlbias.suites.regions); every other stage's are models (the
+# stages, and the kind of each, are declared once in vlbias.suites; a test holds the two to agree)
+DETECTOR_STAGE = "regions"
 
 
 def kind_of(name):
-    """The adapter kind of entry ``name`` (``<section>/<name>``): models, or detectors."""
-    return SECTIONS.get(name.split("/", 1)[0], "models")
+    """The adapter kind of entry ``name`` (``<stage>/<name>``): detectors, or models."""
+    return "detectors" if name.split("/", 1)[0] == DETECTOR_STAGE else "models"
 
 
 @cache

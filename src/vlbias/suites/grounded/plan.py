@@ -1,9 +1,12 @@
-"""What the grounded workflow builds (workflow/rules/grounded_tables.smk), planned from the checked
-config alone: the targets, every job's input and output paths, what each table job reads.
+"""What the grounded workflow builds, planned from the checked config alone: the images and Table 1
+(GroundedImagesPlan, workflow/rules/grounded_images.smk); Tables 3-7 (GroundedPlan,
+workflow/rules/grounded_tables.smk): the targets, every job's input and output paths, what each
+table job reads.
 
     plan = GroundedPlan(config)          # config as check_config left it (schema defaults filled in)
     plan.targets()                       # results/grounded/table3.csv, ..., comparison.md
     plan.table_spec("paper/table3")      # the table job's columns, groups, levels, results it reads
+    GroundedImagesPlan(config).targets() # each dataset's manifest, failures, summary; Table 1
 
 Tables 3-7 of the main protocol (``grounded/protocol``) are results/grounded/<table>.*, those of
 every other protocol results/grounded/<protocol>/<table>.*. The extended tables (``grounded/extended``:
@@ -12,14 +15,31 @@ under the main protocol, the paper's columns and then a column per extended mode
 the paper's own tables.
 """
 
+from functools import cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from vlbias import CONFIG
 from vlbias.errors import InputError
+from vlbias.io.fetch import Source, read_manifest
 from vlbias.models.plan import embeds
+from vlbias.regions.plan import images_path, store_path
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
 from vlbias.weights import record_path
 
-SOURCE = "config/config.yaml"
+# the paper's tables: the caption of each (a table's own `caption` in the config replaces it)
+CAPTIONS = {
+    "table3": "Experiment 1 on Google Images: do joint embeddings encode social biases? (Ross et al. 2021, Table 3)",
+    "table4": "Experiment 2 on Google Images: can grounded evidence that counters a stereotype alleviate biases? "
+              "(Ross et al. 2021, Table 4)",
+    "table5": "Experiment 3 with masked tokens (T) and masked image regions (I), sentence-level encodings, "
+              "Google Images (Ross et al. 2021, Table 5)",
+    "table6": "Experiments 1, 2 and 3 (masking) on COCO and Conceptual Captions (Ross et al. 2021, Table 6)",
+    "table7": "Number of significant tests per group of tests, Google Images (Ross et al. 2021, Table 7)",
+}
+TABLE1_CAPTION = ("Number of images per bias test (Ross et al. 2021, Table 1): listed upstream, obtained here, "
+                  "duplicated content, and the paper's number")
+COMPARISON_CAPTION = "Ross et al. (2021), Tables 3-7 and Section 5: each printed number beside ours under each protocol"
 TABLE_EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
 EXTENDED = "extended"  # results/grounded/extended/<table>: the paper's layouts with the extended models
 # the cell of a model that gives no caption-and-image vector (an adapter that ``embeds`` images and texts
@@ -41,10 +61,6 @@ def table_path(target, ext="csv"):
     return f"results/grounded/{target}.{ext}"
 
 
-def region_store_path(dataset, store):
-    return f"results/regions/{dataset}/{store}.h5"
-
-
 class GroundedPlan:
     def __init__(self, config):
         self.config = config
@@ -57,6 +73,8 @@ class GroundedPlan:
         self.protocols = {name: resolve(spec) for name, spec in (grounded.get("protocols") or {}).items()}
         self.main_protocol = grounded.get("protocol") or next(iter(self.protocols), None)
         self.extended = grounded.get("extended") or {}
+        # the paper's Tables 3-7 as printed (a file; [] for none): an input of the jobs that show them
+        self.published = grounded.get("published") or []
         # {target: (protocol, table, extended)}
         self.table_targets = {self.table_target(p, t): (p, t, False) for p in self.protocols for t in self.tables}
         if self.extended.get("models") and self.main_protocol:
@@ -64,6 +82,16 @@ class GroundedPlan:
 
     def stimulus(self, dataset, test):
         return f"{self.grounded['stimuli']}/{dataset}/{test}.yaml"
+
+    def figure_groups(self):
+        """The groups of tests the figures show: Table 3's (experiment 1); None: each test by itself."""
+        return self.tables.get("table3", {}).get("groups")
+
+    def caption(self, target):
+        """A table target's caption: the table's (or the paper's), its protocol, whether extended."""
+        protocol, table, extended = self.table_targets[target]
+        caption = self.tables[table].get("caption") or CAPTIONS[table]
+        return f"{caption}. Protocol '{protocol}'" + ("; extended" if extended else "")
 
     def table_target(self, protocol, table):
         """The target name of ``table`` under ``protocol``: "table3" for the main protocol, "paper/table3" else."""
@@ -113,7 +141,7 @@ class GroundedPlan:
         for group, tests in spec["groups"].items():
             for test in tests:
                 if not any(Path(self.stimulus(d, test)).exists() for d in set(datasets.values())):
-                    raise InputError(SOURCE, f"key 'grounded/tables/{table}/groups/{group}' names '{test}', which "
+                    raise InputError(CONFIG, f"key 'grounded/tables/{table}/groups/{group}' names '{test}', which "
                                              f"has no stimulus file in {self.grounded['stimuli']}/<dataset> for "
                                              f"{sorted(set(datasets.values()))}")
         return sorted({(c["dataset"], c["model"]) for c in columns
@@ -162,8 +190,7 @@ class GroundedPlan:
         if not (self.grounded and self.experiments.get("build")):
             return []
         targets = [table_path(target, ext) for target in self.table_targets for ext in TABLE_EXTS]
-        return targets + ([table_path("comparison", ext) for ext in ("csv", "md")] if self.grounded.get("published")
-                          else [])
+        return targets + ([table_path("comparison", ext) for ext in ("csv", "md")] if self.published else [])
 
     def weights(self):
         """The weights records the targets need: the model of every embedding job of every protocol's
@@ -187,9 +214,61 @@ class GroundedPlan:
         return region_store(self.protocols[protocol], self.models[model], dataset)
 
     def embed_regions(self, protocol, dataset, model):
-        return region_store_path(dataset, self.embed_region_store(protocol, dataset, model))
+        return store_path(dataset, self.embed_region_store(protocol, dataset, model))
 
     def embed_spec(self, protocol, dataset, model):
         """The model entry with the protocol's encoder options (vlbias.suites.grounded.protocol)."""
         spec = self.models[model]
         return {**spec, **encoder_options(self.protocols[protocol], spec["adapter"], spec.get("config"))}
+
+
+class GroundedImagesPlan:
+    """The grounded datasets' images (grounded/images) and the dataset table (paper Table 1)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.grounded = config.get("grounded") or {}
+        self.datasets = self.grounded["images"]["datasets"] if self.grounded else {}
+        self.tests = cache(self.tests)
+
+    def tests(self, dataset):
+        """The tests of ``dataset`` to obtain: all in its manifest (in manifest order) or those listed."""
+        spec = self.datasets[dataset]
+        listed = list(dict.fromkeys(r["test"] for r in read_manifest(spec["manifest"])))
+        if spec["tests"] == "all":
+            return listed
+        unknown = sorted(set(spec["tests"]) - set(listed))
+        if unknown:
+            raise InputError(CONFIG, f"key 'grounded/images/datasets/{dataset}/tests' names tests that "
+                                     f"{spec['manifest']} does not list: {unknown}")
+        return list(spec["tests"])
+
+    def source(self, dataset):
+        """The upstream repository that holds ``dataset``'s images, or None (``source: null``: the
+        manifest's URLs point at the images' own site, e.g. images.cocodataset.org)."""
+        name = self.datasets[dataset]["source"]
+        return None if name is None else Source(**self.config["sources"][name])
+
+    def folder(self, root, dataset):
+        """Where ``dataset``'s images lie below ``root`` (the mirror or the cache): as upstream, or
+        ``<root>/<mirror_dir>`` for a dataset in no upstream repository."""
+        src = self.source(dataset)
+        return str(Path(root, *([src.mirror_name] if src else []), self.datasets[dataset]["mirror_dir"]))
+
+    def probe_urls(self, dataset, hosts=8):
+        """A URL of each of the first ``hosts`` hosts in ``dataset``'s manifest (of the tests obtained):
+        what a run without a mirror asks before it plans the downloads (vlbias.suites.plan.offline)."""
+        tests, urls = set(self.tests(dataset)), {}
+        for r in read_manifest(self.datasets[dataset]["manifest"]):
+            if r["test"] in tests and r.get("url") and len(urls) < hosts:
+                urls.setdefault(urlsplit(r["url"]).netloc, r["url"])
+        return list(urls.values())
+
+    def targets(self, offline=()):
+        """Each dataset's acquisition tables and Table 1; without the datasets ``offline`` (their images
+        cannot be had now), and then without Table 1, which counts every dataset's."""
+        if not self.grounded:
+            return []
+        return ([images_path(d, name) for d in self.datasets if d not in offline
+                 for name in ("manifest", "failures", "summary")]
+                + ([] if offline else [table_path("table1", ext) for ext in ("csv", "md", "tex", "html")]))

@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from vlbias import CONFIG
 from vlbias.errors import FetchError, InputError
 from vlbias.io.cache import cached_outputs, cached_vectors, digest
 from vlbias.io.fetch import fetch, read_manifest, sha256_file
@@ -64,7 +65,7 @@ def image_entries(manifest, source, mirror, cache):
     """
     if mirror and not (Path(mirror) / source.mirror_name).is_dir():
         raise FetchError(Path(mirror) / source.mirror_name,
-                         "the mirror has no such folder; set `mirror:` in config/config.yaml to a "
+                         f"the mirror has no such folder; set `mirror:` in {CONFIG} to a "
                          "directory laid out like the upstream repositories, or null to download")
     entries = []
     for r in read_manifest(manifest, paths=("category", "file"), required=("sha256",)):
@@ -142,11 +143,3 @@ def output_store(store, output, out):
     if isinstance(provenance.get("dim"), dict):  # the several outputs' dimensions
         provenance["dim"] = provenance["dim"].get(output)
     write_embeddings(out, sets, {**provenance, "output": output, "n": {k: len(v[1]) for k, v in sets.items()}})
-
-
-def image_files(manifest):
-    """{category: [file, ...]} of an image manifest, files sorted (the image store's order)."""
-    files = {}
-    for r in read_manifest(manifest, required=("category", "file")):
-        files.setdefault(r["category"], []).append(r["file"])
-    return {category: sorted(names) for category, names in files.items()}

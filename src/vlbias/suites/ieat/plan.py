@@ -7,14 +7,15 @@ hold, the stimulus files each table reads (checked before any job runs).
     plan.model_tests("clip")             # the tests whose sets its store must hold
 """
 
+import re
 from functools import cache
+from pathlib import Path
 
-from vlbias.config import encodes, ieat_models, table_models
 from vlbias.errors import InputError
 from vlbias.images.store import store_name
 from vlbias.io.fetch import read_manifest
 from vlbias.io.stimuli import check_categories, load_stimulus
-from vlbias.models.plan import outputs
+from vlbias.models.plan import embeds, outputs
 from vlbias.suites.plan import stimulus_ids
 from vlbias.weights import record_path
 
@@ -22,6 +23,59 @@ from vlbias.weights import record_path
 def table_path(table, ext="csv"):
     """An iEAT table's file: ``table`` a name under ieat/tables, "specificity" or "sweep"."""
     return f"results/ieat/{table}.{ext}"
+
+
+# --- the iEAT models: their names, their outputs, what each embeds ----------------------------------------
+
+
+def sweep_name(entry):
+    """A sweep entry's model name: its ``name``, else "<model>-<weights>" in lower case, other characters
+    than a-z 0-9 _ . - as "-". The model: the first of ``arch`` (open_clip), the last part of ``model_id``
+    or of ``path``, ``architecture``, the adapter; the weights: the ``pretrained`` tag, the checkpoint's
+    file name, "random<seed>" (the entry as the config check fills it: its adapter schema's default
+    seed), or nothing where the model's id or directory names them ("vit-b-32-openai",
+    "clip-vit-base-patch32", "clip-random0")."""
+    if entry.get("name"):
+        return entry["name"]
+    model = (entry.get("arch") or next((Path(entry[k]).name for k in ("model_id", "path") if entry.get(k)), None)
+             or entry.get("architecture") or entry.get("adapter", ""))
+    weights = entry.get("pretrained") or (Path(entry["checkpoint"]).stem if entry.get("checkpoint") else
+                                          f"random{entry['seed']}" if entry.get("weights") == "random" else "")
+    return re.sub(r"[^a-z0-9_.-]+", "-", f"{model}-{weights}".lower()).strip("-")
+
+
+def ieat_models(ieat):
+    """{name: entry} of every iEAT model: ``ieat/models`` and the sweep's entries (``sweep_name``;
+    ``source: images``). A sweep name taken twice, or by ``ieat/models``, keeps the first (the config
+    check names the clash)."""
+    models = dict(ieat["models"])
+    for entry in ieat["sweep"]["models"]:
+        models.setdefault(sweep_name(entry), {"source": "images", **entry})
+    return models
+
+
+def table_models(models):
+    """{name a table uses: (entry name, output or None)}: an entry with one output by its own name, each
+    output of an entry with several (vlbias.models.plan.outputs: iGPT's layers and logits) as "<entry>/<output>"."""
+    names = {}
+    for name, spec in models.items():
+        several = outputs(spec) if spec.get("source") == "images" else []
+        if len(several) > 1:
+            names.update({f"{name}/{o}": (name, o) for o in several})
+        else:
+            names[name] = (name, None)
+    return names
+
+
+def encodes(spec):
+    """What a model entry embeds: published vectors images; a user's vectors whatever their ids name;
+    an adapter what its family declares (vlbias.models.plan.embeds)."""
+    source = spec.get("source", "images" if spec.get("adapter") else None)
+    if source == "published":
+        return ("images",)
+    if source == "vectors":
+        return ("images", "texts")
+    return embeds(spec.get("adapter"))
 
 
 class IeatPlan:

@@ -5,13 +5,24 @@ from vlbias.io.fetch import read_manifest
 from vlbias.regions.plan import RegionsPlan, store_path
 from vlbias.weights import record_path
 
-TABLES = ["scores", "bias", "contradictions", "entities"]
+# each vision-language model's tables, and what each shows (the start of its caption: vlbias.report.mlm)
+TABLES = {
+    "scores": "Association scores S(E, g) of the case study",
+    "bias": "Bias scores B(E) = S(E, female) - S(E, male) of the case study",
+    "contradictions": "Images whose prediction contradicts the visual evidence (Table 3)",
+    "entities": "Language bias B_L(E) of the entity list",
+}
 FIGURES = ["figure2", "figure3", "figure4", "figure5a", "figure5b"]
 
 
 def logprobs_path(model, ext="tsv"):
     """A model's log-probabilities (tsv), or the images it read (images.tsv)."""
     return f"results/mlm/logprobs/{model}.{ext}"
+
+
+def table_path(model, table, ext="csv"):
+    """A table (or figure: ``ext`` png) of a vision-language model."""
+    return f"results/mlm/{model}/{table}.{ext}"
 
 
 class MlmPlan:
@@ -44,8 +55,8 @@ class MlmPlan:
         return inputs
 
     def outputs(self, model):
-        return ([f"results/mlm/{model}/{t}.{ext}" for t in TABLES for ext in ("csv", "md", "tex", "html")]
-                + [f"results/mlm/{model}/{f}.png" for f in FIGURES] + [logprobs_path(model, "images.tsv")])
+        return ([table_path(model, t, ext) for t in TABLES for ext in ("csv", "md", "tex", "html")]
+                + [table_path(model, f, "png") for f in FIGURES] + [logprobs_path(model, "images.tsv")])
 
     def targets(self):
         return [t for model in self.mlm.get("build", []) for t in self.outputs(model)]

@@ -2,6 +2,7 @@
 
 import re
 
+from vlbias.io.stimuli import load_stimulus
 from vlbias.suites.plan import stimulus_ids
 from vlbias.weights import record_path
 
@@ -9,6 +10,10 @@ from vlbias.weights import record_path
 def table_path(model, ext="csv"):
     """A SEAT model's table of every test."""
     return f"results/seat/{model}/table.{ext}"
+
+
+def caption(model):
+    return f"Word- and sentence-level WEAT/SEAT (May et al. 2019) on {model}"
 
 
 def natural_key(test):
@@ -24,6 +29,15 @@ def seat_tests(config, model=None):
     seat = config["seat"]
     tests = seat["models"][model].get("tests", seat["tests"]) if model else seat["tests"]
     return sorted(stimulus_ids(seat["stimuli"]), key=natural_key) if tests == "all" else list(tests)
+
+
+def stimuli(config, model):
+    """The stimulus files of ``model``'s tests, each loaded and checked (errors name the file and key):
+    called by the input functions, so a malformed file fails the targets that use it before any job runs."""
+    paths = [f"{config['seat']['stimuli']}/{test}.yaml" for test in seat_tests(config, model)]
+    for path in paths:
+        load_stimulus(path)
+    return paths
 
 
 def targets(config):
