@@ -188,6 +188,12 @@ def test_retries(tmp_path, source, server):
     assert server.requests["flaky.csv"] == 2 and (tmp_path / "f.csv").read_bytes() == GOOD
 
 
+def test_a_negative_retry_count_is_refused_not_a_silent_none(tmp_path, source, server):
+    with pytest.raises(FetchError, match="no attempt made: retries must be at least 0, got -1"):
+        get(source, "data/good.csv", tmp_path / "g.csv", retries=-1)
+    assert "good.csv" not in server.requests and not (tmp_path / "g.csv").exists()
+
+
 def test_client_errors_are_not_retried(tmp_path, source, server):
     with pytest.raises(FetchError, match="HTTP 404"):
         get(source, "missing.csv", tmp_path / "m.csv", retries=3, backoff=0.01)

@@ -8,7 +8,7 @@ class InputError(ValueError):
     tells the user which file or key to fix.
     """
 
-    def __init__(self, source, message):
+    def __init__(self, source: object, message: str) -> None:
         self.source = str(source)
         super().__init__(f"{source}: {message}")
 

@@ -7,35 +7,40 @@ module of adapter ``<name>`` is ``<package>.<name>`` by convention, and every ad
 """
 
 import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from vlbias.errors import InputError
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 
+T = TypeVar("T")
 
-def adapters(kind):
+
+def adapters(kind: str) -> list[str]:
     """The adapter names with a schema under vlbias/schemas/<kind>/ (every registered adapter has one)."""
     return sorted(p.stem for p in (SCHEMAS / kind).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 class Registry:
-    def __init__(self, kind, package):
+    def __init__(self, kind: str, package: str) -> None:
         self.kind = kind
         self.package = package  # adapter <name>: the import of module <package>.<name> registers it
-        self.classes = {}
+        self.classes: dict[str, type] = {}  # adapter name -> its class, called with the entry
 
-    def register(self, name):
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
         """Class decorator: make ``build({"adapter": name, ...})`` construct ``cls(spec)``."""
 
-        def add(cls):
+        def add(cls: type[T]) -> type[T]:
             self.classes[name] = cls
             return cls
 
         return add
 
-    def build(self, spec):
+    def build(self, spec: Mapping[str, Any]) -> Any:
         """The adapter object described by ``spec``; other keys of the entry are the adapter's to read.
+        (What a model adapter offers, by the roles its family declares: vlbias.models.protocols.)
 
         An entry naming remote weights (a hub id, a URL, an open_clip tag, torchvision weights) is
         refused unless it came through vlbias.weights (``prepare``, or the workflow's ``localize``):
@@ -47,8 +52,8 @@ class Registry:
         if name not in self.classes and name in known:
             importlib.import_module(f"{self.package}.{name}")
         if name not in self.classes:
-            known = ", ".join(sorted(set(known) | set(self.classes)))
-            raise InputError(f"adapter '{name}'", f"unknown {self.kind} adapter (known adapters: {known})")
+            names = ", ".join(sorted(set(known) | set(self.classes)))
+            raise InputError(f"adapter '{name}'", f"unknown {self.kind} adapter (known adapters: {names})")
         if name in known and (key := unfetched(spec, f"{self.kind}s")):
             raise InputError(f"{name} entry", f"`{key}: {spec.get(key, '(its default)')}` names remote weights, which "
                                               "load only fetched and verified: build the spec that vlbias.weights."
@@ -56,7 +61,7 @@ class Registry:
         return self.classes[name](spec)
 
 
-def one_weights_source(spec, where, remote=None, hint=""):
+def one_weights_source(spec: Mapping[str, Any], where: str, remote: str | None = None, hint: str = "") -> None:
     """Check that an entry (a model or a detector) names exactly one weights source: ``remote`` (the
     key of its download, e.g. `pretrained`, `url`, `model_id`; ``hint`` says what goes with it),
     `checkpoint` or `weights: random`. The same vocabulary for every family."""

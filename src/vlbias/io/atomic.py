@@ -9,10 +9,15 @@ exclusive lock on it can be taken (``remove_if_abandoned``): a run started besid
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 
+from vlbias.io.paths import StrPath
+
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # not POSIX: no flock, and no temporary file is ever called abandoned
@@ -24,7 +29,7 @@ PART_NAME = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(PART))
 
 
 @cache
-def _umask():
+def _umask() -> int:
     """The process's umask: from /proc on Linux, else by setting it and putting it straight back
     (which another thread could see for an instant, hence once per process)."""
     try:
@@ -36,7 +41,7 @@ def _umask():
         return mask
 
 
-def _names(fd, path):
+def _names(fd: int, path: StrPath) -> bool:
     """Whether ``path`` still names the file open as ``fd``."""
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -46,7 +51,7 @@ def _names(fd, path):
     return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
 
 
-def _locked_temporary(dest):
+def _locked_temporary(dest: Path) -> tuple[int, str]:
     """(fd holding a shared flock, path) of a new temporary file next to ``dest``."""
     while True:
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=PART, dir=dest.parent)
@@ -59,7 +64,7 @@ def _locked_temporary(dest):
 
 
 @contextmanager
-def atomic_path(dest):
+def atomic_path(dest: StrPath) -> Iterator[Path]:
     """Yield a temporary path next to ``dest``; move it onto ``dest`` only if the block succeeds.
 
     The file gets the mode a plain ``open(dest, "w")`` would give (0666 less the umask): mkstemp
@@ -81,7 +86,7 @@ def atomic_path(dest):
         os.close(fd)
 
 
-def remove_if_abandoned(path):
+def remove_if_abandoned(path: StrPath) -> bool:
     """Remove the temporary file ``path`` if it has our name and no writer holds it; whether it was removed."""
     path = Path(path)
     if fcntl is None or not PART_NAME.fullmatch(path.name):

@@ -30,12 +30,21 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import h5py
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from vlbias.io.hdf5 import atomic_hdf5
+from vlbias.io.paths import StrPath
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
+
+    from vlbias.logs import Progress
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +55,12 @@ SMALL_SHARD = 16 * 2**20
 # keys of an adapter's ``info`` that say where files lie, not what they hold (their sha256 does)
 PATH_KEYS = ("path", "model_dir", "processor_dir", "weights_file", "region_store", "cache")
 
+Record: TypeAlias = dict[str, NDArray[Any]]
+"""A cache record: named arrays, each with at least one dimension."""
+Layout: TypeAlias = tuple[tuple[str, str, tuple[int, ...]], ...]  # (name, dtype, shape after the first axis) per field
 
-def _feed(h, part):
+
+def _feed(h: "_Hash", part: object) -> None:
     """Hash ``part`` unambiguously: its type, and its length or shape, precede its content."""
     if part is None:
         h.update(b"N")
@@ -72,14 +85,14 @@ def _feed(h, part):
         raise TypeError(f"cannot digest a {type(part).__name__}")
 
 
-def digest(*parts):
+def digest(*parts: object) -> str:
     """Hex sha256 of ``parts`` (str, bytes, numbers, None, numpy arrays, lists, dicts)."""
     h = hashlib.sha256()
     _feed(h, list(parts))
     return h.hexdigest()
 
 
-def record_digest(key, record):
+def record_digest(key: str, record: Mapping[str, NDArray[Any]]) -> str:
     """Digest of a cache record and the key it is stored under (kept beside it, checked when read)."""
     h = hashlib.sha256()
     _feed(h, key)
@@ -89,7 +102,7 @@ def record_digest(key, record):
     return h.hexdigest()
 
 
-def fingerprint(info):
+def fingerprint(info: Mapping[str, Any]) -> str:
     """Digest of a producer's provenance (an adapter's ``info``), leaving out where its files lie."""
     return digest({k: v for k, v in info.items() if k not in PATH_KEYS})
 
@@ -97,13 +110,14 @@ def fingerprint(info):
 class RecordCache:
     """Records (dicts of arrays) by key, in the shards of one directory; see the module docstring."""
 
-    def __init__(self, directory):
+    def __init__(self, directory: StrPath) -> None:
         self.directory = Path(directory)
-        self.index = {}      # key -> (shard path, row)
-        self.pending = {}    # key -> record, not yet written
+        self.index: dict[str, tuple[Path, int]] = {}  # key -> (shard path, row)
+        self.pending: dict[str, Record] = {}          # key -> record, not yet written
         self.pending_bytes, self.last_flush = 0, time.monotonic()
-        self._open = {}
-        self.damaged = set()  # shards found damaged: rewritten without their damaged records by the next flush
+        self._open: dict[Path, h5py.File] = {}
+        # shards found damaged: rewritten without their damaged records by the next flush
+        self.damaged: set[Path] = set()
         for shard in sorted(self.directory.glob("*.h5")):
             try:
                 with h5py.File(shard, "r") as f:
@@ -120,10 +134,10 @@ class RecordCache:
             self.index.update((k.decode(), (shard, i)) for i, k in enumerate(keys))
         self.hits = self.misses = 0
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.index) + len(self.pending)
 
-    def get(self, key):
+    def get(self, key: str) -> Record | None:
         """The record stored under ``key``, or None."""
         if key in self.pending:
             self.hits += 1
@@ -134,10 +148,11 @@ class RecordCache:
         self.misses += record is None
         return record
 
-    def get_many(self, keys):
+    def get_many(self, keys: Sequence[str]) -> dict[str, Record]:
         """{key: record} of those of ``keys`` the cache holds intact: each shard read once, whole fields at a
         time (a record at a time costs a file access each)."""
-        found, rows = {}, {}
+        found: dict[str, Record] = {}
+        rows: dict[Path, list[tuple[str, int]]] = {}
         for key in keys:
             if key in self.pending:
                 found[key] = self.pending[key]
@@ -150,10 +165,11 @@ class RecordCache:
         self.misses += len(set(keys)) - len(found)
         return found
 
-    def _records(self, shard, wanted):
+    def _records(self, shard: Path, wanted: list[tuple[str, int]]) -> dict[str, Record]:
         """{key: record} of ``wanted`` ((key, row) pairs) in ``shard`` whose digests match; the others are
         logged with the shard's path and left out, so that they are recomputed."""
-        found, damaged = {}, []
+        found: dict[str, Record] = {}
+        damaged: list[str] = []
         try:
             f = self._open.get(shard) or self._open.setdefault(shard, h5py.File(shard, "r"))
             fields = {name: (f["offsets"][name], f["data"][name]) for name in f["data"]}
@@ -184,17 +200,17 @@ class RecordCache:
             self.damaged.add(shard)
         return found
 
-    def put(self, key, record):
+    def put(self, key: str, record: Mapping[str, ArrayLike]) -> None:
         """Keep ``record`` ({name: array with ndim >= 1}) under ``key``; written by the next flush."""
-        record = {name: np.asarray(value) for name, value in record.items()}
-        if any(v.ndim == 0 for v in record.values()):
+        arrays = {name: np.asarray(value) for name, value in record.items()}
+        if any(v.ndim == 0 for v in arrays.values()):
             raise ValueError(f"record {key}: fields need at least one dimension")
-        self.pending[key] = record
-        self.pending_bytes += sum(v.nbytes for v in record.values())
+        self.pending[key] = arrays
+        self.pending_bytes += sum(v.nbytes for v in arrays.values())
         if self.pending_bytes >= FLUSH_BYTES or time.monotonic() - self.last_flush >= FLUSH_SECONDS:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         """Write the pending records as one new shard (and merge small shards when there are many, and
         shards found damaged)."""
         self.last_flush = time.monotonic()
@@ -213,7 +229,7 @@ class RecordCache:
         if len(small) > MERGE_SHARDS:
             self._merge(small)
 
-    def _write(self, records):
+    def _write(self, records: Mapping[str, Record]) -> Path:
         fields = sorted(next(iter(records.values())))
         self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{time.strftime('%Y%m%d-%H%M%S')}-{hashlib.sha256(''.join(records).encode()).hexdigest()[:12]}.h5"
@@ -228,9 +244,9 @@ class RecordCache:
                 f.create_dataset(f"data/{field}", data=np.concatenate(values))
         return dest
 
-    def _merge(self, shards):
+    def _merge(self, shards: Iterable[Path]) -> None:
         """Rewrite ``shards`` as one; a shard another job merged first is skipped."""
-        records = {}
+        records: dict[str, Record] = {}
         for shard in shards:
             records |= self._records(shard, [(k, i) for k, (s, i) in self.index.items() if s == shard])
         for group in _by_layout(records).values():
@@ -240,37 +256,38 @@ class RecordCache:
         for shard in shards:
             shard.unlink(missing_ok=True)
 
-    def _close_shards(self):
+    def _close_shards(self) -> None:
         for f in self._open.values():
             f.close()
         self._open = {}
 
-    def close(self):
+    def close(self) -> None:
         """Flush and release the shards."""
         self.flush()
         self._close_shards()
 
-    def __enter__(self):
+    def __enter__(self) -> "RecordCache":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         # flushed even when the job fails: every record is complete, and the rerun starts from them
         self.close()
         return False
 
 
-def _by_layout(records):
+def _by_layout(records: Mapping[str, Record]) -> dict[Layout, dict[str, Record]]:
     """``records`` grouped by layout (field names, dtypes, shapes after the first axis): a shard
     concatenates its records field by field, so one producer's records of other shapes (a two-stream
     model's W/S vectors and its C vectors) go to shards of their own."""
-    groups = {}
+    groups: dict[Layout, dict[str, Record]] = {}
     for key, r in records.items():
         layout = tuple(sorted((name, v.dtype.str, v.shape[1:]) for name, v in r.items()))
         groups.setdefault(layout, {})[key] = r
     return groups
 
 
-def cached_vectors(cache, keys, compute, progress=None, chunk=256):
+def cached_vectors(cache: RecordCache | None, keys: Sequence[str], compute: Callable[[list[int]], NDArray[Any]],
+                   progress: "Progress | None" = None, chunk: int = 256) -> NDArray[Any]:
     """float (len(keys), dim): the vector of each key, from ``cache`` where it has one, else from
     ``compute(indices)`` (the vectors of those items, in order; called on chunks of ``chunk``), which
     are then cached. ``cache`` None computes everything. ``progress`` (vlbias.logs.Progress) advances
@@ -282,11 +299,14 @@ def cached_vectors(cache, keys, compute, progress=None, chunk=256):
     return cached_outputs(cache, keys, lambda todo: {"vector": compute(todo)}, progress, chunk)["vector"]
 
 
-def cached_outputs(cache, keys, compute, progress=None, chunk=256):
+def cached_outputs(cache: RecordCache | None, keys: Sequence[str],
+                   compute: Callable[[list[int]], Mapping[str, NDArray[Any]]], progress: "Progress | None" = None,
+                   chunk: int = 256) -> dict[str, NDArray[Any]]:
     """{name: float (len(keys), dim_name)}: as ``cached_vectors`` for a producer that gives several
     vectors per item (``compute(indices)`` returns {name: (len(indices), dim_name)}, e.g. iGPT's
     layers and logits from one pass); each item's vectors are one cache record. {} for no keys."""
-    rows, todo = {}, []
+    rows: dict[int, dict[str, NDArray[Any]]] = {}
+    todo: list[int] = []
     found = cache.get_many(keys) if cache is not None else {}
     for i, key in enumerate(keys):
         if key in found:

@@ -5,11 +5,17 @@ import codecs
 import json
 import pickle
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vlbias.errors import InputError
+from vlbias.io.paths import StrPath
+
+if TYPE_CHECKING:
+    import torch
 
 _MULTIARRAY = (getattr(np, "_core", None) or np.core).multiarray
 # What a pickle of numpy arrays in plain containers needs, under numpy 1 and 2 module names
@@ -21,14 +27,14 @@ _NUMPY_GLOBALS = {
 }
 
 
-def _latin1_bytes(text, encoding="latin1"):
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
     # a Python 3 protocol-2 pickle writes bytes as _codecs.encode(text, "latin1"); nothing else is allowed
     if encoding not in ("latin1", "latin-1"):
         raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r} is not allowed")
     return codecs.encode(text, "latin1")
 
 
-def read_state_dict(path, wrappers=("state_dict",)):
+def read_state_dict(path: Path, wrappers: Iterable[str] = ("state_dict",)) -> dict[str, "torch.Tensor"]:
     """The state_dict in ``path``: .safetensors, or a torch file read with ``weights_only=True``.
 
     A torch file holding a dict may wrap the weights under the first of ``wrappers`` it has
@@ -59,7 +65,7 @@ def read_state_dict(path, wrappers=("state_dict",)):
     return {k.removeprefix("module."): v for k, v in state.items()}
 
 
-def _unpickling_reason(error):
+def _unpickling_reason(error: BaseException) -> str:
     """What torch's weights-only unpickler refused, in one line, without its advice to load the file
     with weights_only=False (which would run whatever the pickle asks for)."""
     text = str(error)
@@ -71,7 +77,7 @@ def _unpickling_reason(error):
 
 
 class _NumpyOnly(pickle.Unpickler):
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _NUMPY_GLOBALS:
             return _NUMPY_GLOBALS[(module, name)]
         if (module, name) == ("_codecs", "encode"):
@@ -79,7 +85,7 @@ class _NumpyOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not a numpy array part")
 
 
-def read_numpy_pickle(path):
+def read_numpy_pickle(path: StrPath) -> Any:
     """The object in a pickle of numpy arrays in dicts, lists and strings (e.g. Detectron's Caffe2
     weights, written by Python 2), unpickled so that nothing but arrays can be built: any other
     global (a function, a class) is refused. Python 2 strings are read as latin-1, numpy's
@@ -93,7 +99,7 @@ def read_numpy_pickle(path):
         raise InputError(path, f"refused: not a pickle of numpy arrays only ({e})") from e
 
 
-def some(names):
+def some(names: Sequence[str]) -> str:
     """A short list of parameter names for an error message."""
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "") if names else "none"
 
@@ -103,7 +109,7 @@ def some(names):
 CODE_CONFIGS = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
 
 
-def refuse_custom_code(folder, files=None):
+def refuse_custom_code(folder: StrPath, files: Iterable[str] | None = None) -> None:
     """InputError naming the file when the model folder ``folder`` asks to run code of its own: a
     python file among its files (``files``: their names relative to it, default every file in it), or
     ``auto_map`` in one of CODE_CONFIGS. vlbias never runs code from a model folder, so transformers

@@ -11,13 +11,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
 from vlbias.errors import FetchError, InputError
 from vlbias.io.atomic import atomic_path
-from vlbias.io.paths import confined, relative_path
+from vlbias.io.paths import StrPath, confined, relative_path
 from vlbias.logs import FILE_ONLY
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ _CHUNK = 1 << 20
 _SCHEMES = ("http", "https")
 
 
-def sha256_file(path):
+def sha256_file(path: StrPath) -> str:
     """Hex sha256 of a file, read in chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -46,13 +48,14 @@ class Source:
     mirror_name: str
     url_template: str = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 
-    def url(self, path):
+    def url(self, path: str) -> str:
         return self.url_template.format(repo=self.repo, commit=self.commit, path=quote(path, safe="/"))
 
 
 class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
     # urllib's own handler still follows redirects to ftp://; allow only http(s)
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         if urlsplit(newurl).scheme not in _SCHEMES:
             raise urllib.error.HTTPError(newurl, code, f"refused redirect to {newurl}", headers, fp)
         return super().redirect_request(req, fp, code, msg, headers, newurl)
@@ -62,7 +65,7 @@ class _TooLarge(Exception):
     pass
 
 
-def _copy(src, dst, max_bytes=None):
+def _copy(src: IO[bytes], dst: IO[bytes], max_bytes: int | None = None) -> str:
     """Copy file object ``src`` to ``dst`` in chunks; hex sha256 of what was copied."""
     h, n = hashlib.sha256(), 0
     for block in iter(lambda: src.read(_CHUNK), b""):
@@ -74,7 +77,7 @@ def _copy(src, dst, max_bytes=None):
     return h.hexdigest()
 
 
-def _why(exc, timeout):
+def _why(exc: BaseException, timeout: float) -> tuple[str, bool]:
     """A short reason for a failed request, and whether trying again may help."""
     if isinstance(exc, urllib.error.HTTPError):
         transient = exc.code >= 500 or exc.code in (408, 429)
@@ -91,14 +94,14 @@ def _why(exc, timeout):
     return f"{type(reason).__name__}: {reason}", True
 
 
-def unreachable(urls, timeout=5.0):
+def unreachable(urls: str | Iterable[str], timeout: float = 5.0) -> str | None:
     """Why none of the servers of the http(s) ``urls`` can be reached (the first URL's reason), or None
     when one answers (any HTTP status, a 404 too): HEAD requests at once, through the environment's
     proxies, each bounded by ``timeout`` seconds also where the host name lookup hangs."""
     urls = [urls] if isinstance(urls, str) else list(urls)
-    outcome = {}
+    outcome: dict[str, str | None] = {}
 
-    def probe(url):
+    def probe(url: str) -> None:
         try:
             urllib.request.build_opener(_HttpOnlyRedirects()).open(
                 urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
@@ -122,12 +125,12 @@ def unreachable(urls, timeout=5.0):
 class DownloadError(FetchError):
     """A download failed; ``reason`` says why without naming the URL (it is ``source``)."""
 
-    def __init__(self, url, reason):
+    def __init__(self, url: str, reason: str) -> None:
         self.reason = reason
         super().__init__(url, reason)
 
 
-def download(url, out, *, timeout, retries, max_bytes, backoff):
+def download(url: str, out: IO[bytes], *, timeout: float, retries: int, max_bytes: int, backoff: float) -> str:
     """Stream the http(s) ``url`` into the open binary file ``out``; hex sha256 of the content.
 
     ``timeout`` bounds each wait for data, ``retries`` further tries follow transient failures
@@ -158,15 +161,17 @@ def download(url, out, *, timeout, retries, max_bytes, backoff):
         delay = backoff * 2**attempt
         log.warning("%s: %s; trying again in %.1f s", url, why, delay, extra=FILE_ONLY)
         time.sleep(delay)
+    raise DownloadError(url, f"no attempt made: retries must be at least 0, got {retries}")
 
 
-def cached_path(url, cache, sha256=None):
+def cached_path(url: str, cache: StrPath, sha256: str | None = None) -> Path:
     """Where ``cached_download`` keeps ``url`` in the folder ``cache`` (see there)."""
     key = sha256.lower() if sha256 else hashlib.sha256(url.encode()).hexdigest()[:16]
     return Path(cache) / f"{key}-{Path(urlsplit(url).path).name or 'download'}"
 
 
-def cached_download(url, cache, *, max_bytes, sha256=None, timeout=30, retries=3, backoff=0.5):
+def cached_download(url: str, cache: StrPath, *, max_bytes: int, sha256: str | None = None, timeout: float = 30,
+                    retries: int = 3, backoff: float = 0.5) -> Path:
     """The path of ``url`` downloaded once into the folder ``cache``, named after what it is: the
     pinned ``sha256`` when given, else a digest of the whole URL (never the file name alone, which
     another URL may share), followed by the URL's file name for the reader.
@@ -189,7 +194,8 @@ def cached_download(url, cache, *, max_bytes, sha256=None, timeout=30, retries=3
     return dest
 
 
-def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_bytes=200 * 2**20, backoff=0.5):
+def fetch(source: Source, path: str, dest: StrPath, *, sha256: str | None, mirror: StrPath | None, timeout: float = 30,
+          retries: int = 3, max_bytes: int = 200 * 2**20, backoff: float = 0.5) -> Path:
     """Put upstream ``path`` of ``source`` at ``dest`` and return ``dest``.
 
     With ``mirror`` the file is read from ``<mirror>/<source.mirror_name>/<path>`` only (never the
@@ -201,6 +207,7 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
     dest = Path(dest)
     where = f"upstream {source.repo}@{source.commit}"
     relative_path(path, where)  # neither the mirror nor the URL may lead elsewhere
+    origin: Path | str  # the mirror's file, or the URL
     with atomic_path(dest) as tmp, open(tmp, "wb") as out:
         if mirror:
             origin = confined(Path(mirror) / source.mirror_name, path, where)
@@ -222,7 +229,7 @@ def fetch(source, path, dest, *, sha256, mirror, timeout=30, retries=3, max_byte
     return dest
 
 
-def read_manifest(path, paths=(), required=()):
+def read_manifest(path: StrPath, paths: Sequence[str] = (), required: Sequence[str] = ()) -> list[dict[str, str]]:
     """Rows of a TSV manifest as dicts of strings keyed by its header.
 
     Lines starting with '#' before the header are comments; blank lines are ignored. The header must
@@ -235,8 +242,8 @@ def read_manifest(path, paths=(), required=()):
     except OSError as e:
         raise InputError(path, f"cannot read manifest ({e.strerror})") from None
     except UnicodeDecodeError as e:
-        line = e.object[:e.start].count(b"\n") + 1
-        raise InputError(path, f"line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); save the file as "
+        at = e.object[:e.start].count(b"\n") + 1
+        raise InputError(path, f"line {at}: not UTF-8 text (byte 0x{e.object[e.start]:02x}); save the file as "
                                "UTF-8") from None
     number, header = 0, None
     for number, line in enumerate(lines, 1):  # noqa: B007  (the header's line number, used below)
@@ -264,12 +271,13 @@ def read_manifest(path, paths=(), required=()):
     return rows
 
 
-def _cell(value):
+def _cell(value: object) -> str:
     # free text (error messages) is flattened so that every row stays on one line
     return "" if value is None else " ".join(str(value).replace("\t", " ").splitlines())
 
 
-def write_manifest(path, rows, columns, comments=()):
+def write_manifest(path: StrPath, rows: Iterable[Mapping[str, Any]], columns: Sequence[str],
+                   comments: Iterable[object] = ()) -> None:
     """Write ``rows`` (dicts) as a TSV with header ``columns``, atomically. None is written empty.
 
     ``comments`` are written first, each on a line starting with '# '.

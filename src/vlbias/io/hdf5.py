@@ -11,6 +11,7 @@ warning that says so.
 
 import hashlib
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,16 +19,17 @@ import h5py
 
 from vlbias.errors import InputError
 from vlbias.io.atomic import atomic_path
+from vlbias.io.paths import StrPath
 
 log = logging.getLogger(__name__)
 
 USERBLOCK = 512  # HDF5's smallest user block
 MAGIC = b"vlbias-sha256:"
 SIGNATURE = b"\x89HDF\r\n\x1a\n"  # the HDF5 superblock's, at the start of a file without a user block
-_checked = {}    # path -> (inode, size, mtime) of the version checked in this process
+_checked: dict[Path, tuple[int, int, int]] = {}    # path -> (inode, size, mtime) of the version checked in this process
 
 
-def _content_sha256(path):
+def _content_sha256(path: StrPath) -> str:
     """Hex sha256 of the file after its user block."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -38,7 +40,7 @@ def _content_sha256(path):
 
 
 @contextmanager
-def atomic_hdf5(dest):
+def atomic_hdf5(dest: StrPath) -> Iterator[h5py.File]:
     """An HDF5 file open for writing at a temporary path; when the block succeeds its digest is written
     into its user block and it is moved onto ``dest`` (vlbias.io.atomic.atomic_path).
 
@@ -53,7 +55,7 @@ def atomic_hdf5(dest):
             out.write(MAGIC + digest.encode() + b"\n")
 
 
-def open_hdf5(path):
+def open_hdf5(path: StrPath) -> h5py.File:
     """``path`` open for reading (an h5py.File), after checking its content against the digest its writer
     left in its user block: InputError "<path>: damaged ..." when they differ."""
     path = Path(path)

@@ -10,15 +10,20 @@ longer than NAME_MAX bytes, and, resolved with its symbolic links, stays inside 
 else is an InputError naming the source and the path.
 """
 
+import os
 from pathlib import Path, PurePosixPath
+from typing import TypeAlias
 
 from vlbias.errors import InputError
+
+StrPath: TypeAlias = str | os.PathLike[str]
+"""A file system path, as ``open`` and ``Path`` take it."""
 
 # bytes in one file name: file systems allow 255, and a writer's temporary name (vlbias.io.atomic) adds ~15
 NAME_MAX = 200
 
 
-def relative_path(relative, source):
+def relative_path(relative: StrPath, source: object) -> PurePosixPath:
     """``relative`` as a PurePosixPath if it obeys the rule (the part that needs no root), else InputError."""
     text = str(relative)
     why = None
@@ -42,7 +47,7 @@ def relative_path(relative, source):
     return PurePosixPath(text)
 
 
-def confined(root, relative, source):
+def confined(root: StrPath, relative: StrPath, source: object) -> Path:
     """``root / relative``, after checking that ``relative`` obeys the rule and that the file it names
     (its symbolic links followed, whether or not it exists yet) lies inside ``root``."""
     path = Path(root) / relative_path(relative, source)

@@ -7,11 +7,13 @@ dimension named 0..dim-1, and an ``img`` column with the image file name.
 import csv
 
 import numpy as np
+from numpy.typing import NDArray
 
 from vlbias.errors import InputError
+from vlbias.io.paths import StrPath
 
 
-def read_ieat_csv(path):
+def read_ieat_csv(path: StrPath) -> tuple[NDArray[np.float64], list[str]]:
     """(vectors float64 (n, dim), image names) from one published CSV; malformed files are named.
 
     Each number is parsed by Python's float(), which gives the float64 nearest to the decimal written

@@ -2,13 +2,16 @@
 ``workflow/schemas/stimulus.schema.yaml`` before anything uses it."""
 
 import unicodedata
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import IO, Any
 
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.io.paths import StrPath
 from vlbias.validation import problems
 
 # Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
@@ -21,23 +24,24 @@ OWN = "own"
 
 # what aliases may expand a file to: fifty times the largest shipped stimulus file (about 20,000 nodes)
 MAX_NODES = 1_000_000
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+class _Loader(_SafeLoader):
     """Safe YAML (libyaml when present: the grounded stimulus files are large) that refuses a key
     given twice in one mapping, which YAML parsers otherwise resolve silently to the last one, and a
     document whose aliases (``*name``) expand it beyond MAX_NODES: a file of 1.4 kB whose aliases
     nest eight deep stands for 400 million items, which validating and rendering its errors took
     half a minute and gigabytes to find out."""
 
-    def get_single_node(self):
+    def get_single_node(self) -> Any:
         node = super().get_single_node()
         if node is not None:
             _refuse_expansion(node)
         return node
 
-    def construct_mapping(self, node, deep=False):
-        seen = {}
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             if key in seen:
@@ -48,17 +52,19 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
-def _children(node):
+def _children(node: Any) -> list[Any]:
     if isinstance(node, yaml.MappingNode):
         return [part for pair in node.value for part in pair]
     return node.value if isinstance(node, yaml.SequenceNode) else []
 
 
-def _refuse_expansion(root):
+def _refuse_expansion(root: Any) -> None:
     """MarkedYAMLError when the tree ``root`` stands for more than MAX_NODES nodes once its aliases
     (nodes met more than once) are expanded, or for an endless one (an alias inside the node it names);
     counted per distinct node, depth first, so a bomb costs its size on disk, not its expansion."""
-    size, started, todo = {}, set(), [(root, False)]
+    size: dict[int, int] = {}
+    started: set[int] = set()
+    todo = [(root, False)]
     while todo:
         node, done = todo.pop()
         children = _children(node)
@@ -77,20 +83,21 @@ def _refuse_expansion(root):
                 todo.append((child, False))
 
 
-def load_yaml(stream):
+def load_yaml(stream: str | IO[str]) -> Any:
     """The document in ``stream`` (text or a file), read as stimulus files are: safe YAML, no key
     twice in a mapping, no expansion by aliases beyond MAX_NODES (yaml.YAMLError otherwise)."""
     return yaml.load(stream, Loader=_Loader)
 
 
 @cache
-def schema(name):
+def schema(name: str) -> dict[str, Any]:
     """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
     with open(SCHEMAS / name) as f:
-        return yaml.safe_load(f)
+        doc: dict[str, Any] = yaml.safe_load(f)
+    return doc
 
 
-def validate(doc, source, schema):
+def validate(doc: object, source: object, schema: dict[str, Any]) -> None:
     """Raise InputError naming ``source`` and each offending key, in one line, as the config check says
     them (vlbias.validation: an unknown key with the closest valid one, "did you mean 'A'?")."""
     found = problems(doc, schema)
@@ -121,11 +128,11 @@ class Stimulus:
     family: str = OWN  # the tests a table adjusts its p-values with (per model): the paper's, or one's own
 
     @property
-    def sets(self):
+    def sets(self) -> dict[str, StimulusSet]:
         return {s: getattr(self, s) for s in SETS}
 
 
-def read_stimulus_file(path, schema_name, keys):
+def read_stimulus_file(path: StrPath, schema_name: str, keys: str) -> dict[str, Any]:
     """The YAML mapping in ``path``, valid against ``schema_name`` (a file in vlbias/schemas/) and with
     an ``id`` equal to the file name; errors name the file and the key. ``keys`` (for the error on a
     file that is not a mapping) lists what the mapping should hold."""
@@ -151,11 +158,13 @@ def read_stimulus_file(path, schema_name, keys):
     return doc
 
 
-def load_stimulus(path):
+def load_stimulus(path: StrPath) -> Stimulus:
     """Load and validate one stimulus file; errors name the file and the key."""
     path = Path(path)
     doc = read_stimulus_file(path, "stimulus.schema.yaml", "id, name, suite, X, Y, A, B")
-    sets, owner, seen = {}, {}, {}
+    sets: dict[str, StimulusSet] = {}
+    owner: dict[str | None, str] = {}
+    seen: dict[str, tuple[str, str]] = {}
     for s in SETS:
         d = doc[s]
         items = tuple(d["items"]) if "items" in d else None
@@ -187,13 +196,13 @@ def load_stimulus(path):
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff"))
 
 
-def same_text(text):
+def same_text(text: str) -> str:
     """``text`` as a text stimulus is compared with the others: NFKC-normalised, case-folded, without
     invisible characters, its whitespace runs one space, stripped."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().translate(_INVISIBLE).split())
 
 
-def _check_modalities(doc, sets, path):
+def _check_modalities(doc: dict[str, Any], sets: dict[str, StimulusSet], path: Path) -> None:
     """SEAT sets are texts; an iEAT test of ``level: image`` has image sets only, a ``cross-modal`` one both."""
     texts = [s for s, st in sets.items() if st.items is not None]
     images = [s for s in SETS if s not in texts]
@@ -207,7 +216,7 @@ def _check_modalities(doc, sets, path):
         raise InputError(path, "level 'cross-modal': expected image categories and text items among X, Y, A, B")
 
 
-def check_categories(stimulus, known, listed_in):
+def check_categories(stimulus: Stimulus, known: Collection[str], listed_in: str) -> None:
     """Every image category the test names must be one the dataset lists (``known``)."""
     for s, st in stimulus.sets.items():
         if st.category is not None and st.category not in known:

@@ -11,17 +11,22 @@ Layout::
 """
 
 import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import h5py
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from vlbias.errors import InputError
 from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
+from vlbias.io.paths import StrPath
 
 _STR = h5py.string_dtype("utf-8")
 
 
-def write_embeddings(path, sets, provenance):
+def write_embeddings(path: StrPath, sets: Mapping[str, tuple[ArrayLike, Sequence[str]]],
+                     provenance: Mapping[str, Any]) -> None:
     """Write ``sets`` ({key: (vectors, ids)}) and ``provenance`` (a JSON-able dict) atomically.
 
     Vectors keep float64 when given so (published vectors stay exactly as published); anything else
@@ -39,12 +44,13 @@ def write_embeddings(path, sets, provenance):
             g.create_dataset("ids", data=list(ids), dtype=_STR)
 
 
-def read_provenance(path):
+def read_provenance(path: StrPath) -> dict[str, Any]:
     with open_hdf5(path) as f:
-        return json.loads(f.attrs.get("provenance", "{}"))
+        provenance: dict[str, Any] = json.loads(f.attrs.get("provenance", "{}"))
+    return provenance
 
 
-def read_set(path, key):
+def read_set(path: StrPath, key: str) -> tuple[NDArray[np.float64], list[str]]:
     """(vectors float64 (n, dim), ids list[str]) of set ``key``; errors name file and key."""
     with open_hdf5(path) as f:
         if key not in f or "vectors" not in f[key]:

@@ -23,20 +23,30 @@ has no vector for.
 
 import csv
 import tokenize
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import h5py
 import numpy as np
+from numpy.typing import NDArray
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import sha256_file
+from vlbias.io.paths import StrPath
 from vlbias.io.store import write_embeddings
+
+if TYPE_CHECKING:
+    from vlbias.io.stimuli import Stimulus
 
 FORMATS = {".csv": "csv", ".npy": "npy", ".h5": "hdf5", ".hdf5": "hdf5"}
 SHOWN = 5  # ids named in one error message
 
+Where: TypeAlias = Callable[[int], str]  # row i -> where it is in the file ("line 7", "row 3")
+Parsed: TypeAlias = tuple[list[str], NDArray[np.float64], Where]  # (ids, float64 (n, dim), where row i is)
 
-def _some(items):
+
+def _some(items: Iterable[str]) -> str:
     items = list(items)
     shown = ", ".join(f"'{i}'" for i in items[:SHOWN])
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
@@ -45,10 +55,11 @@ def _some(items):
 class UserVectors:
     """Validated vectors keyed by stimulus id (built by ``read_vectors``)."""
 
-    def __init__(self, path, ids, vectors, where, provenance):
+    def __init__(self, path: StrPath, ids: list[str], vectors: NDArray[np.float64], where: Where,
+                 provenance: dict[str, Any]) -> None:
         self.path, self.ids, self.vectors, self.provenance = Path(path), ids, vectors, provenance
         self.dim = vectors.shape[1]
-        self.row = {}
+        self.row: dict[str, int] = {}
         for i, stimulus in enumerate(ids):
             if not stimulus:
                 raise InputError(self.path, f"{where(i)}: empty id")
@@ -67,10 +78,10 @@ class UserVectors:
             raise InputError(self.path, f"id '{ids[i]}' ({where(i)}): a zero vector (its cosine with any other is "
                                         "undefined)")
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.ids)
 
-    def lookup(self, ids, what):
+    def lookup(self, ids: Sequence[str], what: str) -> NDArray[np.float64]:
         """float64 (len(ids), dim): the vectors of ``ids`` in order; an id the file lacks is an
         InputError naming the file, the ids and ``what`` needs them (e.g. "set insect-flower/flower")."""
         missing = [i for i in ids if i not in self.row]
@@ -79,7 +90,8 @@ class UserVectors:
         return self.vectors[[self.row[i] for i in ids]] if ids else np.zeros((0, self.dim))
 
 
-def read_vectors(path, ids=None, format=None, dim=None):
+def read_vectors(path: StrPath, ids: StrPath | None = None, format: str | None = None,
+                 dim: int | None = None) -> UserVectors:
     """The vectors in ``path`` (``ids``: the ids file of an NPY array), validated (module docstring).
 
     ``format``: csv | npy | hdf5 (default: from the suffix); ``dim``: the dimension the vectors must
@@ -99,6 +111,7 @@ def read_vectors(path, ids=None, format=None, dim=None):
     if format == "csv":
         names, vectors, where = _read_csv(path)
     elif format == "npy":
+        assert ids is not None  # checked above: an .npy array comes with its ids file
         names, vectors, where = _read_npy(path, Path(ids))
         provenance |= {"ids_file": str(ids), "ids_sha256": sha256_file(ids)}
     else:
@@ -110,9 +123,12 @@ def read_vectors(path, ids=None, format=None, dim=None):
     return UserVectors(path, names, vectors, where, provenance | {"n": len(names), "dim": vectors.shape[1]})
 
 
-def _read_csv(path):
+def _read_csv(path: Path) -> Parsed:
     """(ids, float64 (n, dim), line of row i) from a CSV file of ``id,<dim numbers>`` lines."""
-    ids, rows, lines, line = [], [], [], 0
+    ids: list[str] = []
+    rows: list[NDArray[np.float64]] = []
+    lines: list[int] = []
+    line = 0
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             reader = csv.reader(f)
@@ -148,7 +164,7 @@ def _read_csv(path):
     return ids, vectors, lambda i: f"line {lines[i]}"
 
 
-def _is_number(text):
+def _is_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:
@@ -156,7 +172,7 @@ def _is_number(text):
     return True
 
 
-def _utf8(raw):
+def _utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -164,7 +180,7 @@ def _utf8(raw):
     return True
 
 
-def _numeric_2d(path, array, what):
+def _numeric_2d(path: Path, array: NDArray[Any], what: str) -> NDArray[np.float64]:
     if array.ndim != 2 or not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
         raise InputError(path, f"{what}: expected a numeric array (n, dim), got {array.dtype} {array.shape}")
     return array.astype(np.float64)
@@ -173,7 +189,7 @@ def _numeric_2d(path, array, what):
 _NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
-def _read_npy(path, ids_path):
+def _read_npy(path: Path, ids_path: Path) -> Parsed:
     """(ids, float64 (n, dim), row of row i) from an .npy array and its ids file."""
     try:
         with open(path, "rb") as f:
@@ -210,7 +226,7 @@ def _read_npy(path, ids_path):
     return ids, vectors, lambda i: f"row {i + 1}"
 
 
-def _read_hdf5(path):
+def _read_hdf5(path: Path) -> Parsed:
     """(ids, float64 (n, dim), row of row i) from an HDF5 file's ``ids`` and ``vectors`` datasets."""
     try:
         with h5py.File(path, "r") as f:
@@ -235,24 +251,26 @@ def _read_hdf5(path):
     return ids, vectors, lambda i: f"row {i + 1}"
 
 
-def stimulus_sets(stimuli, images=None):
+def stimulus_sets(stimuli: Iterable["Stimulus"], images: Mapping[str, Sequence[str]] | None = None
+                  ) -> dict[str, tuple[list[str], list[str]]]:
     """{store key: (vector-file ids, store ids)} of every set of ``stimuli`` (vlbias.io.stimuli.Stimulus):
     an image category, each image ``images`` ({category: [file, ...]}, e.g. the image manifest's) lists
     for it, keyed "<category>/<file>" (stored as the file, as in image stores); a text set, its items."""
-    sets = {}
+    sets: dict[str, tuple[list[str], list[str]]] = {}
     for stimulus in stimuli:
         for st in stimulus.sets.values():
             if st.items is not None:
                 sets[st.key] = (list(st.items), list(st.items))
             else:
-                files = (images or {}).get(st.category)
+                files = None if st.category is None else (images or {}).get(st.category)
                 if files is None:
                     raise InputError(stimulus.path, f"image category '{st.category}' is listed in no image manifest")
                 sets[st.key] = ([f"{st.category}/{f}" for f in files], list(files))
     return sets
 
 
-def vectors_store(vectors, sets, out, provenance):
+def vectors_store(vectors: UserVectors, sets: Mapping[str, tuple[Sequence[str], Sequence[str]]], out: StrPath,
+                  provenance: Mapping[str, Any]) -> None:
     """Write the embedding store ``out`` (vlbias.io.store) of ``sets`` ({key: (lookup ids, stored ids)}:
     the ids the file keys the set's stimuli by, and the ids the store lists) from ``vectors``."""
     data = {key: (vectors.lookup(list(lookup), f"set '{key}'"), list(stored)) for key, (lookup, stored) in sets.items()}

@@ -18,6 +18,11 @@
 
 Every encoder also has ``.info``, a JSON-able dict recording where its weights came from.
 
+The contract is declared in vlbias.models.protocols, a ``typing.Protocol`` per role (ImageEncoder,
+TextEncoder, MultiOutputImageEncoder, VisionLanguageEncoder, MaskedLM); which roles a family plays is
+what its schema's ``family:`` declares (``roles``), and tests/test_protocols.py holds every adapter
+in the registry to them.
+
 Adapter modules are imported only when an entry names them (see vlbias.registry). Adding a family
 means its module vlbias.models.<adapter>, its schema vlbias/schemas/models/<adapter>.yaml (its keys,
 and what it embeds and gives: vlbias.models.plan) and a config entry.

@@ -16,11 +16,14 @@ NaN marks a test with no p-value (skipped): it is not a member of the family (m 
 finite p-values) and its adjusted value stays NaN.
 """
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike, NDArray
 
 
-def _family(p):
+def _family(p: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
     p = np.asarray(p, dtype=np.float64)
     if p.ndim != 1:
         raise ValueError(f"expected a 1-D array of p-values, got shape {p.shape}")
@@ -30,7 +33,7 @@ def _family(p):
     return p, np.flatnonzero(ok)
 
 
-def holm(p):
+def holm(p: ArrayLike) -> NDArray[np.float64]:
     """Holm's step-down adjusted p-values of a family (1-D array, NaN left out and kept NaN)."""
     p, idx = _family(p)
     out = np.full(p.shape, np.nan)
@@ -40,7 +43,7 @@ def holm(p):
     return out
 
 
-def benjamini_hochberg(p):
+def benjamini_hochberg(p: ArrayLike) -> NDArray[np.float64]:
     """Benjamini–Hochberg step-up adjusted p-values (q-values) of a family (1-D array, NaN left out
     and kept NaN)."""
     p, idx = _family(p)
@@ -52,7 +55,7 @@ def benjamini_hochberg(p):
     return out
 
 
-def add_adjusted(df, family=("model",), p="p"):
+def add_adjusted(df: pd.DataFrame, family: Sequence[str] = ("model",), p: str = "p") -> pd.DataFrame:
     """``df`` (a DataFrame) with columns ``p_holm`` and ``p_bh``: ``p`` adjusted within each family,
     the rows sharing the values of the ``family`` columns (in a results table: one model's tests).
     Rows whose ``status`` is not "ok" (when there is a status column) or whose p is missing are

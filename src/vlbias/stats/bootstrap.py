@@ -30,13 +30,16 @@ the same vector) are dropped and counted in ``n_undefined``.
 
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-from vlbias.stats.weat import _sets, _unit, effect_size_sw, serial_blas
+from vlbias.stats.weat import Embeddings, _sets, _unit, effect_size_sw, serial_blas
 
 METHODS = ("bca", "percentile")
 BLOCK = 1024  # replicates per matrix product: bounds memory at BLOCK × (|X|+|Y|) floats
+Sizes = tuple[int, int, int, int]  # (|X|, |Y|, |A|, |B|)
 
 
 @dataclass(frozen=True)
@@ -53,18 +56,19 @@ class EffectSizeCI:
     z0: float  # BCa bias correction (NaN for percentile)
     acceleration: float  # BCa acceleration (NaN for percentile)
 
-    def asdict(self):
+    def asdict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def cosines(X, Y, A, B):
+def cosines(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings) -> NDArray[np.float64]:
     """The (|X|+|Y|, |A|+|B|) matrix of cos(w, a): rows X then Y, columns A then B."""
     X, Y, A, B = _sets(X, Y, A, B)
     with serial_blas():
         return _unit(np.concatenate([X, Y])) @ _unit(np.concatenate([A, B])).T
 
 
-def weighted_d(C, n_x, n_a, cX, cY, cA, cB):
+def weighted_d(C: NDArray[np.float64], n_x: int, n_a: int, cX: NDArray[np.float64], cY: NDArray[np.float64],
+               cA: NDArray[np.float64], cB: NDArray[np.float64]) -> NDArray[np.float64]:
     """d for each row of draw counts (R, n) per set, from the cosine matrix C.
 
     ``cX`` (R, |X|) ... ``cB`` (R, |B|) count how often each stimulus is in a replicate (a
@@ -80,20 +84,20 @@ def weighted_d(C, n_x, n_a, cX, cY, cA, cB):
     m = (nx * mx + ny * my) / (nx + ny)
     var = (c * (s - m[:, None]) ** 2).sum(1) / (nx + ny - 1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        d = (mx - my) / np.sqrt(var)
+        d: NDArray[np.float64] = (mx - my) / np.sqrt(var)
     # s-values are differences of cosines (|s| ≤ 2): a variance at rounding level is zero, and
     # d would be rounding noise over rounding noise
     d[~(var > 1e-24)] = np.nan
     return d
 
 
-def _draws(rng, n, R):
+def _draws(rng: np.random.Generator, n: int, R: int) -> NDArray[np.float64]:
     """(R, n) counts of a uniform draw of n from n items with replacement, per replicate."""
     idx = rng.integers(0, n, size=(R, n)) + n * np.arange(R)[:, None]
     return np.bincount(idx.ravel(), minlength=R * n).reshape(R, n).astype(np.float64)
 
 
-def bootstrap_d(C, sizes, n_boot, seed):
+def bootstrap_d(C: NDArray[np.float64], sizes: Sizes, n_boot: int, seed: int) -> NDArray[np.float64]:
     """``n_boot`` bootstrap replicates of d, stimuli drawn within each set; (n_boot,) array.
 
     ``sizes`` = (|X|, |Y|, |A|, |B|), the row and column blocks of C. Replicates are drawn in
@@ -110,7 +114,7 @@ def bootstrap_d(C, sizes, n_boot, seed):
     return out
 
 
-def jackknife_d(C, sizes):
+def jackknife_d(C: NDArray[np.float64], sizes: Sizes) -> list[NDArray[np.float64]]:
     """d with each stimulus left out in turn: a list of four arrays (one per set X, Y, A, B;
     empty for a set of one stimulus, which cannot lose one)."""
     n_x, _, n_a, _ = sizes
@@ -125,7 +129,7 @@ def jackknife_d(C, sizes):
     return out
 
 
-def acceleration(jack):
+def acceleration(jack: list[NDArray[np.float64]]) -> float:
     """BCa acceleration from the leave-one-out values of each set.
 
     a is a sixth of the skewness of the linear approximation of d,
@@ -147,7 +151,8 @@ def acceleration(jack):
     return float(num / (6.0 * den**1.5)) if den > 0 else 0.0
 
 
-def effect_size_ci_cos(C, sizes, d, level=0.95, n_boot=10_000, seed=0, method="bca"):
+def effect_size_ci_cos(C: ArrayLike, sizes: Sizes, d: float, level: float = 0.95, n_boot: int = 10_000, seed: int = 0,
+                       method: str = "bca") -> EffectSizeCI:
     """Bootstrap interval of the effect size ``d`` from the cosine matrix C (see ``cosines``).
 
     ``sizes`` = (|X|, |Y|, |A|, |B|). Returns an :class:`EffectSizeCI`; its bounds are NaN when
@@ -168,7 +173,7 @@ def effect_size_ci_cos(C, sizes, d, level=0.95, n_boot=10_000, seed=0, method="b
     # also keeps the interval the same for any thread count (serial_blas)
     with serial_blas():
         theta = bootstrap_d(C, sizes, n_boot, seed)
-        jack = jackknife_d(C, sizes) if method == "bca" else None
+        jack = jackknife_d(C, sizes) if method == "bca" else []
     defined = theta[np.isfinite(theta)]
     n_undefined = n_boot - defined.size
     alpha = (1.0 - level) / 2.0
@@ -190,7 +195,8 @@ def effect_size_ci_cos(C, sizes, d, level=0.95, n_boot=10_000, seed=0, method="b
                         float(z0), float(a))
 
 
-def effect_size_ci(X, Y, A, B, level=0.95, n_boot=10_000, seed=0, method="bca"):
+def effect_size_ci(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, level: float = 0.95,
+                   n_boot: int = 10_000, seed: int = 0, method: str = "bca") -> EffectSizeCI:
     """Bootstrap confidence interval of the effect size d of X vs Y with A vs B ((n, dim) arrays),
     stimuli resampled within each set; see the module docstring."""
     C = cosines(X, Y, A, B)

@@ -29,16 +29,21 @@ sign-flip null of ``signflip_test``. Each function's docstring says which null i
 """
 
 from dataclasses import asdict, dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
-from vlbias.stats.permutation import PermutationResult, permutation_test_sw, signflip_test
-from vlbias.stats.weat import _check, effect_size_sw, s_wAB
+from vlbias.stats.permutation import Exact, PermutationResult, permutation_test_sw, signflip_test
+from vlbias.stats.weat import Embeddings, _check, effect_size_sw, s_wAB
+
+SValues: TypeAlias = NDArray[np.float64]  # s(w, A, B) of each target w of a set
 
 ROLES = ("X", "Y", "A_x", "A_y", "B_x", "B_y")
 
 
-def _sets(X, Y, A_x, A_y, B_x, B_y):
+def _sets(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+          B_y: Embeddings) -> tuple[NDArray[np.float64], ...]:
     X = _check("X", X)
     dim = X.shape[1]
     return (X, *(_check(name, M, dim) for name, M in zip(ROLES[1:], (Y, A_x, A_y, B_x, B_y))))
@@ -53,39 +58,45 @@ class GroundedResult:
     effect_size: float
     p: float
     permutation: PermutationResult | None  # the engine's result (experiments 1, 2)
-    parts: dict | None = None  # experiment 3: the X and Y halves (statistic, d, p each), "joint" (its test)
+    # experiment 3: the X and Y halves (statistic, d, p each), "joint" (its test)
+    parts: dict[str, dict[str, Any]] | None = None
 
-    def asdict(self):
+    def asdict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def experiment1_sw(X, Y, A_x, A_y, B_x, B_y):
+def experiment1_sw(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                   B_y: Embeddings) -> tuple[SValues, SValues]:
     """s(w, A_x∪A_y, B_x∪B_y) for w ∈ X and for w ∈ Y (two vectors)."""
     X, Y, A_x, A_y, B_x, B_y = _sets(X, Y, A_x, A_y, B_x, B_y)
     A, B = np.concatenate([A_x, A_y]), np.concatenate([B_x, B_y])
     return s_wAB(X, A, B), s_wAB(Y, A, B)
 
 
-def experiment2_sw(X, Y, A_x, A_y, B_x, B_y):
+def experiment2_sw(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                   B_y: Embeddings) -> tuple[SValues, SValues]:
     """s(x, A_x, B_x) for x ∈ X and s(y, A_y, B_y) for y ∈ Y (two vectors)."""
     X, Y, A_x, A_y, B_x, B_y = _sets(X, Y, A_x, A_y, B_x, B_y)
     return s_wAB(X, A_x, B_x), s_wAB(Y, A_y, B_y)
 
 
-def experiment3_sw(X, Y, A_x, A_y, B_x, B_y):
+def experiment3_sw(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                   B_y: Embeddings) -> tuple[tuple[SValues, SValues], tuple[SValues, SValues]]:
     """The four s-value vectors of experiment 3, congruent first:
     (s(x, A_x, B_x), s(x, A_y, B_y)) for x ∈ X and (s(y, A_y, B_y), s(y, A_x, B_x)) for y ∈ Y."""
     X, Y, A_x, A_y, B_x, B_y = _sets(X, Y, A_x, A_y, B_x, B_y)
     return (s_wAB(X, A_x, B_x), s_wAB(X, A_y, B_y)), (s_wAB(Y, A_y, B_y), s_wAB(Y, A_x, B_x))
 
 
-def _two_sample(s_a, s_b, n_samples, seed, exact):
+def _two_sample(s_a: SValues, s_b: SValues, n_samples: int, seed: int,
+                exact: Exact) -> tuple[float, float, PermutationResult]:
     s = np.concatenate([s_a, s_b])
     return (float(np.sum(s_a) - np.sum(s_b)), effect_size_sw(s_a, s_b),
             permutation_test_sw(s, len(s_a), n_samples=n_samples, seed=seed, exact=exact))
 
 
-def experiment1(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
+def experiment1(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                B_y: Embeddings, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto") -> GroundedResult:
     """Experiment 1: do joint embeddings encode social biases?
 
     Null sampled by the permutations: the labels "X" and "Y" are exchangeable over the pooled
@@ -97,7 +108,8 @@ def experiment1(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto
     return GroundedResult("1", stat, d, perm.p, perm)
 
 
-def experiment2(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
+def experiment2(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                B_y: Embeddings, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto") -> GroundedResult:
     """Experiment 2: can grounded evidence that counters a stereotype alleviate biases?
 
     Null sampled by the permutations: "X" and "Y" are exchangeable over the pooled targets,
@@ -111,7 +123,9 @@ def experiment2(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto
     return GroundedResult("2", stat, d, perm.p, perm)
 
 
-def experiment3_masked(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto", statistic="2"):
+def experiment3_masked(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                       B_y: Embeddings, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto",
+                       statistic: str = "2") -> GroundedResult:
     """Experiment 3, variant 2: an experiment's test on masked embeddings. Pass embeddings computed
     with the test's mask terms replaced by [MASK] (T) or with person regions masked (I).
 
@@ -126,7 +140,8 @@ def experiment3_masked(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exac
     return GroundedResult("3-masked", r.statistic, r.effect_size, r.p, r.permutation)
 
 
-def experiment3(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto"):
+def experiment3(X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                B_y: Embeddings, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto") -> GroundedResult:
     r"""Experiment 3, variant 1: are biases encoded from language or from vision?
 
     statistic = ½(|S_x| + |S_y|) with S_x = Σ_x s(x,A_x,B_x) − Σ_x s(x,A_y,B_y) and
@@ -147,8 +162,8 @@ def experiment3(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto
     (cx, ix), (cy, iy) = experiment3_sw(X, Y, A_x, A_y, B_x, B_y)
     dx, dy = cx - ix, cy - iy
     parts = {}
-    for name, (con, inc), d in (("X", (cx, ix), dx), ("Y", (cy, iy), dy)):
-        r = signflip_test(d, n_samples=n_samples, seed=seed, exact=exact)
+    for name, (con, inc), diff in (("X", (cx, ix), dx), ("Y", (cy, iy), dy)):
+        r = signflip_test(diff, n_samples=n_samples, seed=seed, exact=exact)
         parts[name] = {"statistic": float(np.sum(con) - np.sum(inc)), "effect_size": effect_size_sw(con, inc),
                        "p": r.p, "p_se": r.p_se, "exact": r.exact, "n_samples": r.n_samples}
     joint = signflip_test(np.concatenate([dx, dy]), np.repeat([0, 1], [len(dx), len(dy)]), n_samples=n_samples,
@@ -161,7 +176,8 @@ def experiment3(X, Y, A_x, A_y, B_x, B_y, n_samples=100_000, seed=0, exact="auto
 EXPERIMENTS = {"1": experiment1, "2": experiment2, "3": experiment3, "3-masked": experiment3_masked}
 
 
-def grounded_test(experiment, X, Y, A_x, A_y, B_x, B_y, **kwargs):
+def grounded_test(experiment: str, X: Embeddings, Y: Embeddings, A_x: Embeddings, A_y: Embeddings, B_x: Embeddings,
+                  B_y: Embeddings, **kwargs: Any) -> GroundedResult:
     """Run experiment "1", "2", "3" or "3-masked" (then pass masked embeddings)."""
     if experiment not in EXPERIMENTS:
         raise ValueError(f"unknown grounded experiment {experiment!r}; expected one of {sorted(EXPERIMENTS)}")

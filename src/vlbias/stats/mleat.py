@@ -63,13 +63,16 @@ naming the set (vlbias.stats.weat).
     row = r.row()                     # flat: one line of a results table (``COLUMNS``)
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
-from vlbias.stats.permutation import permutation_test_sw
-from vlbias.stats.weat import _sets, effect_size_sw, s_wAB
+from vlbias.stats.permutation import Exact, PermutationResult, permutation_test_sw
+from vlbias.stats.weat import Embeddings, _sets, effect_size_sw, s_wAB
 
 NULLS = ("normal", "count")
 TARGETS = ("X", "Y")
@@ -123,8 +126,8 @@ class Level2:
     n_samples: int
     n_partitions: int
     seed: int | None
-    s_a: tuple = ()  # s(a, T) for a ∈ A: the values d_T compares (an EAT-Map's points)
-    s_b: tuple = ()  # s(b, T) for b ∈ B
+    s_a: tuple[float, ...] = ()  # s(a, T) for a ∈ A: the values d_T compares (an EAT-Map's points)
+    s_b: tuple[float, ...] = ()  # s(b, T) for b ∈ B
     status: str = "ok"
 
 
@@ -144,25 +147,25 @@ class MLEATResult:
     """All three levels of one test, its pattern and flag, and the settings that reproduce them."""
 
     level1: Level1
-    level2: dict  # {"X": Level2, "Y": Level2}
-    level3: dict  # {"XA": Level3, "XB": ..., "YA": ..., "YB": ...}
+    level2: dict[str, Level2]  # {"X": Level2, "Y": Level2}
+    level3: dict[str, Level3]  # {"XA": Level3, "XB": ..., "YA": ..., "YB": ...}
     pattern: str  # a code of PATTERNS, or "undefined"
     cosine_uninformative: bool
-    sizes: tuple  # (|X|, |Y|, |A|, |B|)
+    sizes: tuple[int, int, int, int]  # (|X|, |Y|, |A|, |B|)
     alpha: float
     null: str
     saturation: float
-    outcomes: tuple  # (o_X, o_Y): "A", "B", "" (neither) or None (undefined)
+    outcomes: tuple[str | None, ...]  # (o_X, o_Y): "A", "B", "" (neither) or None (undefined)
 
     @property
-    def status(self):
+    def status(self) -> str:
         """"ok", or each level's reason for an undefined statistic, "; "-joined."""
         notes = [f"level 1: {self.level1.status}"] if self.level1.status != "ok" else []
         notes += [f"level 2 {t}: {self.level2[t].status}" for t in TARGETS if self.level2[t].status != "ok"]
         notes += [f"level 3 {q}: one cosine, no std" for q in QUADRANTS if self.level3[q].n < 2]
         return "; ".join(notes) or "ok"
 
-    def row(self):
+    def row(self) -> dict[str, Any]:
         """The result as one flat row (``COLUMNS``, in order): a line of a results table."""
         l1, n_x, n_y, n_a, n_b = self.level1, *self.sizes
         row = {"n_x": n_x, "n_y": n_y, "n_a": n_a, "n_b": n_b, "pattern": self.pattern,
@@ -194,7 +197,7 @@ COLUMNS = [
 ]
 
 
-def _d(s_1, s_2, sizes):
+def _d(s_1: ArrayLike, s_2: ArrayLike, sizes: Mapping[str, int]) -> tuple[float, str]:
     """effect_size_sw of two s-value vectors, or (NaN, why) where it is undefined: a set of fewer than
     two (``sizes``: {set name: size}) or s-values without variance."""
     small = [f"|{name}| = {n}" for name, n in sizes.items() if n < 2]
@@ -206,7 +209,8 @@ def _d(s_1, s_2, sizes):
         return np.nan, str(e)
 
 
-def _directional(s, n_first, d, n_samples, seed, exact, threads):
+def _directional(s: NDArray[np.float64], n_first: int, d: float, n_samples: int, seed: int, exact: Exact,
+                 threads: int | None) -> tuple[float, float, PermutationResult]:
     """(p_count, p_normal, the upper tail's PermutationResult) of ``s`` split after ``n_first``, each
     in the direction of ``d``. The lower tail is the upper tail of −s: the same seed draws the same
     partitions, so both tails are counted on one sample."""
@@ -218,7 +222,9 @@ def _directional(s, n_first, d, n_samples, seed, exact, threads):
     return lower.p, normal, lower
 
 
-def level1(X, Y, A, B, *, n_samples=100_000, seed=0, exact="auto", threads=None, ci=None, C=None):
+def level1(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, *, n_samples: int = 100_000, seed: int = 0,
+           exact: Exact = "auto", threads: int | None = None, ci: Mapping[str, Any] | None = None,
+           C: NDArray[np.float64] | None = None) -> Level1:
     """Level 1: d₁ and p₁ exactly as vlbias.associate computes a table's d and p (s_wAB on X∪Y,
     effect_size_sw, permutation_test_sw); ``ci`` ({level, n_boot, seed, method}) adds the bootstrap
     interval of d₁ (vlbias.stats.bootstrap), from the cosine matrix ``C`` when the caller has it."""
@@ -237,13 +243,14 @@ def level1(X, Y, A, B, *, n_samples=100_000, seed=0, exact="auto", threads=None,
                   res.n_partitions, res.seed, low, high)
 
 
-def level2(s_a, s_b, target="T", *, null="normal", n_samples=100_000, seed=0, exact="auto", threads=None):
+def level2(s_a: ArrayLike, s_b: ArrayLike, target: str = "T", *, null: str = "normal", n_samples: int = 100_000,
+           seed: int = 0, exact: Exact = "auto", threads: int | None = None) -> Level2:
     """Level 2 of one target set from its s(a, T) (a ∈ A) and s(b, T) (b ∈ B) values: d_T, and p in
     the direction of d_T over the partitions of A∪B (module docstring; ``null`` picks ``p``)."""
     if null not in NULLS:
         raise ValueError(f"null must be one of {NULLS}, got {null!r}")
     s_a, s_b = np.asarray(s_a, dtype=np.float64), np.asarray(s_b, dtype=np.float64)
-    kept = {"s_a": tuple(map(float, s_a)), "s_b": tuple(map(float, s_b))}
+    kept: dict[str, Any] = {"s_a": tuple(map(float, s_a)), "s_b": tuple(map(float, s_b))}
     d, status = _d(s_a, s_b, {"A": len(s_a), "B": len(s_b)})
     if status != "ok":
         return Level2(target, np.nan, np.nan, np.nan, np.nan, np.nan, False, 0, 0, None, **kept, status=status)
@@ -253,13 +260,13 @@ def level2(s_a, s_b, target="T", *, null="normal", n_samples=100_000, seed=0, ex
                   res.n_samples, res.n_partitions, res.seed, **kept)
 
 
-def level3(C_TC, target="T", attribute="C"):
+def level3(C_TC: ArrayLike, target: str = "T", attribute: str = "C") -> Level3:
     """Level 3 of one (target, attribute) block of cosines: μ_TC and σ_TC (ddof=1)."""
     c = np.asarray(C_TC, dtype=np.float64).ravel()
     return Level3(target, attribute, float(c.mean()), float(c.std(ddof=1)) if c.size > 1 else np.nan, int(c.size))
 
 
-def outcome(l2, alpha):
+def outcome(l2: Level2, alpha: float) -> str | None:
     """o_T of a Level2 (module docstring): "A", "B", "" (neither), or None when d_T is undefined."""
     if not np.isfinite(l2.d):
         return None
@@ -268,15 +275,16 @@ def outcome(l2, alpha):
     return ""
 
 
-def pattern(o_x, o_y):
+def pattern(o_x: str | None, o_y: str | None) -> str:
     """The pattern code of Level 2's outcomes (o_X, o_Y); "undefined" when either is None."""
     if o_x is None or o_y is None:
         return UNDEFINED
     return PATTERNS[(o_x, o_y)][0]
 
 
-def mleat(X, Y, A, B, *, n_samples=100_000, seed=0, exact="auto", alpha=0.05, null="normal", saturation=0.9,
-          ci=None, threads=None):
+def mleat(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, *, n_samples: int = 100_000, seed: int = 0,
+          exact: Exact = "auto", alpha: float = 0.05, null: str = "normal", saturation: float = 0.9,
+          ci: Mapping[str, Any] | None = None, threads: int | None = None) -> MLEATResult:
     """The ML-EAT of X vs Y with A vs B ((n, dim) arrays): its three levels, pattern and flag.
 
     ``n_samples``, ``seed``, ``exact``, ``threads``: the permutation engine's (vlbias.stats.permutation),
@@ -293,7 +301,7 @@ def mleat(X, Y, A, B, *, n_samples=100_000, seed=0, exact="auto", alpha=0.05, nu
     n_x, n_y, n_a, n_b = sizes = (len(X), len(Y), len(A), len(B))
     C = cosines(X, Y, A, B)  # rows X then Y, columns A then B
     blocks = {"XA": C[:n_x, :n_a], "XB": C[:n_x, n_a:], "YA": C[n_x:, :n_a], "YB": C[n_x:, n_a:]}
-    settings = {"n_samples": n_samples, "seed": seed, "exact": exact, "threads": threads}
+    settings: dict[str, Any] = {"n_samples": n_samples, "seed": seed, "exact": exact, "threads": threads}
     l1 = level1(X, Y, A, B, ci=ci, C=C, **settings)
     # s(c, T) = mean_{t∈T} cos(c, t): the column means of T's rows of C
     l2 = {t: level2(blocks[t + "A"].mean(axis=0), blocks[t + "B"].mean(axis=0), t, null=null, **settings)

@@ -11,10 +11,13 @@ vlbias.stats._kernels, from counter-based streams per block of draws, so the sam
 the same p on any number of threads.
 """
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from math import comb, erfc, sqrt
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from vlbias.stats import _kernels
 
@@ -25,6 +28,8 @@ TIE_RTOL = 1e-10
 
 # Above this many partitions an exact test is refused even when asked for.
 MAX_EXACT = 10**9
+
+Exact: TypeAlias = bool | Literal["auto"]  # a test's ``exact``: enumerate every arrangement, sample, or "auto"
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class NullCount:
     n_extreme: int  # of those, at least as extreme as the observed one
     seed: int | None  # seed of the sampled arrangements (None when exact)
 
-    def asdict(self):
+    def asdict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -59,12 +64,14 @@ class SignFlipResult(NullCount):
     statistic: float  # Σ_g |Σ_{i∈g} d_i|
 
 
-def _finite(values, what):
+def _finite(values: NDArray[np.float64], what: str) -> None:
     if not np.isfinite(values).all():
         raise ValueError(f"{what} contains NaN or inf")
 
 
-def _count(kernels, args, values, observed, n_null, unit, n_samples, seed, exact, threads):
+def _count(kernels: tuple[Callable[..., Any], Callable[..., Any]], args: tuple[Any, ...], values: NDArray[np.float64],
+           observed: float, n_null: int, unit: str, n_samples: int, seed: int, exact: Exact,
+           threads: int | None) -> dict[str, Any]:
     """The fields of NullCount for ``observed`` among the ``n_null`` arrangements (``unit``, e.g.
     "partitions") counted by ``kernels`` (count_exact, count_sampled of vlbias.stats._kernels, called
     with ``args`` first); ``values`` (the kernels' input) scale the tie threshold."""
@@ -95,7 +102,8 @@ def _count(kernels, args, values, observed, n_null, unit, n_samples, seed, exact
             "seed": used_seed}
 
 
-def permutation_test_sw(s_w, n_x, n_samples=100_000, seed=0, exact="auto", threads=None):
+def permutation_test_sw(s_w: ArrayLike, n_x: int, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto",
+                        threads: int | None = None) -> PermutationResult:
     r"""One-sided permutation test on precomputed s(w, A, B) values.
 
     ``s_w`` holds s(w,A,B) for X∪Y with the ``n_x`` members of X first. This is the
@@ -138,7 +146,8 @@ def permutation_test_sw(s_w, n_x, n_samples=100_000, seed=0, exact="auto", threa
                              p_parametric=float(p_param))
 
 
-def signflip_test(d, groups=None, n_samples=100_000, seed=0, exact="auto", threads=None):
+def signflip_test(d: ArrayLike, groups: ArrayLike | None = None, n_samples: int = 100_000, seed: int = 0,
+                  exact: Exact = "auto", threads: int | None = None) -> SignFlipResult:
     r"""Paired permutation test of T = Σ_g |Σ_{i∈g} d_i| under the sign-flip null.
 
     ``d`` (n,): one difference per pair, d_i = a_i − b_i of two values measured on the same unit

@@ -4,27 +4,32 @@ benchmark, not something the pipeline runs.
 """
 
 import itertools
-
-import numpy as np
 from math import comb
 
+import numpy as np
+from numpy.typing import NDArray
 
-def cosine(U, V):
+
+def cosine(U: NDArray[np.float64], V: NDArray[np.float64]) -> NDArray[np.float64]:
     U = U / np.linalg.norm(U, axis=1, keepdims=True)
     V = V / np.linalg.norm(V, axis=1, keepdims=True)
     return U @ V.T
 
 
-def s_wAB(W, A, B):
-    return cosine(W, A).mean(axis=1) - cosine(W, B).mean(axis=1)
+def s_wAB(W: NDArray[np.float64], A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
+    s: NDArray[np.float64] = cosine(W, A).mean(axis=1) - cosine(W, B).mean(axis=1)
+    return s
 
 
-def effect_size(X, Y, A, B):
+def effect_size(X: NDArray[np.float64], Y: NDArray[np.float64], A: NDArray[np.float64],
+                B: NDArray[np.float64]) -> float:
     s_x, s_y = s_wAB(X, A, B), s_wAB(Y, A, B)
-    return (s_x.mean() - s_y.mean()) / np.std(np.concatenate([s_x, s_y]), ddof=1)
+    d: float = (s_x.mean() - s_y.mean()) / np.std(np.concatenate([s_x, s_y]), ddof=1)
+    return d
 
 
-def p_value(X, Y, A, B, n_samples, rng):
+def p_value(X: NDArray[np.float64], Y: NDArray[np.float64], A: NDArray[np.float64], B: NDArray[np.float64],
+            n_samples: int, rng: np.random.Generator) -> float:
     """One-sided p: exact when the partitions number ≤ n_samples, else the observed
     partition once plus n_samples − 1 shuffles; ties count as extreme."""
     s = s_wAB(np.concatenate([X, Y]), A, B)

@@ -5,13 +5,22 @@ test on each split. No association was planted, so the fraction with p < α is t
 false-positive rate at α; a calibrated test keeps it near α.
 """
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from vlbias.stats.permutation import permutation_test_sw
 from vlbias.stats.weat import _check, _unit, serial_blas
 
+if TYPE_CHECKING:
+    from vlbias.logs import Progress
 
-def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0, threads=None, progress=None):
+
+def random_partition_pvalues(X: ArrayLike, Y: ArrayLike, A: ArrayLike, B: ArrayLike, n_tests: int = 1000,
+                             n_samples: int = 10_000, seed: int = 0, threads: int | None = None,
+                             progress: "Progress | None" = None) -> NDArray[np.float64]:
     """p-values of ``n_tests`` tests on random re-partitions of X∪Y∪A∪B (reproducible by seed);
     ``progress`` (vlbias.logs.Progress) advances by test."""
     sets = [_check(name, M) for name, M in zip("XYAB", (X, Y, A, B))]
@@ -35,7 +44,7 @@ def random_partition_pvalues(X, Y, A, B, n_tests=1000, n_samples=10_000, seed=0,
     return p
 
 
-def false_positive_rates(p, alphas=(0.1, 0.01)):
+def false_positive_rates(p: ArrayLike, alphas: Iterable[float] = (0.1, 0.01)) -> dict[float, float]:
     """Fraction of p-values below each α."""
     p = np.asarray(p)
     return {alpha: float((p < alpha).mean()) for alpha in alphas}

@@ -13,30 +13,36 @@ splitting the pooled targets X∪Y into sets of the observed sizes is equally li
 A and B stay fixed.
 """
 
+from contextlib import AbstractContextManager
 from functools import cache
+from typing import Any, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from threadpoolctl import ThreadpoolController
 
-from vlbias.stats.permutation import permutation_test_sw
+from vlbias.stats.permutation import Exact, PermutationResult, permutation_test_sw
+
+Embeddings: TypeAlias = NDArray[np.floating[Any]]
+"""One stimulus set: an (n, dim) array of embeddings, a row per stimulus."""
 
 
 @cache
-def _blas():
+def _blas() -> ThreadpoolController:
     # finding the loaded BLAS takes milliseconds: once per process (numpy's is loaded by now)
     return ThreadpoolController()
 
 
-def serial_blas():
+def serial_blas() -> AbstractContextManager[Any]:
     """A context in which numpy's BLAS runs on one thread. Every matrix product of the statistics
     runs in one: OpenBLAS splits a product over its threads in blocks whose sums round differently,
     so a cosine changed in the last bit with the job's thread count (``--cores 1`` vs ``2``, a
     SLURM job vs a local one) and so did the bootstrap interval (issue 18 row 6). The products are
     small; threads gain little on them."""
-    return _blas().limit(limits=1, user_api="blas")
+    return cast(AbstractContextManager[Any], _blas().limit(limits=1, user_api="blas"))
 
 
-def _check(name, M, dim=None):
+def _check(name: str, M: ArrayLike, dim: int | None = None) -> NDArray[np.float64]:
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2:
         raise ValueError(f"set {name}: expected a 2-D (n, dim) array, got shape {M.shape}")
@@ -55,16 +61,16 @@ def _check(name, M, dim=None):
     return M
 
 
-def _unit(M):
+def _unit(M: NDArray[np.float64]) -> NDArray[np.float64]:
     """Rows of M scaled to unit length, without overflow or underflow: each row is divided by its
     largest magnitude first (a row of 1e200s would square to inf, one of 1e-170s to 0), then by
     its norm, summed in float64. M holds no zero rows (``_check`` refuses them)."""
-    scaled = np.asarray(M, dtype=np.float64) / np.abs(M).max(axis=1, keepdims=True)
+    scaled: NDArray[np.float64] = np.asarray(M, dtype=np.float64) / np.abs(M).max(axis=1, keepdims=True)
     scaled /= np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]  # in place: a third array cost 5x (page faults)
     return scaled
 
 
-def s_wAB(W, A, B):
+def s_wAB(W: Embeddings, A: Embeddings, B: Embeddings) -> NDArray[np.float64]:
     """s(w, A, B) for every row w of W, as a vector.
 
     One matrix product per attribute set: mean_a cos(w, a) = w·(mean_a â)/|w| with â = a/|a|,
@@ -75,15 +81,16 @@ def s_wAB(W, A, B):
     B = _check("B", B, W.shape[1])
     Wn = _unit(W)
     with serial_blas():
-        return Wn @ _unit(A).mean(axis=0) - Wn @ _unit(B).mean(axis=0)
+        s: NDArray[np.float64] = Wn @ _unit(A).mean(axis=0) - Wn @ _unit(B).mean(axis=0)
+    return s
 
 
-def s_XYAB(s_x, s_y):
+def s_XYAB(s_x: ArrayLike, s_y: ArrayLike) -> float:
     """s(X, Y, A, B) = Σ_x s(x,A,B) − Σ_y s(y,A,B) from precomputed s(w) values."""
     return float(np.sum(s_x) - np.sum(s_y))
 
 
-def effect_size_sw(s_x, s_y):
+def effect_size_sw(s_x: ArrayLike, s_y: ArrayLike) -> float:
     """Effect size d from precomputed s(w) values of X and Y (sample std, ddof=1)."""
     s_x = np.asarray(s_x, dtype=np.float64)
     s_y = np.asarray(s_y, dtype=np.float64)
@@ -98,20 +105,22 @@ def effect_size_sw(s_x, s_y):
     return float((s_x.mean() - s_y.mean()) / sd)
 
 
-def _sets(X, Y, A, B):
+def _sets(X: Embeddings, Y: Embeddings, A: Embeddings,
+          B: Embeddings) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     X = _check("X", X)
     dim = X.shape[1]
     return X, _check("Y", Y, dim), _check("A", A, dim), _check("B", B, dim)
 
 
-def effect_size(X, Y, A, B):
+def effect_size(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings) -> float:
     """Effect size d of the association test on (n, dim) arrays X, Y, A, B."""
     X, Y, A, B = _sets(X, Y, A, B)
     s = s_wAB(np.concatenate([X, Y]), A, B)
     return effect_size_sw(s[: len(X)], s[len(X) :])
 
 
-def permutation_pvalue(X, Y, A, B, n_samples=100_000, seed=0, exact="auto", threads=None):
+def permutation_pvalue(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, n_samples: int = 100_000,
+                       seed: int = 0, exact: Exact = "auto", threads: int | None = None) -> PermutationResult:
     """Permutation test of the association of X vs Y with A vs B; see vlbias.stats.permutation."""
     X, Y, A, B = _sets(X, Y, A, B)
     s = s_wAB(np.concatenate([X, Y]), A, B)

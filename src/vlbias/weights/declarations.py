@@ -20,6 +20,7 @@ error; nothing is ever filled in at random.
 """
 
 from functools import cache
+from typing import Any
 
 import yaml
 
@@ -30,13 +31,13 @@ from vlbias.registry import SCHEMAS
 DETECTOR_STAGE = "regions"
 
 
-def kind_of(name):
+def kind_of(name: str) -> str:
     """The adapter kind of entry ``name`` (``<stage>/<name>``): detectors, or models."""
     return "detectors" if name.split("/", 1)[0] == DETECTOR_STAGE else "models"
 
 
 @cache
-def _family_weights(adapter, kind):
+def _family_weights(adapter: object, kind: str) -> dict[str, Any]:
     """The ``family: weights:`` block of ``adapter``, merged over its includes' (the adapter's own
     declarations add to or override an included one's, key by key; ``unused`` lists add up)."""
     path = SCHEMAS / kind / f"{adapter}.yaml"
@@ -44,7 +45,7 @@ def _family_weights(adapter, kind):
         return {}
     with open(path, encoding="utf-8") as f:
         doc = yaml.safe_load(f) or {}
-    merged = {}
+    merged: dict[str, Any] = {}
     for fragment in doc.get("include", []):
         for key, declared in _family_weights(fragment, kind).items():
             merged[key] = merged.get(key, []) + declared if key == "unused" else {**merged.get(key, {}), **declared}
@@ -57,11 +58,11 @@ def _family_weights(adapter, kind):
     return merged
 
 
-def declared(adapter, kind="models"):
+def declared(adapter: object, kind: str = "models") -> dict[str, dict[str, Any]]:
     """{key: declaration} of the keys of ``adapter``'s entries that name weights."""
     return {key: d for key, d in _family_weights(adapter, kind).items() if key != "unused"}
 
 
-def unused(adapter, kind="models"):
+def unused(adapter: object, kind: str = "models") -> tuple[str, ...]:
     """The fnmatch patterns of the checkpoint entries ``adapter``'s model never reads (a tuple)."""
     return tuple(_family_weights(adapter, kind).get("unused", ()))

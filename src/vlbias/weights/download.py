@@ -3,16 +3,19 @@ one size cap for every file."""
 
 import fnmatch
 import os
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from vlbias.errors import InputError
 from vlbias.io.atomic import atomic_path
 from vlbias.io.fetch import DownloadError, cached_download
+from vlbias.io.paths import StrPath
 
 MAX_BYTES = 2**35  # 32 GiB: the largest weights file accepted (the published ones are below 6 GB)
 
 
-def url_download(url, folder, sha256, hint):
+def url_download(url: str, folder: StrPath, sha256: str | None, hint: str) -> Path:
     """The file of http(s) ``url`` in ``folder`` (vlbias.io.fetch.cached_download: downloaded once,
     named by ``sha256`` when pinned, else by the URL, and checked against ``sha256``)."""
     try:
@@ -21,21 +24,22 @@ def url_download(url, folder, sha256, hint):
         raise InputError(url, f"{e.reason}; {hint}") from None
 
 
-def _endpoint():
+def _endpoint() -> str:
     from huggingface_hub import constants
 
     # read now, not at huggingface_hub's import: a test (or a caller) may point it elsewhere
     return os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
 
 
-def hub_snapshot(cache_dir, repo, commit):
+def hub_snapshot(cache_dir: StrPath, repo: str, commit: str) -> Path:
     """The folder of ``repo``'s files at ``commit`` in the huggingface_hub cache ``cache_dir``."""
     from huggingface_hub.file_download import repo_folder_name
 
     return Path(cache_dir) / repo_folder_name(repo_id=repo, repo_type="model") / "snapshots" / commit
 
 
-def hub_download(repo, revision, patterns, *, cache_dir, pin=None):
+def hub_download(repo: str, revision: str | None, patterns: Iterable[str], *, cache_dir: str | Path,
+                 pin: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Path]]:
     """(commit, {file: path}) of the files ``patterns`` name (``choose``) in hub repository ``repo`` at
     ``revision`` (default main), through huggingface_hub into ``cache_dir``; with ``pin`` (a lock
     entry's source: ``commit``, ``files``) those files at that commit, which a cache that has them
@@ -73,7 +77,7 @@ def hub_download(repo, revision, patterns, *, cache_dir, pin=None):
     return commit, {f: snapshot / f for f in files}
 
 
-def choose(patterns, present, repo, revision):
+def choose(patterns: Iterable[str], present: Collection[str], repo: str, revision: str) -> list[str]:
     """The repository files ``patterns`` name: a name (required), ``a|b`` (the first present), a glob."""
     chosen = []
     for pattern in patterns:

@@ -6,15 +6,20 @@ sha256, a requested source without files) is refused, naming the lock and the en
 
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import yaml
 
 from vlbias.errors import InputError
 from vlbias.io.atomic import atomic_path
+from vlbias.io.paths import StrPath
 from vlbias.io.stimuli import load_yaml
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:  # not POSIX: concurrent writers of one lock are not supported
@@ -40,10 +45,10 @@ class Lock:
     other's entries.
     """
 
-    def __init__(self, path):
+    def __init__(self, path: StrPath) -> None:
         self.path = Path(path)
 
-    def entries(self):
+    def entries(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -59,14 +64,14 @@ class Lock:
             raise InputError(self.path, "expected a mapping of weights entries (<section>/<name>: {request, sources})")
         return doc
 
-    def entry(self, name):
+    def entry(self, name: str) -> dict[str, Any] | None:
         """The lock's entry ``name`` (None if it has none), checked: see ``check``."""
         entry = self.entries().get(name)
         if entry is not None:
             check(entry, f"weights lock {self.path}", name)
         return entry
 
-    def ensure(self):
+    def ensure(self) -> None:
         """Create the lock, empty, if there is none (the workflow's fetch jobs read it)."""
         if not self.path.exists():
             with self.locked():
@@ -74,7 +79,7 @@ class Lock:
                     self._write({})
 
     @contextmanager
-    def locked(self):
+    def locked(self) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if fcntl is None:
             yield
@@ -86,25 +91,25 @@ class Lock:
         finally:
             os.close(fd)
 
-    def put(self, name, entry):
+    def put(self, name: str, entry: dict[str, Any]) -> None:
         with self.locked():
             doc = self.entries()
             doc[name] = entry
             self._write(doc)
 
-    def _write(self, doc):
+    def _write(self, doc: dict[str, Any]) -> None:
         body = yaml.safe_dump(dict(sorted(doc.items())), sort_keys=False, width=110) if doc else ""
         with atomic_path(self.path) as tmp:
             Path(tmp).write_text(HEADER + body, encoding="utf-8")
 
 
-def check(entry, where, name):
+def check(entry: object, where: str, name: str) -> None:
     """Raise InputError (naming ``where``, the entry and what is wrong, in one line) unless ``entry``
     is a lock entry that pins every remote source it requests: ``request`` a mapping with the adapter
     and each source's request, ``sources`` one per requested key with its files (each a size and a
     sha256) and, for a hub repository, its commit."""
 
-    def bad(what):
+    def bad(what: str) -> InputError:
         return InputError(where, f"entry '{name}': {what}; fix it or run `vlbias weights --update {name}`")
 
     if not isinstance(entry, dict):

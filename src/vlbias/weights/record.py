@@ -14,16 +14,19 @@ configured and against the lock's entry, and every file's digest, before the ada
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from vlbias.errors import InputError
 from vlbias.io.atomic import atomic_path
 from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
+from vlbias.io.paths import StrPath
 from vlbias.weights.declarations import kind_of
 from vlbias.weights.download import hub_snapshot
 from vlbias.weights.lock import Lock
-from vlbias.weights.sources import REMOTE, locate, remote_sources, request, resolve
+from vlbias.weights.sources import REMOTE, Spec, locate, remote_sources, request, resolve
 
 KINDS = (*REMOTE, "local", "random")
 RESOLVED = ("commit", "pinned", "files")  # what a record's source adds to the source as configured
@@ -32,12 +35,13 @@ RESOLVED = ("commit", "pinned", "files")  # what a record's source adds to the s
 WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".h5", ".msgpack", ".gguf", ".onnx",
                 ".npz", ".index.json")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+Record: TypeAlias = dict[str, Any]  # a weights record (``fetch``): JSON-able
 
 
 # --- fetching -------------------------------------------------------------------------------------
 
 
-def fetch(name, spec, *, cache, lock_path, update=False):
+def fetch(name: str, spec: Spec, *, cache: StrPath, lock_path: StrPath | None, update: bool = False) -> Record:
     """The record of entry ``name`` (``<section>/<name>``): every source resolved (remote files
     downloaded into ``cache``, vlbias.weights.sources.resolve) and hashed; at the locked commit and
     checked against the locked digests when the lock at ``lock_path`` (None: no lock) has the entry
@@ -56,10 +60,10 @@ def fetch(name, spec, *, cache, lock_path, update=False):
     wanted = request(spec, sources)
     lock = Lock(lock_path) if lock_path and wanted else None
     locked = lock.entry(name) if lock and not update else None
+    where = f"weights lock {lock.path}" if lock else ""  # the errors naming it arise only where there is one
     if locked and locked["request"] != wanted:
-        raise InputError(f"weights lock {lock.path}", f"entry '{name}' was locked for {_brief(locked['request'])}; "
-                                                      f"the config now asks for {_brief(wanted)}; if intended, run "
-                                                      f"`vlbias weights --update {name}`")
+        raise InputError(where, f"entry '{name}' was locked for {_brief(locked['request'])}; the config now asks "
+                                f"for {_brief(wanted)}; if intended, run `vlbias weights --update {name}`")
     pins = locked["sources"] if locked else {}
     out = {}
     for key, source in sources.items():
@@ -69,9 +73,8 @@ def fetch(name, spec, *, cache, lock_path, update=False):
             if have is None or (have["sha256"], have["size"]) != (pinned["sha256"], pinned["size"]):
                 if have:  # not kept: a later fetch downloads it again rather than refusing the cached copy
                     _discard(have["path"], cache)
-                raise InputError(f"weights lock {lock.path}", f"entry '{name}', file '{file}': sha256 "
-                                                              f"{have and have['sha256']}, locked {pinned['sha256']}; "
-                                                              f"if intended, run `vlbias weights --update {name}`")
+                raise InputError(where, f"entry '{name}', file '{file}': sha256 {have and have['sha256']}, locked "
+                                        f"{pinned['sha256']}; if intended, run `vlbias weights --update {name}`")
         if got["kind"] == "hub":  # refused before any job would load it
             refuse_custom_code(hub_snapshot(Path(cache) / "hub", got["repo"], got["commit"]), list(got["files"]))
         elif got["kind"] == "local" and Path(got["path"]).is_dir():
@@ -82,7 +85,7 @@ def fetch(name, spec, *, cache, lock_path, update=False):
     return record
 
 
-def lock_entry(record):
+def lock_entry(record: Record) -> dict[str, Any]:
     """The lock's entry for ``record``: its request and each remote source's commit and file digests."""
     return {"request": record["request"], "sources": {
         key: {**({"commit": s["commit"]} if s.get("commit") else {}),
@@ -90,11 +93,11 @@ def lock_entry(record):
         for key, s in record["sources"].items() if s["kind"] in REMOTE}}
 
 
-def _brief(req):
+def _brief(req: Mapping[str, Any] | None) -> str:
     return json.dumps(req, sort_keys=True) if req else "nothing remote"
 
 
-def _discard(path, cache):
+def _discard(path: StrPath, cache: StrPath) -> None:
     """Remove the cached file ``path`` (refused: another sha256 than locked) from the cache: the cache's
     own entry, a link itself never what it points to, and where that entry is a huggingface_hub
     snapshot link, the blob it names, if that lies in the cache's hub folder. Nothing outside the
@@ -113,32 +116,32 @@ def _discard(path, cache):
 # --- records --------------------------------------------------------------------------------------
 
 
-def record_path(name):
+def record_path(name: str) -> Path:
     """Where the workflow keeps entry ``name``'s record: ``results/weights/<section>/<name>.json``."""
     return Path("results", "weights", f"{name}.json")
 
 
-def write_record(path, record):
+def write_record(path: StrPath, record: Record) -> None:
     """Write ``record`` as JSON at ``path``, atomically."""
     with atomic_path(path) as tmp:
         Path(tmp).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def read_record(path):
+def read_record(path: StrPath) -> Record:
     """The record written by :func:`write_record`, checked (``check_record``)."""
     try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
+        record: Record = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InputError(path, f"cannot read the weights record ({e}); run the weights stage again") from None
     check_record(record, path)
     return record
 
 
-def check_record(record, where):
+def check_record(record: object, where: object) -> None:
     """Raise InputError naming ``where`` (and the entry) in one line unless ``record`` has a record's shape."""
     entry = record.get("entry") if isinstance(record, dict) else None
 
-    def bad(what):
+    def bad(what: str) -> InputError:
         name = f"entry '{entry}': " if isinstance(entry, str) else ""
         again = f"`vlbias weights {entry}`" if isinstance(entry, str) else "the weights stage"
         return InputError(where, f"{name}not a weights record ({what}); run {again} again")
@@ -163,7 +166,7 @@ def check_record(record, where):
             raise bad(f"source {key}: a hub source without its commit")
 
 
-def provenance(record):
+def provenance(record: Record) -> Record:
     """``record`` without what is local to one machine (file paths): the same weights give the same
     provenance anywhere (for the stores' attributes and the tables)."""
     return {**record, "sources": {
@@ -172,7 +175,7 @@ def provenance(record):
         for key, source in record["sources"].items()}}
 
 
-def matches_lock(record, locked):
+def matches_lock(record: Record, locked: Mapping[str, Any] | None) -> bool:
     """Whether ``record``'s remote sources are what the lock entry ``locked`` (None: no entry) pins."""
     ours = lock_entry(record)
     if ours["request"] is None:  # nothing remote: nothing to pin (an entry left from another config is not read)
@@ -180,7 +183,7 @@ def matches_lock(record, locked):
     return locked == ours
 
 
-def stale_records(names, lock_path):
+def stale_records(names: Iterable[str], lock_path: StrPath) -> list[Path]:
     """The workflow's records (``record_path``) of entries ``names`` that the lock at ``lock_path`` no
     longer pins (its entry changed, e.g. a `git pull`, or is gone), or that are not records: their
     fetch must run again."""
@@ -202,7 +205,8 @@ def stale_records(names, lock_path):
 # --- the job side ------------------------------------------------------------------------------------
 
 
-def localize(name, spec, record, *, cache, lock_path=None, offline=True):
+def localize(name: str, spec: Spec, record: Record, *, cache: StrPath, lock_path: StrPath | None = None,
+             offline: bool = True) -> dict[str, Any]:
     """``spec`` of entry ``name`` made to load from the files ``record`` verifies, with no network.
 
     Refused (InputError, one line, naming the record's entry and the command that fetches it again):
@@ -268,12 +272,12 @@ def localize(name, spec, record, *, cache, lock_path=None, offline=True):
     return out
 
 
-def _plain(value):
+def _plain(value: object) -> Any:
     """``value`` as JSON gives it back (tuples as lists): a record's sources are compared after reading."""
     return json.loads(json.dumps(value))
 
 
-def _verify(path, want, name, file, remote):
+def _verify(path: Path, want: Mapping[str, Any], name: str, file: str, remote: bool) -> None:
     """The file ``path`` has the recorded size and sha256 (and, for a remote source, is where the record
     says the cache keeps it)."""
     again = f"run `vlbias weights {name}`"
@@ -287,7 +291,7 @@ def _verify(path, want, name, file, remote):
                                f"the file changed: {again}")
 
 
-def _snapshot_holds_nothing_else(folder, recorded, name):
+def _snapshot_holds_nothing_else(folder: Path, recorded: set[str], name: str) -> None:
     """A hub snapshot folder holds no weights besides the recorded files, and no code."""
     present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
     other = sorted(f for f in present - recorded if f.endswith(WEIGHT_FILES))
@@ -298,7 +302,8 @@ def _snapshot_holds_nothing_else(folder, recorded, name):
     refuse_custom_code(folder, sorted(present))
 
 
-def prepare(name, spec, *, cache, lock_path=None, update=False):
+def prepare(name: str, spec: Spec, *, cache: StrPath, lock_path: StrPath | None = None,
+            update: bool = False) -> dict[str, Any]:
     """``spec`` of entry ``name`` (``<section>/<name>``) ready for ``vlbias.models.build`` (or
     ``vlbias.regions.build``): fetched into ``cache`` (checked against, or recorded in, the lock at
     ``lock_path``), verified and localized. The registry refuses an entry with remote weights that
@@ -307,30 +312,31 @@ def prepare(name, spec, *, cache, lock_path=None, update=False):
     return localize(name, spec, record, cache=cache, lock_path=lock_path, offline=False)
 
 
-def fetched(spec, key):
+def fetched(spec: Spec, key: str) -> dict[str, Any] | None:
     """What localize recorded for ``key`` of a localized spec (``request``, ``revision``, ``commit``,
     ``config``, ``files``), or None for a spec (or key) not localized."""
     return (spec.get("fetched") or {}).get(key)
 
 
-def as_written(spec, key, default=None):
+def as_written(spec: Spec, key: str, default: Any = None) -> Any:
     """The entry's ``key`` as the config wrote it, for provenance: in a localized spec a fetched key
     names a local file or directory; its request is what was written (or the declared default)."""
     got = fetched(spec, key)
     return got["request"] if got else spec.get(key, default)
 
 
-def go_offline():
+def go_offline() -> None:
     """Turn huggingface_hub and transformers offline, in this process and its children, whether or not
     they are already imported (huggingface_hub reads the variables once, at import)."""
     os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"
     import sys
 
-    if "huggingface_hub.constants" in sys.modules:
-        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
+    constants: Any = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
 
 
-def unfetched(spec, kind):
+def unfetched(spec: Spec, kind: str) -> str | None:
     """The first key of ``spec`` naming remote weights (hub, URL, open_clip tag, torchvision weights)
     that did not come through ``localize`` (a spec with ``fetched`` did), or None."""
     if "fetched" in spec:

@@ -21,14 +21,19 @@ import importlib
 import importlib.metadata
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import cached_path, sha256_file
+from vlbias.io.paths import StrPath
 from vlbias.weights.declarations import declared
 from vlbias.weights.download import hub_download, hub_snapshot, url_download
 
 REMOTE = ("hub", "url", "open_clip", "torchvision")  # the kinds a lock pins
+Source: TypeAlias = dict[str, Any]  # a source (module docstring): JSON-able, as records keep it
+Spec: TypeAlias = Mapping[str, Any]  # a config entry (a model or a detector)
 _URL = re.compile(r"https?://")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -41,7 +46,7 @@ TORCHVISION_ARCHS = {
 DEFAULT_TORCHVISION_ARCH = "fasterrcnn_resnet50_fpn"
 
 
-def torchvision_arch(arch):
+def torchvision_arch(arch: str) -> tuple[Callable[..., Any], Any]:
     """(model factory, weights enum) of torchvision detection model ``arch`` (InputError for another)."""
     if arch not in TORCHVISION_ARCHS:
         raise InputError(f"arch '{arch}'", f"not a torchvision Faster R-CNN (known: {', '.join(TORCHVISION_ARCHS)})")
@@ -54,7 +59,7 @@ def torchvision_arch(arch):
 # --- what an entry loads ------------------------------------------------------------------------------
 
 
-def remote_sources(spec, kind="models"):
+def remote_sources(spec: Spec, kind: str = "models") -> dict[str, Source]:
     """{key: source} of what the entry loads, from its adapter's declaration (``kind``: models or
     detectors; open_clip tags and torchvision enums are resolved through those libraries' tables)."""
     sources = {}
@@ -84,7 +89,7 @@ def remote_sources(spec, kind="models"):
     return sources
 
 
-def request(spec, sources):
+def request(spec: Spec, sources: Mapping[str, Source]) -> dict[str, Any] | None:
     """What an entry asks for, as the lock keeps it: its adapter and each remote source's request
     (not what it resolved to). None when it loads nothing remote."""
     keep = {"hub": ("repo", "revision", "files"), "url": ("url", "sha256"), "open_clip": ("arch", "tag"),
@@ -93,7 +98,7 @@ def request(spec, sources):
     return {"adapter": spec.get("adapter"), **remote} if remote else None
 
 
-def package_dir(value):
+def package_dir(value: str) -> tuple[Path, str]:
     """(model directory, "<dist>==<version>") of ``package:<name>``: the package's ``get_model_path()``
     or its ``model/`` folder."""
     package = value.removeprefix("package:")
@@ -102,14 +107,14 @@ def package_dir(value):
     except ModuleNotFoundError as e:
         raise InputError(value, f"python package '{package}' is not installed") from e
     model_dir = Path(module.get_model_path() if hasattr(module, "get_model_path")
-                     else Path(module.__file__).parent / "model")
+                     else Path(str(module.__file__)).parent / "model")  # (__file__ None: a namespace package)
     if not model_dir.is_dir():
         raise InputError(value, f"the package has no model directory ({model_dir})")
     dist = importlib.metadata.packages_distributions().get(package, [package])[0]
     return model_dir, f"{dist}=={importlib.metadata.version(dist)}"
 
 
-def _local_dir(value):
+def _local_dir(value: str) -> Path | None:
     """The local directory a hub-or-local value names (a directory, ``package:<name>``, a path that is
     no hub id), or None for a hub id."""
     if value.startswith("package:"):
@@ -117,7 +122,7 @@ def _local_dir(value):
     return None if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", value) and not Path(value).is_dir() else Path(value)
 
 
-def _open_clip_source(arch, tag):
+def _open_clip_source(arch: str | None, tag: str) -> Source:
     import open_clip
     from open_clip.transform import PreprocessCfg
 
@@ -140,7 +145,7 @@ def _open_clip_source(arch, tag):
     return {**source, "url": cfg["url"], "sha256": folder if _SHA256.fullmatch(folder) else None}
 
 
-def _torchvision_source(arch, name):
+def _torchvision_source(arch: str | None, name: str) -> Source:
     arch = arch or DEFAULT_TORCHVISION_ARCH
     enum = torchvision_arch(arch)[1] if arch in TORCHVISION_ARCHS else None
     if enum is None or name not in enum.__members__:
@@ -155,7 +160,7 @@ def _torchvision_source(arch, name):
 # --- resolvers: where the files come from, where they lie -----------------------------------------------
 
 
-def resolve(source, cache, pin):
+def resolve(source: Source, cache: StrPath, pin: Mapping[str, Any] | None) -> Source:
     """The source with what it resolved to (``files``, and ``commit`` or ``pinned``), its files
     downloaded into ``cache`` where they are remote: hub files through huggingface_hub into
     ``<cache>/hub`` (at the commit of ``pin``, a lock entry's source, when given), URLs into
@@ -181,7 +186,7 @@ def resolve(source, cache, pin):
     return {**source, "pinned": bool(source.get("sha256")), "files": {Path(source["url"]).name: described(path)}}
 
 
-def locate(source, cache, names):
+def locate(source: Source, cache: StrPath, names: Sequence[str]) -> dict[str, Path]:
     """{file name: path} where the resolved ``source``'s files ``names`` lie: in the cache where
     ``resolve`` put them (``cache``: the same folder), the local file or folder itself."""
     kind, cache = source["kind"], Path(cache)
@@ -192,11 +197,11 @@ def locate(source, cache, names):
     if kind == "hub" or (kind == "open_clip" and "repo" in source):
         folder = hub_snapshot(cache / "hub", source["repo"], source["commit"])
         return {name: folder / name for name in names}
-    folder = {"torchvision": "torchvision", "open_clip": "open_clip"}.get(kind) or source["folder"]
-    return {Path(source["url"]).name: cached_path(source["url"], cache / folder, source.get("sha256"))}
+    subfolder = {"torchvision": "torchvision", "open_clip": "open_clip"}.get(kind) or source["folder"]
+    return {Path(source["url"]).name: cached_path(source["url"], cache / subfolder, source.get("sha256"))}
 
 
-def _local_files(source):
+def _local_files(source: Source) -> dict[str, Path]:
     """{name: path} of a local source: the file, or every file in the folder (not hidden files or
     folders, e.g. a .cache/ that huggingface_hub leaves in a local download)."""
     path = Path(source["path"])
@@ -209,6 +214,6 @@ def _local_files(source):
     return {str(p.relative_to(path)): p for p in files}
 
 
-def described(path):
+def described(path: StrPath) -> dict[str, Any]:
     path = Path(path)
     return {"size": path.stat().st_size, "sha256": sha256_file(path), "path": str(path)}
