@@ -3,20 +3,16 @@
 An adapter module imports torch and its model library (seconds), so it is imported only when an
 entry names it: importing a registry (e.g. while Snakemake parses the workflow) stays cheap. The
 module of adapter ``<name>`` is ``<package>.<name>`` by convention, and every adapter has a schema,
-``vlbias/schemas/<kind>s/<name>.yaml``: adding one means its module, its schema and a config entry.
+``vlbias/schemas/<kind>s/<name>.yaml`` (vlbias.schemas): adding one means its module, its schema and
+a config entry. ``build`` fills in the schema's defaults before the adapter sees the entry, whoever
+calls it (the workflow, the command line, a test, a benchmark): an adapter reads ``spec[key]`` for
+every key its schema gives a default.
 """
 
 import importlib
-from pathlib import Path
 
 from vlbias.errors import InputError
-
-SCHEMAS = Path(__file__).resolve().parent / "schemas"
-
-
-def adapters(kind):
-    """The adapter names with a schema under vlbias/schemas/<kind>/ (every registered adapter has one)."""
-    return sorted(p.stem for p in (SCHEMAS / kind).glob("*.yaml") if not p.stem.startswith("_"))
+from vlbias.schemas import adapters, with_defaults
 
 
 class Registry:
@@ -35,7 +31,8 @@ class Registry:
         return add
 
     def build(self, spec):
-        """The adapter object described by ``spec``; other keys of the entry are the adapter's to read.
+        """The adapter object described by ``spec``, its schema's defaults filled in; other keys of the
+        entry are the adapter's to read.
 
         An entry naming remote weights (a hub id, a URL, an open_clip tag, torchvision weights) is
         refused unless it came through vlbias.weights (``prepare``, or the workflow's ``localize``):
@@ -53,7 +50,7 @@ class Registry:
             raise InputError(f"{name} entry", f"`{key}: {spec.get(key, '(its default)')}` names remote weights, which "
                                               "load only fetched and verified: build the spec that vlbias.weights."
                                               "prepare(name, spec, cache=..., lock_path=...) returns")
-        return self.classes[name](spec)
+        return self.classes[name](with_defaults(spec, f"{self.kind}s"))
 
 
 def one_weights_source(spec, where, remote=None, hint=""):

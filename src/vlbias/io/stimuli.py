@@ -9,10 +9,9 @@ from pathlib import Path
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.schemas import SCHEMAS
 from vlbias.validation import problems
 
-# Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SETS = ("X", "Y", "A", "B")
 # the multiple-comparison family of a stimulus file that names none: one's own tests, adjusted among
 # themselves, never with a paper's (the shipped files name theirs: may2019, steed2021, cross-modal)
@@ -85,7 +84,8 @@ def load_yaml(stream):
 
 @cache
 def schema(name):
-    """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
+    """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some), so an installed vlbias
+    validates too."""
     with open(SCHEMAS / name) as f:
         return yaml.safe_load(f)
 

@@ -21,9 +21,7 @@ error; nothing is ever filled in at random.
 
 from functools import cache
 
-import yaml
-
-from vlbias.registry import SCHEMAS
+from vlbias.schemas import chain, document
 
 # the config sections whose entries load weights, and the kind of adapter each holds
 SECTIONS = {"ieat": "models", "seat": "models", "grounded": "models", "mlm": "models", "regions": "detectors"}
@@ -38,21 +36,14 @@ def kind_of(name):
 def _family_weights(adapter, kind):
     """The ``family: weights:`` block of ``adapter``, merged over its includes' (the adapter's own
     declarations add to or override an included one's, key by key; ``unused`` lists add up)."""
-    path = SCHEMAS / kind / f"{adapter}.yaml"
-    if not isinstance(adapter, str) or not path.is_file():
-        return {}
-    with open(path, encoding="utf-8") as f:
-        doc = yaml.safe_load(f) or {}
     merged = {}
-    for fragment in doc.get("include", []):
-        for key, declared in _family_weights(fragment, kind).items():
-            merged[key] = merged.get(key, []) + declared if key == "unused" else {**merged.get(key, {}), **declared}
-    for key, declared in ((doc.get("family") or {}).get("weights") or {}).items():
-        if key == "unused":
-            merged[key] = merged.get(key, []) + list(declared)
-            continue
-        declared = {declared: True} if isinstance(declared, str) else declared  # e.g. `path: directory`
-        merged[key] = {**merged.get(key, {}), **declared}
+    for part in chain(kind, adapter):
+        for key, declared in ((document(part).get("family") or {}).get("weights") or {}).items():
+            if key == "unused":
+                merged[key] = merged.get(key, []) + list(declared)
+                continue
+            declared = {declared: True} if isinstance(declared, str) else declared  # e.g. `path: directory`
+            merged[key] = {**merged.get(key, {}), **declared}
     return merged
 
 

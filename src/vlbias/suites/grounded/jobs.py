@@ -104,7 +104,7 @@ class _Visuals:
 
     def __call__(self, image_id, labels=None):
         """(Visual, digest) of ``image_id``, masking the regions labelled ``labels`` (None: persons)."""
-        from vlbias.models.vl import visual_from_store  # torch and transformers: only the model jobs need them
+        from vlbias.visual import visual_from_store  # image decoding (cv2): only the model jobs need it
 
         key = (image_id, labels)
         if key not in self.cache:
