@@ -4,14 +4,19 @@ Models and detectors both read it (below both in the package's layers: docs/arch
 """
 
 import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from vlbias.errors import InputError
 from vlbias.logs import FILE_ONLY
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
 
 
-def runtime(spec):
+def runtime(spec: Mapping[str, Any]) -> "tuple[torch.device, int]":
     """(torch.device, batch_size) from the entry's ``device``, ``batch_size`` and ``threads`` keys.
 
     ``device`` and ``batch_size`` are read as the registry's build filled them in (their defaults:
