@@ -13,7 +13,7 @@ Config entry keys:
     min_size, max_size   the model's resize (default 800, 1333: the shorter side to min_size unless
                   the longer would exceed max_size)
     nms_thresh    IoU of the class-agnostic NMS between candidate boxes (default 0.5, torchvision's)
-    min_boxes, max_boxes, conf   the box rule (vlbias.regions.keep_boxes)
+    min_boxes, max_boxes, conf   the box rule (vlbias.visual.keep_boxes)
     device, threads, batch_size  see vlbias.runtime
 
 Box selection, one box per region with its best class (as airsplay's py-bottom-up-attention, which
