@@ -31,13 +31,26 @@ READERS = [
 ]
 
 
+def written(node):
+    """Whether the expression ``node`` is a default written in the code: a literal, a container or
+    negation of literals, or a module constant (an upper-case name)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(map(written, node.elts))
+    if isinstance(node, ast.UnaryOp):
+        return written(node.operand)
+    return isinstance(node, ast.Name) and node.id.isupper()
+
+
 def own_defaults(path, keys, root=SRC.parent):
-    """["file:line: spec.get('key', ...)"] for each read of a schema key with a default of the code's own."""
+    """["file:line: spec.get('key', ...)"] for each read of a schema key with a default written in the code
+    (a default derived from the family's schema, e.g. the first of its ``ws_vectors``, is the schema's)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                 and isinstance(node.func.value, ast.Name) and node.func.value.id == "spec" and len(node.args) == 2
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys):
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys and written(node.args[1])):
             found.append(f"{path.relative_to(root)}:{node.lineno}: spec.get({node.args[0].value!r}, ...)")
     return found
 
@@ -51,8 +64,12 @@ def test_no_adapter_keeps_a_default_of_its_own_for_a_schema_key():
 def test_the_check_finds_a_default_of_the_codes_own(tmp_path):
     path = tmp_path / "vlbias" / "adapter.py"
     path.parent.mkdir()
-    path.write_text('def f(spec):\n    return spec.get("seed", 0), spec.get("config"), spec.get("other", 1), d.get("seed", 0)\n')
-    assert own_defaults(path, {"seed", "config"}, tmp_path) == ["vlbias/adapter.py:2: spec.get('seed', ...)"]
+    path.write_text('def f(spec):\n    return spec.get("seed", 0), spec.get("config"), spec.get("other", 1), d.get("seed", 0)\n'
+                    'def g(spec, self):\n    return spec.get("size", SIZE), spec.get("scales", [6, -1]), '
+                    'spec.get("ws_vector", self.ws_vectors[0])\n')
+    assert own_defaults(path, {"seed", "config", "size", "scales", "ws_vector"}, tmp_path) == [
+        "vlbias/adapter.py:2: spec.get('seed', ...)", "vlbias/adapter.py:4: spec.get('size', ...)",
+        "vlbias/adapter.py:4: spec.get('scales', ...)"]
 
 
 @pytest.mark.parametrize("kind,package,adapter", [("models", "vlbias.models", "vlbert"),

@@ -50,8 +50,8 @@ the schema's, vlbias/schemas/models/_vl.yaml and the fragments it includes):
                         where the model's position embeddings end
     token_mask          ``piece`` or ``word``: how mask T replaces a term (vlbias.models.tokenization;
                         protocol switch, docs/grounded.md row 6)
-    ws_vector           two-stream families only: ``language`` (the paper, section 4: "the outputs of
-                        the language Transformer") or ``language+visual``: the W and S vectors
+    ws_vector           two-stream families only: ``language`` (the default; the paper, section 4: "the
+                        outputs of the language Transformer") or ``language+visual``: the W and S vectors
                         (masked or not) are the language [CLS] state concatenated with the vision
                         stream's first state, as the authors' code did (scripts/models/modeling.py:72-76);
                         C stays the language state (protocol switch, docs/grounded.md row 3).
@@ -119,7 +119,7 @@ class VLEncoder:
         # inputs are fed where Ross et al.'s loaders fed them otherwise (protocol switches, docs/grounded.md
         # rows 8-12; each changes vectors), as its schema file declares them
         self.ws_vectors, self.feed_options = plan.ws_vectors(self.family), plan.feeds(self.family)
-        self.ws_vector = spec["ws_vector"]
+        self.ws_vector = spec.get("ws_vector", self.ws_vectors[0])  # the family's own first, as each feed's
         if self.ws_vector not in self.ws_vectors:
             raise InputError(f"ws_vector '{self.ws_vector}'", f"{self.family} gives {', '.join(self.ws_vectors)}")
         self.feed = {}
