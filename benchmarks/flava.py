@@ -22,7 +22,7 @@ import numpy as np
 from grounded_embed import captions_and_words, timed
 
 from vlbias.models import build
-from vlbias.models.vl import Visual
+from vlbias.visual import Visual
 
 SIZES = {
     "tiny": {"hidden_size": 32, "projection_dim": 16,

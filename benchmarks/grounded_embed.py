@@ -35,7 +35,8 @@ import yaml
 
 from vlbias.errors import InputError
 from vlbias.models import build
-from vlbias.models.vl import Visual, find_word
+from vlbias.models.tokenization import find_word
+from vlbias.visual import Visual
 from vlbias.stats.grounded import grounded_test
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 

@@ -47,7 +47,7 @@ def random_visual(k, seed, persons=(), size=(48, 64), image=False, num_classes=N
     flagged is_person; with ``image`` random pixels, with ``num_classes`` random class ids."""
     import numpy as np
 
-    from vlbias.models.vl import Visual
+    from vlbias.visual import Visual
 
     rng = np.random.default_rng(seed)
     h, w = size

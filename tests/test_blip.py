@@ -9,7 +9,8 @@ from transformers import BlipImageProcessor, BlipProcessor
 
 from vlbias.errors import InputError
 from vlbias.models import build
-from vlbias.models.vl import Visual, load_tokenizer
+from vlbias.models.tokenization import load_tokenizer
+from vlbias.visual import Visual
 
 CAPTIONS = ["A man rides a horse across a wide field.", "Lakisha is a nurse.", "man"]
 WORDS = ["horse", "Lakisha", "man"]

@@ -28,9 +28,9 @@ import torch
 from PIL import Image, ImageDraw
 
 from vlbias.errors import InputError
+from vlbias.images.blob import PIXEL_MEANS_BGR, image_scale
 from vlbias.regions import build
-from vlbias.regions.blob import image_scale
-from vlbias.regions.bua import (PIXEL_MEAN_BGR, generate_tsv_regions, max_conf, proposal_overlaps, resized_size,
+from vlbias.regions.bua import (generate_tsv_regions, max_conf, proposal_overlaps, resized_size,
                                 tsv_keep)
 from vlbias.regions.extract import detector_fingerprint
 from vlbias.weights import prepare
@@ -72,7 +72,7 @@ def test_prepare_resizes_and_normalises_like_the_reference(detector, demo):
     assert resized_size(300, 1200, 600, 1000) == (250, 1000)  # the longer side is capped
     assert resized_size(90, 60, 64, 100) == (96, 64)
     # BGR order, minus caffe's BGR mean, no scaling of the values
-    expected = torch.tensor([50.0, 100.0, 200.0]) - torch.tensor(PIXEL_MEAN_BGR)
+    expected = torch.tensor([50.0, 100.0, 200.0]) - torch.tensor(PIXEL_MEANS_BGR)
     for d in (detector, demo):
         x = d.prepare(Image.new("RGB", (80, 64), (200, 100, 50)))
         assert x.image.shape == (3, 64, 80) and x.image.dtype == torch.float32 and x.size == (64, 80)

@@ -187,9 +187,9 @@ def test_sweep_entries_become_named_models():
     models = ieat_models(config["ieat"])
     assert list(models)[-7:] == ["vit-b-32-laion2b_s34b_b79k", "vit-b-32-my-weights", "rn", "clip-vit-base-patch32",
                                  "tiny-siglip", "siglip-random2", "rn50-random0"]  # the seed: the schema's default
-    # the adapter and the seed its schema's defaults, filled in by the check
+    # the adapter's defaults filled in by the check (vlbias/schemas/models/open_clip.yaml and its includes)
     assert models["rn"] == {"source": "images", "adapter": "open_clip", "arch": "RN50", "weights": "random",
-                            "name": "rn", "seed": 0}
+                            "name": "rn", "seed": 0, "batch_size": 32, "device": "auto"}
     names = table_models(models)
     assert names["igpt-l/logits"] == ("igpt-l", "logits") and names["rn"] == ("rn", None) and "igpt-l" not in names
     # the schema's defaults are copied, never shared between configs
@@ -217,8 +217,8 @@ WORKFLOW_KEYS = {"adapter", "threads", "cache"}  # set by the workflow, not by t
 def keys_read(module):
     """Keys an adapter module reads from its entry: spec.get("x") and spec["x"], with those of the
     vlbias.models.vl base class and vlbias.models.hf loader when it builds on them and of
-    vlbias.models.runtime."""
-    files = [SRC / (module.replace(".", "/") + ".py"), SRC / "vlbias/models/__init__.py"]
+    vlbias.runtime."""
+    files = [SRC / (module.replace(".", "/") + ".py"), SRC / "vlbias/runtime.py"]
     if "VLEncoder" in files[0].read_text():
         files.append(SRC / "vlbias/models/vl.py")
     if "VLEncoder" in files[0].read_text() or "load_model" in files[0].read_text():

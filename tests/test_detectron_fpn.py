@@ -29,16 +29,16 @@ import torch
 from PIL import Image
 
 from vlbias.errors import InputError
+from vlbias.images.blob import image_scale
 from vlbias.regions import build
-from vlbias.regions.blob import image_scale
 from vlbias.regions.detectron_fpn import (
     COCO_CLASSES,
     DetectronFPNDetector,
-    _c2_name,
     cell_anchors,
     decode,
     roi_levels,
 )
+from vlbias.regions.modeling_detectron_fpn import _c2_name
 
 SMALL = {"adapter": "detectron_fpn", "weights": "random", "seed": 0, "device": "cpu", "min_size": 96,
          "max_size": 160, "post_nms_topk": 60, "min_boxes": 10, "max_boxes": 100, "conf": 0.2}
@@ -280,13 +280,10 @@ def test_same_rois_features_and_kept_boxes_as_the_reference(reference, detector,
 
 def test_schema_declares_the_keys_the_adapter_reads():
     import jsonschema
-    import yaml
 
-    schemas = Path(__file__).resolve().parents[1] / "src" / "vlbias" / "schemas" / "detectors"
-    doc = yaml.safe_load((schemas / "detectron_fpn.yaml").read_text())
-    props = dict(doc["properties"])
-    for name in doc["include"]:
-        props |= yaml.safe_load((schemas / f"{name}.yaml").read_text())["properties"]
+    from vlbias.schemas import adapter_schema
+
+    props = adapter_schema("detectors", "detectron_fpn")["properties"]
     schema = {"type": "object", "properties": props, "additionalProperties": False}
     jsonschema.Draft202012Validator.check_schema(schema)
     spec = {k: v for k, v in SMALL.items() if k != "adapter"}

@@ -11,7 +11,8 @@ from transformers import FlavaImageProcessor
 
 from vlbias.errors import InputError
 from vlbias.models import build
-from vlbias.models.vl import Visual, load_tokenizer
+from vlbias.models.tokenization import load_tokenizer
+from vlbias.visual import Visual
 
 CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
 WORDS = ["Lakisha", "man", "woman"]

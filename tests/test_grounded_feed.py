@@ -32,9 +32,9 @@ from conftest import REPO, TINY_VL, assert_batch_independent, random_visual
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.sentence import resolve
-from vlbias.models.vl import Visual, encode_text
-from vlbias.regions import regions_with_labels
+from vlbias.models.tokenization import encode_text
 from vlbias.suites.grounded.protocol import PRESETS, encoder_options
+from vlbias.visual import Visual, regions_with_labels
 
 VOCAB = ["dog", "man", "tree", "woman", "shirt", "person", "car"]  # a detector's classes; man, woman, person: 1, 3, 5
 PEOPLE = ("man", "woman", "person")  # ViLBERT's mask labels (their bias_dataset.py:390)
@@ -486,8 +486,8 @@ def test_vlbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
 def random_store(path, counts, seed, skipped=()):
     """A region store of the images of ``counts`` ({image id: number of regions}), random 2048-d regions of
     a 10 x 10 image labelled "person" or "thing"; ``skipped`` listed as undecodable."""
-    from vlbias.regions import Regions
     from vlbias.regions.store import write_region_store
+    from vlbias.visual import Regions
 
     rng = np.random.default_rng(seed)
     detector = types.SimpleNamespace(name="toy", feature_dim=2048, class_names=["person", "thing"],
@@ -511,10 +511,10 @@ def test_the_embedding_job_masks_every_run_leaves_unreadable_pairs_out_and_keys_
     from test_grounded_pipeline import image_ids, stimulus_doc, write_stimulus
 
     from vlbias.io.cache import RecordCache
-    from vlbias.models.vl import visual_from_store
     from vlbias.regions.store import RegionStore
     from vlbias.suites.grounded.jobs import embed_tests, read_embeddings
     from vlbias.suites.grounded.stimulus import load_grounded_stimulus
+    from vlbias.visual import visual_from_store
 
     doc = stimulus_doc("toy-a")
     stimulus = load_grounded_stimulus(write_stimulus(tmp_path / "google/toy-a.yaml", doc))
@@ -545,10 +545,10 @@ def test_the_embedding_job_pads_vlbert_boxes_in_the_authors_batches(tmp_path):
     from test_grounded_pipeline import image_ids, stimulus_doc, write_stimulus
 
     from vlbias.io.cache import RecordCache
-    from vlbias.models.vl import visual_from_store
     from vlbias.regions.store import RegionStore
     from vlbias.suites.grounded.jobs import embed_tests, read_embeddings
     from vlbias.suites.grounded.stimulus import load_grounded_stimulus
+    from vlbias.visual import visual_from_store
 
     doc = stimulus_doc("toy-a", levels=("sentence",))
     doc["levels"]["sentence"]["images"]["X"]["pairs"] = {f"x{i}.jpg": [i % 2] for i in range(4)}

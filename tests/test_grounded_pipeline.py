@@ -16,14 +16,13 @@ from PIL import Image
 from conftest import TINY_BLIP, TINY_FLAVA
 
 from vlbias.models import build
-from vlbias.models.vl import Visual
-from vlbias.regions import Regions
 from vlbias.regions.store import RegionStore, write_region_store
 from vlbias.report.grounded import NA, paper_table, to_frame, to_latex, to_markdown
 from vlbias.errors import InputError
 from vlbias.io.cache import RecordCache
 from vlbias.suites.grounded.jobs import embed_tests, embedding_combos, read_embeddings, run_experiments
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
+from vlbias.visual import Regions, Visual
 
 TINY = {
     "visualbert": {"adapter": "visualbert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,
@@ -492,7 +491,7 @@ def test_the_extended_tables_put_blip_beside_the_paper_models(project):
     assert "extended with BLIP, FLAVA, CLIP" in page and "n/a: dual encoder" in page
     # mask I painted the boxes of the regions labelled person (the authors' image_mask: labels): exactly the
     # pairs whose image has one changed (the random toy detector may label none: tests/test_blip.py shows the fill)
-    from vlbias.models.vl import visual_from_store
+    from vlbias.visual import visual_from_store
 
     with h5py.File(project / "results/embeddings/grounded/authors/google/blip.h5") as f, \
             RegionStore(project / "results/regions/google/frcnn-tiny.h5") as store:

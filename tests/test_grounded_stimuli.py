@@ -95,7 +95,7 @@ def test_pairs_and_image_sets_of_google_c6():
 def test_coco_and_concap_images_are_file_names():
     s = committed("coco", "weat6")
     assert s.levels["word"]["dataset_dir"] is None
-    # ids as in the acquisition manifest of vlbias.images.sources: <test>/<image set>/<file>
+    # ids as in the acquisition manifest of vlbias.suites.grounded.sources: <test>/<image set>/<file>
     assert s.pairs("word", "X")[0] == ("John", "weat6/X/COCO_val2014_000000410554.jpg")
     # upstream "12"-style indices: one caption per image, noted
     assert [len(s.levels["sentence"]["images"][r]["pairs"]) for r in ("X", "Y")] == [64, 64]

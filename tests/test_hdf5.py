@@ -14,7 +14,7 @@ from vlbias.images.store import build_image_store
 from vlbias.io import hdf5
 from vlbias.io.hdf5 import MAGIC, open_hdf5
 from vlbias.io.store import read_provenance, read_set, write_embeddings
-from vlbias.regions import Regions
+from vlbias.visual import Regions
 from vlbias.regions.store import RegionStore, write_region_store
 
 

@@ -19,11 +19,12 @@ from vlbias.suites.mlm.scores import (LogProbs, association_scores, bias, bias_s
                                logprob_table, read_logprob_table, s_l, s_pt, s_v, write_logprob_table)
 from vlbias.suites.mlm.stimuli import ImageRow, load_mlm_stimulus, read_image_manifest
 from vlbias.models import build
-from vlbias.models.vl import Visual, load_tokenizer
+from vlbias.models.tokenization import load_tokenizer
 from vlbias.regions import build as build_detector
 from vlbias.regions.extract import extract_regions
 from vlbias.regions.store import RegionStore
 from vlbias.report.mlm import write_report
+from vlbias.visual import Visual
 
 from conftest import REPO, TINY_VL
 

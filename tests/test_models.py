@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from vlbias.errors import InputError
-from vlbias.models import build, runtime
+from vlbias.models import build
+from vlbias.runtime import runtime
+from vlbias.schemas import with_defaults
 
 # a ViT small enough to build in milliseconds; the text tower is shrunk too, as open_clip builds both
 TINY = {
@@ -87,7 +89,8 @@ def test_each_family_declares_what_it_embeds():
 def test_runtime_defaults():
     import torch
 
-    device, batch_size = runtime({})
+    # what a model entry that sets neither gets (vlbias/schemas/_runtime.yaml, filled in by the build)
+    device, batch_size = runtime(with_defaults({"adapter": "open_clip"}, "models"))
     assert device.type == ("cuda" if torch.cuda.is_available() else "cpu") and batch_size == 32
     with pytest.raises(InputError, match="batch_size: must be a positive integer"):
         runtime({"batch_size": 0})

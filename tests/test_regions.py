@@ -12,9 +12,10 @@ from PIL import Image
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import read_manifest
-from vlbias.regions import Regions, build, keep_boxes, regions_with_labels, register
+from vlbias.regions import build, register
 from vlbias.regions.extract import extract_regions, manifest_entries
 from vlbias.regions.store import RegionStore, write_person_list
+from vlbias.visual import Regions, keep_boxes, regions_with_labels
 
 TINY = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 3, "max_boxes": 8, "conf": 0.2,
         "min_size": 64, "max_size": 128, "device": "cpu"}

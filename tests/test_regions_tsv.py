@@ -237,8 +237,8 @@ def test_config_errors(spec, tmp_path):
 def test_label_offset_masks_the_regions_the_authors_masked(spec, tmp_path):
     """Row 13 on a store whose labels are known: the authors read objects_id in ['background'] +
     vocabulary, one class early, so mask I for "man"/"person" hid the shirt and the man, not the person."""
-    from vlbias.models.vl import visual_from_store
     from vlbias.suites.grounded.protocol import label_offset, resolve
+    from vlbias.visual import visual_from_store
 
     d = detections(4, 0) | {"objects_id": np.array([3, 4, 2, 0])}   # man, shirt, person, tree
     tsv = write_tsv(tmp_path / "f.tsv", [row("COCO_val2014_000000000005", d)])
@@ -389,8 +389,8 @@ def authors(monkeypatch):
 def test_the_store_and_mask_agree_with_the_authors_reader(authors, spec, tmp_path):
     import torch
 
-    from vlbias.models.vl import visual_from_store
     from vlbias.suites.grounded.protocol import label_offset, resolve
+    from vlbias.visual import visual_from_store
 
     dets = {n: detections(36, n) for n in (3, 17, 250)}
     tsv = tmp_path / "mscoco_imgfeat/val2014_obj36.tsv"  # their reader picks LXMERT's columns for "coco" paths

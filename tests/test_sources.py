@@ -10,11 +10,11 @@ from PIL import Image
 from conftest import REPO
 from test_workflow import make_project, snakemake, write_yaml
 from vlbias.errors import InputError
-from vlbias.images import sources
 from vlbias.images.acquire import MANIFEST_COLUMNS, acquire, image_id
-from vlbias.images.sources import (coco_manifest, coco_url, concap_id, concap_manifest, read_concap_validation,
-                                   stimulus_digests)
 from vlbias.io.fetch import read_manifest, write_manifest
+from vlbias.suites.grounded import sources
+from vlbias.suites.grounded.sources import (coco_manifest, coco_url, concap_id, concap_manifest,
+                                            read_concap_validation, stimulus_digests)
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 STIMULI = REPO / "resources/stimuli/grounded"

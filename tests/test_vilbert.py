@@ -24,8 +24,10 @@ from conftest import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, r
 
 from vlbias.errors import InputError
 from vlbias.models import build
-from vlbias.models.vilbert import ViLBertConfig, vilbert_inputs
-from vlbias.models.vl import Visual, encode_text
+from vlbias.models.modeling_vilbert import ViLBertConfig
+from vlbias.models.tokenization import encode_text
+from vlbias.models.vilbert import vilbert_inputs
+from vlbias.visual import Visual
 from vlbias.weights import prepare, unused
 
 TINY = TINY_VL["vilbert"]

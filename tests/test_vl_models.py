@@ -13,7 +13,8 @@ from conftest import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, r
 
 from vlbias.errors import InputError
 from vlbias.models import build
-from vlbias.models.vl import Visual, encode_text, find_word, load_tokenizer
+from vlbias.models.tokenization import encode_text, find_word, load_tokenizer
+from vlbias.visual import Visual
 
 TINY = {family: TINY_VL[family] for family in ("visualbert", "lxmert")}
 FAMILIES = list(TINY)

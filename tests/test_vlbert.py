@@ -26,8 +26,10 @@ from PIL import Image
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.sentence import resolve
-from vlbias.models.vl import Visual, encode_text
-from vlbias.models.vlbert import VLBertConfig, _boxes_kept, coordinate_embeddings, resized_size
+from vlbias.models.modeling_vlbert import VLBertConfig, coordinate_embeddings
+from vlbias.models.tokenization import encode_text
+from vlbias.models.vlbert import _boxes_kept, resized_size
+from vlbias.visual import Visual
 
 PREC = TINY_VL["vlbert"]
 CONFIG = PREC["config"]

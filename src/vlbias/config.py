@@ -28,7 +28,7 @@ import yaml
 from vlbias import CONFIG
 from vlbias.errors import InputError
 from vlbias.models.plan import family
-from vlbias.registry import SCHEMAS, adapters
+from vlbias.schemas import adapter_schema, adapters
 from vlbias.suites import registry
 from vlbias.validation import Validator, key_path, suggest
 from vlbias.validation import problems as schema_errors
@@ -111,22 +111,6 @@ def _below(schema, node):
 def _read_yaml(path):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
-
-
-@cache
-def adapter_schema(kind, name):
-    """The JSON schema of adapter ``name``'s own keys: its file with its ``include``d fragments merged
-    (its ``family`` declaration is vlbias.models.plan's to read)."""
-    doc = dict(_read_yaml(SCHEMAS / kind / f"{name}.yaml") or {})
-    doc.pop("family", None)
-    properties, required = {}, []
-    for fragment in doc.pop("include", []):
-        part = adapter_schema(kind, fragment)
-        properties |= part["properties"]
-        required += part.get("required", [])
-    properties |= doc.get("properties") or {}
-    required += doc.get("required", [])
-    return {**doc, "type": "object", "properties": properties, "required": list(dict.fromkeys(required))}
 
 
 def _entry_schema(schema, section):

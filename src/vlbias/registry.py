@@ -3,24 +3,20 @@
 An adapter module imports torch and its model library (seconds), so it is imported only when an
 entry names it: importing a registry (e.g. while Snakemake parses the workflow) stays cheap. The
 module of adapter ``<name>`` is ``<package>.<name>`` by convention, and every adapter has a schema,
-``vlbias/schemas/<kind>s/<name>.yaml``: adding one means its module, its schema and a config entry.
+``vlbias/schemas/<kind>s/<name>.yaml`` (vlbias.schemas): adding one means its module, its schema and
+a config entry. ``build`` fills in the schema's defaults before the adapter sees the entry, whoever
+calls it (the workflow, the command line, a test, a benchmark): an adapter reads ``spec[key]`` for
+every key its schema gives a default.
 """
 
 import importlib
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 from vlbias.errors import InputError
-
-SCHEMAS = Path(__file__).resolve().parent / "schemas"
+from vlbias.schemas import adapters, with_defaults
 
 T = TypeVar("T")
-
-
-def adapters(kind: str) -> list[str]:
-    """The adapter names with a schema under vlbias/schemas/<kind>/ (every registered adapter has one)."""
-    return sorted(p.stem for p in (SCHEMAS / kind).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 class Registry:
@@ -39,8 +35,9 @@ class Registry:
         return add
 
     def build(self, spec: Mapping[str, Any]) -> Any:
-        """The adapter object described by ``spec``; other keys of the entry are the adapter's to read.
-        (What a model adapter offers, by the roles its family declares: vlbias.models.protocols.)
+        """The adapter object described by ``spec``, its schema's defaults filled in; other keys of the
+        entry are the adapter's to read. (What a model adapter offers, by the roles its family declares:
+        vlbias.models.protocols.)
 
         An entry naming remote weights (a hub id, a URL, an open_clip tag, torchvision weights) is
         refused unless it came through vlbias.weights (``prepare``, or the workflow's ``localize``):
@@ -58,7 +55,7 @@ class Registry:
             raise InputError(f"{name} entry", f"`{key}: {spec.get(key, '(its default)')}` names remote weights, which "
                                               "load only fetched and verified: build the spec that vlbias.weights."
                                               "prepare(name, spec, cache=..., lock_path=...) returns")
-        return self.classes[name](spec)
+        return self.classes[name](with_defaults(spec, f"{self.kind}s"))
 
 
 def one_weights_source(spec: Mapping[str, Any], where: str, remote: str | None = None, hint: str = "") -> None:

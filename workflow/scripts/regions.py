@@ -20,7 +20,7 @@ spec = localize(f"regions/{snakemake.wildcards.detector}", spec, record, cache=s
 detector = build({**spec, "threads": snakemake.params.threads})
 with RecordCache(Path(snakemake.params.cache, "regions", detector_fingerprint(detector))) as cache:
     summary = extract_regions(
-        manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec.get("batch_size", 2),
+        manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec["batch_size"],
         workers=snakemake.threads, cache=cache,
         provenance={"detector": snakemake.wildcards.detector, "dataset": snakemake.wildcards.dataset,
                     "manifest": manifest, "manifest_sha256": sha256_file(manifest),

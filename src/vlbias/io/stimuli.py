@@ -12,10 +12,9 @@ import yaml
 
 from vlbias.errors import InputError
 from vlbias.io.paths import StrPath
+from vlbias.schemas import SCHEMAS
 from vlbias.validation import problems
 
-# Shipped inside the package (workflow/schemas/ links to it) so an installed vlbias validates too.
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SETS = ("X", "Y", "A", "B")
 # the multiple-comparison family of a stimulus file that names none: one's own tests, adjusted among
 # themselves, never with a paper's (the shipped files name theirs: may2019, steed2021, cross-modal)
@@ -91,7 +90,8 @@ def load_yaml(stream: str | IO[str]) -> Any:
 
 @cache
 def schema(name: str) -> dict[str, Any]:
-    """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some)."""
+    """A JSON schema shipped in vlbias/schemas/ (workflow/schemas/ links to some), so an installed vlbias
+    validates too."""
     with open(SCHEMAS / name) as f:
         doc: dict[str, Any] = yaml.safe_load(f)
     return doc

@@ -23,48 +23,16 @@ TextEncoder, MultiOutputImageEncoder, VisionLanguageEncoder, MaskedLM); which ro
 what its schema's ``family:`` declares (``roles``), and tests/test_protocols.py holds every adapter
 in the registry to them.
 
-Adapter modules are imported only when an entry names them (see vlbias.registry). Adding a family
-means its module vlbias.models.<adapter>, its schema vlbias/schemas/models/<adapter>.yaml (its keys,
-and what it embeds and gives: vlbias.models.plan) and a config entry.
+Adapter modules are imported only when an entry names them (see vlbias.registry), with their
+schema's defaults filled in. Adding a family means its module vlbias.models.<adapter>, its schema
+vlbias/schemas/models/<adapter>.yaml (its keys and their defaults, and what it embeds and gives:
+vlbias.models.plan), a network ported here in vlbias.models.modeling_<adapter>, and a config entry
+(docs/architecture.md).
 """
 
-import logging
-
-from vlbias.errors import InputError
-from vlbias.logs import FILE_ONLY
 from vlbias.registry import Registry
-
-log = logging.getLogger(__name__)
 
 _ADAPTERS = Registry("model", "vlbias.models")  # adapter <name>: module vlbias.models.<name>
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the
 # config entry also carries what the workflow itself reads.
 register, build = _ADAPTERS.register, _ADAPTERS.build
-
-
-def runtime(spec):
-    """(torch.device, batch_size) from the entry's ``device``, ``batch_size`` and ``threads`` keys.
-
-    ``threads`` sets torch's intra-op threads for the whole process. The workflow passes its config's
-    ``threads`` (which the job also asks the scheduler for), never the job's own thread count: torch
-    splits its sums by thread, so the vectors differed by 2e-7 between a 1-thread local job and a
-    4-thread SLURM job (issue 18 row 10).
-    """
-    import torch
-
-    batch_size = spec.get("batch_size", 32)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError("batch_size", f"must be a positive integer, got {batch_size!r}")
-    if spec.get("threads"):
-        torch.set_num_threads(int(spec["threads"]))
-        log.info("torch: %d intra-op thread(s)", torch.get_num_threads(), extra=FILE_ONLY)
-    name = spec.get("device", "auto")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError as e:
-        raise InputError(f"device '{name}'", f"not a torch device ({e})") from e
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"device '{name}'", "CUDA is not available on this machine (use device: auto or cpu)")
-    return device, batch_size

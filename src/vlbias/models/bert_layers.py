@@ -153,15 +153,34 @@ class BertModel(nn.Module):
 
 
 class HeadTransform(nn.Module):
-    """dense, GELU, LayerNorm: what a prediction head applies before its decoder."""
+    """dense, GELU and LayerNorm: what a prediction head applies before its decoder (BERT's
+    BertPredictionHeadTransform, ViLBERT's BertImgPredictionHeadTransform); without the LayerNorm,
+    ``layer_norm=False``, VL-BERT's VisualLinguisticBertMVRCHeadTransform."""
 
-    def __init__(self, hidden_size):
+    def __init__(self, hidden_size, layer_norm=True):
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=LN_EPS)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=LN_EPS) if layer_norm else None
 
     def forward(self, x):
-        return self.LayerNorm(F.gelu(self.dense(x)))
+        x = F.gelu(self.dense(x))
+        return x if self.LayerNorm is None else self.LayerNorm(x)
+
+
+class PredictionHead(nn.Module):
+    """A HeadTransform and a linear decoder to ``out_size`` classes, the decoder under the name the
+    original's checkpoints give it: ViLBERT's masked-region head (BertImagePredictionHead, ``decoder``),
+    VL-BERT's (VisualLinguisticBertMVRCHead, ``region_cls_pred``, no LayerNorm)."""
+
+    def __init__(self, hidden_size, out_size, decoder="decoder", layer_norm=True):
+        super().__init__()
+        self.transform = HeadTransform(hidden_size, layer_norm)
+        self.decoder_name = decoder
+        setattr(self, decoder, nn.Linear(hidden_size, out_size))
+
+    def forward(self, x):
+        """(..., hidden) -> (..., out_size) logits."""
+        return getattr(self, self.decoder_name)(self.transform(x))
 
 
 class LMPredictionHead(nn.Module):

@@ -16,7 +16,8 @@ from transformers import BertConfig, BertForMaskedLM
 
 from vlbias.errors import InputError
 from vlbias.models import register
-from vlbias.models.vl import Visual, VLEncoder
+from vlbias.models.vl import VLEncoder
+from vlbias.visual import Visual
 
 
 @register("bert_mlm")

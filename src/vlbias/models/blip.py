@@ -39,7 +39,9 @@ from vlbias.errors import InputError
 from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.pixels import fill_regions, mean_colour
-from vlbias.models.vl import VLEncoder, _field, encode_text
+from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import VLEncoder
+from vlbias.visual import visual_field
 
 FIRST_TOKENS = ("enc", "cls")
 # BLIP's tokenizer: bert-base-uncased with these two added (BLIP's init_tokenizer), ids 30522 and 30523
@@ -58,7 +60,7 @@ class BlipEncoder(VLEncoder):
     no_image = None
 
     def __init__(self, spec):
-        self.first_token = spec.get("first_token", "enc")
+        self.first_token = spec["first_token"]
         if self.first_token not in FIRST_TOKENS:
             raise InputError(f"first_token '{self.first_token}'", f"must be one of {', '.join(FIRST_TOKENS)}")
         super().__init__(spec)
@@ -122,12 +124,12 @@ class BlipEncoder(VLEncoder):
         if entry is None:
             raise InputError(where, "BLIP's image-grounded text encoder reads an image; 'no visual input' does "
                                     "not apply to it")
-        image = _field(entry, "image")
+        image = visual_field(entry, "image")
         if image is None or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
             raise InputError(where, "BLIP reads the image's pixels: it needs image, uint8 RGB (H, W, 3)")
         if mask != "I":
             return image
-        boxes, person = _field(entry, "boxes_norm"), _field(entry, "is_person")
+        boxes, person = visual_field(entry, "boxes_norm"), visual_field(entry, "is_person")
         if boxes is None or person is None:
             raise InputError(where, "image masking needs boxes_norm and is_person")
         return fill_regions(image, boxes, person, self.fill)

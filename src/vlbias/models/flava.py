@@ -62,7 +62,9 @@ from vlbias.errors import InputError
 from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.pixels import fill_regions, mean_colour
-from vlbias.models.vl import Visual, VLEncoder, _field, encode_text
+from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import VLEncoder
+from vlbias.visual import Visual, visual_field
 
 # what the image processor does to the pixels the model reads (the rest configures codebook targets)
 PROCESSOR_KEYS = ("size", "crop_size", "do_resize", "do_center_crop", "resample", "do_rescale", "rescale_factor",
@@ -94,7 +96,7 @@ class FlavaEncoder(VLEncoder):
             raise InputError("config multimodal_config.hidden_size", f"must equal text_config.hidden_size "
                                                                      f"({config.text_config.hidden_size})")
         self.fill = mean_colour(self.processor.image_mean)
-        no_image = spec.get("no_image", "text")
+        no_image = spec["no_image"]
         if no_image not in self.NO_IMAGE:
             raise InputError(f"no_image '{no_image}'", f"must be one of {', '.join(self.NO_IMAGE)}")
         self.no_image = self.NO_IMAGE[no_image]
@@ -139,11 +141,11 @@ class FlavaEncoder(VLEncoder):
 
     def _image(self, entry, index, mask):
         """The caption's image, uint8 RGB (H, W, 3), with mask I's regions filled."""
-        image = _field(entry, "image")
+        image = visual_field(entry, "image")
         if image is None or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
             raise InputError(f"regions[{index}]", "FLAVA reads the image's pixels: it needs image, uint8 RGB (H, W, 3)")
         if mask == "I":
-            image = fill_regions(image, _field(entry, "boxes_norm"), _field(entry, "is_person"), self.fill)
+            image = fill_regions(image, visual_field(entry, "boxes_norm"), visual_field(entry, "is_person"), self.fill)
         return image
 
     def _batch(self, captions, regions, first, mask, mask_terms, words):

@@ -33,7 +33,7 @@ import transformers
 from vlbias.errors import InputError
 from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, some
 from vlbias.io.fetch import sha256_file
-from vlbias.weights import as_written, fetched, unused
+from vlbias.weights import as_written, fetched, package_dir, unused
 
 
 def build_config(config_class, base, overrides):
@@ -58,7 +58,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
               "revision": spec.get("revision"), "commit": None, "seed": None}
     if spec.get("weights") == "random":
         config = build_config(config_class, base_config, spec.get("config") or {})
-        seed = int(spec.get("seed", 0))
+        seed = int(spec["seed"])
         # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -187,6 +187,22 @@ def _quiet_transformers():
         yield
     finally:
         transformers.logging.set_verbosity(level)
+
+
+def local_folder(value, revision=None):
+    """(directory, "<dist>==<version>" or None) of a local model or tokenizer ``value``: ``package:<name>``
+    (a model shipped in an installed package; ``revision``, when given, must be the installed
+    distribution) or a directory. A Hugging Face id reaches here fetched by vlbias.weights: as the
+    directory of its snapshot."""
+    if value.startswith("package:"):
+        model_dir, installed = package_dir(value)
+        if revision and revision != installed:
+            raise InputError(value, f"revision '{revision}' requested but {installed} is installed")
+        return model_dir, installed
+    if Path(value).is_dir():
+        return Path(value), None
+    raise InputError(value, "no such model directory (a Hugging Face id loads only fetched and verified: build the "
+                            "spec that vlbias.weights.prepare returns)")
 
 
 def checkpoint_file(spec):

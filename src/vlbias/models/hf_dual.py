@@ -33,7 +33,7 @@ Config entry keys (``adapter: hf_dual``):
                     default: the model's own directory (``path`` or the hub download); required for
                     ``weights: random`` and ``checkpoint``
     padding         ``longest`` or ``max_length`` (default: see above)
-    batch_size, device, threads   see vlbias.models.runtime
+    batch_size, device, threads   see vlbias.runtime
 
 Offline (tests, smoke runs, benchmarks), ``write_processor`` writes a processor directory of the
 family's image processor and a tokenizer built without the hub: CLIP's own (OpenAI's BPE, which
@@ -58,8 +58,9 @@ from vlbias.errors import InputError
 from vlbias.images.decode import square_images
 from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
-from vlbias.models import register, runtime
+from vlbias.models import register
 from vlbias.models.hf import load_model
+from vlbias.runtime import runtime
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ Config entry keys (``adapter: igpt``):
                     (x / sqrt(var(x) + eps) * g, the standard deviation about the mean, x itself not
                     centred), or ``rms``, iGPT's own (x / sqrt(mean(x²) + eps) * g: OpenAI's code and
                     transformers' ImageGPT). The published vectors came from ``std``.
-    batch_size, device, threads   see vlbias.models.runtime
+    batch_size, device, threads   see vlbias.runtime
 """
 
 import json
@@ -52,9 +52,11 @@ from transformers.models.imagegpt.modeling_imagegpt import ImageGPTLayerNorm
 from vlbias.errors import InputError
 from vlbias.images.decode import area_resize, square_images
 from vlbias.io.fetch import sha256_file
-from vlbias.models import register, runtime
-from vlbias.models.plan import outputs
+from vlbias.models import register
 from vlbias.models.hf import load_model
+from vlbias.models.plan import outputs
+from vlbias.runtime import runtime
+from vlbias.schemas import defaults
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +75,11 @@ class StdLayerNorm(ImageGPTLayerNorm):
 class IGPTEncoder:
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
-        output = spec.get("output", "hidden")
+        output = spec["output"]
         self.kinds = output if isinstance(output, list) else [output]
         if not self.kinds or not set(self.kinds) <= set(OUTPUTS) or len(set(self.kinds)) != len(self.kinds):
             raise InputError(f"output {output!r}", f"must be one of {', '.join(OUTPUTS)}, or a list of them")
-        self.norm = spec.get("norm", "std")
+        self.norm = spec["norm"]
         if self.norm not in NORMS:
             raise InputError(f"norm '{self.norm}'", f"must be one of {', '.join(NORMS)}")
         model, source, model_dir = load_model(spec, "igpt", ImageGPTForCausalImageModeling, ImageGPTConfig, {})
@@ -93,8 +95,8 @@ class IGPTEncoder:
         self.clusters, clusters_source = _clusters(spec, model_dir, config.vocab_size - 1)
 
         if "hidden" in self.kinds:
-            self.layers = _layers(spec.get("layer", 20), config.n_layer)
-        elif "layer" in spec:
+            self.layers = _layers(spec["layer"], config.n_layer)
+        elif spec["layer"] != defaults("models", "igpt")["layer"]:  # the entry's own, not the default filled in
             raise InputError("layer", "applies to `output: hidden` only; the logits come after the last layer")
         else:
             self.layers = []
@@ -193,7 +195,7 @@ def _clusters(spec, model_dir, n):
     """(float32 (n, 3) colour clusters, provenance) from the entry's ``clusters`` key."""
     value = spec.get("clusters")
     if value == "random":
-        seed = int(spec.get("seed", 0))
+        seed = int(spec["seed"])
         clusters = np.random.default_rng(seed).uniform(-1, 1, (n, 3)).astype(np.float32)
         return clusters, {"source": "random", "seed": seed}
     if value is None:

@@ -21,7 +21,8 @@ import numpy as np
 from transformers import LxmertConfig, LxmertForPreTraining
 
 from vlbias.models import register
-from vlbias.models.vl import Visual, VLEncoder
+from vlbias.models.vl import VLEncoder
+from vlbias.visual import Visual
 
 
 @register("lxmert")

@@ -21,7 +21,7 @@ Config entry keys:
                   (default: ``arch``'s own; OpenAI's BPE ships with open_clip, Hugging Face
                   tokenizers of other archs need the network or the Hugging Face cache: they are
                   not fetched ahead by vlbias.weights)
-    batch_size, device, threads   see vlbias.models.runtime
+    batch_size, device, threads   see vlbias.runtime
     model_id, revision            recorded in ``.info`` (default: arch, and the tag's source)
 """
 
@@ -41,10 +41,11 @@ from torchvision.transforms.v2 import functional as TF
 
 from vlbias.errors import InputError
 from vlbias.images.decode import square_images
-from vlbias.io.fetch import sha256_file
 from vlbias.io.checkpoints import read_state_dict, some
-from vlbias.models import register, runtime
+from vlbias.io.fetch import sha256_file
+from vlbias.models import register
 from vlbias.registry import one_weights_source
+from vlbias.runtime import runtime
 from vlbias.weights import fetched
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class OpenClipEncoder:
                 raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                        f"unexpected {some(unexpected)}")
         else:
-            seed = int(spec.get("seed", 0))
+            seed = int(spec["seed"])
             # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)

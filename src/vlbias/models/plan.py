@@ -13,26 +13,12 @@ read from what each family declares once, in its schema file (``vlbias/schemas/m
 The vision-language adapters embed (caption, regions) pairs (vlbias.models.vl): no ``embeds``.
 """
 
-from functools import cache
-
-import yaml
-
-from vlbias.registry import SCHEMAS
-
-
-@cache
-def schema_file(adapter):
-    """The schema file of model ``adapter`` as written ({} for none: an unknown adapter)."""
-    path = SCHEMAS / "models" / f"{adapter}.yaml"
-    if not isinstance(adapter, str) or not path.is_file():
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f) or {}
+from vlbias.schemas import document, with_defaults
 
 
 def family(adapter):
-    """The ``family`` declaration of model ``adapter`` ({} for none)."""
-    return schema_file(adapter).get("family") or {}
+    """The ``family`` declaration of model ``adapter`` ({} for none: an unknown adapter)."""
+    return document(f"models/{adapter}").get("family") or {}
 
 
 def embeds(adapter):
@@ -60,12 +46,10 @@ def outputs(spec):
     layers or ``output: [hidden, logits]`` (``encode_outputs`` returns them all from one pass): its
     ``layer<l>`` for each layer, then ``logits``; one name for any other iGPT entry; none (``[]``)
     for adapters with a single output (``encode_images``). Unset keys take their schema defaults."""
-    doc = schema_file(spec.get("adapter"))
-    names = (doc.get("family") or {}).get("outputs")
+    names = family(spec.get("adapter")).get("outputs")
     if not names:
         return []
-    default = {key: prop.get("default") for key, prop in (doc.get("properties") or {}).items()}
-    kinds = _listed(spec.get("output", default["output"]))
-    layers = sorted(set(_listed(spec.get("layer", default["layer"]))))
+    spec = with_defaults(spec, "models")
+    kinds, layers = _listed(spec["output"]), sorted(set(_listed(spec["layer"])))
     return [name.format(layer=layer) for kind, name in names.items() if kind in kinds
             for layer in (layers if "{layer}" in name else [None])]

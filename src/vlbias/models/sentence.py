@@ -20,7 +20,7 @@ Config entry keys:
     normalize   L2-normalise the embeddings; default: whether modules.json has a Normalize step
     max_length  tokens per text (longer texts are truncated); default: sentence_bert_config.json's
                 max_seq_length, else what the tokenizer and position embeddings allow
-    batch_size, device, threads   see vlbias.models.runtime
+    batch_size, device, threads   see vlbias.runtime
     model_id    recorded in ``.info`` (default: the Hugging Face id, or the id the model's README loads)
 """
 
@@ -39,10 +39,11 @@ from transformers import AutoModel, AutoTokenizer
 from vlbias.errors import InputError
 from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
-from vlbias.models import register, runtime
+from vlbias.models import register
 from vlbias.models.bert_layers import BertModel
-from vlbias.models.hf import from_folder, without_unused
-from vlbias.weights import fetched, package_dir
+from vlbias.models.hf import from_folder, local_folder, without_unused
+from vlbias.runtime import runtime
+from vlbias.weights import fetched
 
 log = logging.getLogger(__name__)
 
@@ -164,16 +165,8 @@ def resolve(spec):
         raise InputError("path", "a sentence encoder needs `path`: a directory, package:<name> or a Hugging Face id")
     if got := fetched(spec, "path"):  # a hub model fetched ahead (vlbias.weights): `path` is its snapshot now
         return Path(path), spec.get("model_id") or got["request"], revision, got["commit"]
-    if path.startswith("package:"):
-        model_dir, installed = package_dir(path)
-        if revision and revision != installed:
-            raise InputError(path, f"revision '{revision}' requested but {installed} is installed")
-        return model_dir, spec.get("model_id") or _readme_model_id(model_dir) or path, installed, None
-    if Path(path).is_dir():
-        model_dir = Path(path)
-        return model_dir, spec.get("model_id") or _readme_model_id(model_dir) or path, revision, None
-    raise InputError(path, "no such model directory (a Hugging Face id loads only fetched and verified: build the "
-                           "spec that vlbias.weights.prepare returns)")
+    model_dir, installed = local_folder(path, revision)
+    return model_dir, spec.get("model_id") or _readme_model_id(model_dir) or path, installed or revision, None
 
 
 def _sentence_transformers_config(model_dir):

@@ -28,7 +28,7 @@ Config entry keys (``adapter: simclr``):
       weights: random  random initialisation, with ``seed`` (default 0)
     image_size         the side the network sees (default 224, the authors')
     model_id, revision recorded in ``.info``
-    batch_size, device, threads   see vlbias.models.runtime
+    batch_size, device, threads   see vlbias.runtime
 """
 
 import argparse
@@ -45,10 +45,11 @@ from torch import nn
 from vlbias.errors import InputError
 from vlbias.images.decode import area_resize, square_images
 from vlbias.io.atomic import atomic_path
-from vlbias.io.fetch import sha256_file
 from vlbias.io.checkpoints import read_state_dict, some
-from vlbias.models import register, runtime
+from vlbias.io.fetch import sha256_file
+from vlbias.models import register
 from vlbias.registry import one_weights_source
+from vlbias.runtime import runtime
 
 log = logging.getLogger(__name__)
 
@@ -180,18 +181,18 @@ class SimCLRv2ResNet(nn.Module):
 class SimCLREncoder:
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
-        depth, width, sk = spec.get("depth", 152), spec.get("width", 3), spec.get("sk", 1)
+        depth, width, sk = spec["depth"], spec["width"], spec["sk"]
         if depth not in LAYERS or width not in (1, 2, 3) or sk not in (0, 1):
             raise InputError("depth/width/sk", f"SimCLRv2 has depth 50, 101 or 152, width 1-3, sk 0 or 1; got "
                                                f"{depth!r}, {width!r}, {sk!r}")
-        self.image_size = spec.get("image_size", 224)
+        self.image_size = spec["image_size"]
         if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 32:
             raise InputError("image_size", f"expected an integer of at least 32, got {self.image_size!r}")
         one_weights_source(spec, "simclr")
         checkpoint, random_init = spec.get("checkpoint"), spec.get("weights") == "random"
         seed, path = None, None
         if random_init:
-            seed = int(spec.get("seed", 0))
+            seed = int(spec["seed"])
             with torch.random.fork_rng(devices=[]):  # the weights depend on the seed alone
                 torch.manual_seed(seed)
                 model = SimCLRv2ResNet(depth, width, sk)

@@ -37,7 +37,8 @@ from transformers import VisualBertConfig, VisualBertForPreTraining
 from vlbias.errors import InputError
 from vlbias.io.checkpoints import some
 from vlbias.models import register
-from vlbias.models.vl import Visual, VLEncoder
+from vlbias.models.vl import VLEncoder
+from vlbias.visual import Visual
 
 # VisualBERT's own names -> transformers' (as transformers' conversion script renames them)
 _ORIGINAL_NAMES = (("bert.bert.", "visual_bert."), ("bert.cls.", "cls."),

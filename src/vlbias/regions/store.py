@@ -33,7 +33,7 @@ import numpy as np
 from vlbias.errors import InputError
 from vlbias.io.fetch import write_manifest
 from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
-from vlbias.regions import Regions
+from vlbias.visual import Regions
 
 _STR = h5py.string_dtype("utf-8")
 PERSON_COLUMNS = ["id", "n_regions", "n_person", "person"]

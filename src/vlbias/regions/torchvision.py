@@ -13,8 +13,8 @@ Config entry keys:
     min_size, max_size   the model's resize (default 800, 1333: the shorter side to min_size unless
                   the longer would exceed max_size)
     nms_thresh    IoU of the class-agnostic NMS between candidate boxes (default 0.5, torchvision's)
-    min_boxes, max_boxes, conf   the box rule (vlbias.regions.keep_boxes)
-    device, threads, batch_size  see vlbias.models.runtime
+    min_boxes, max_boxes, conf   the box rule (vlbias.visual.keep_boxes)
+    device, threads, batch_size  see vlbias.runtime
 
 Box selection, one box per region with its best class (as airsplay's py-bottom-up-attention, which
 LXMERT's features came from): every RPN proposal takes its best non-background class and that
@@ -45,9 +45,10 @@ from torchvision.transforms.v2 import functional as TF
 from vlbias.errors import InputError
 from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.io.fetch import sha256_file
-from vlbias.models import runtime
-from vlbias.regions import Regions, box_rule, keep_boxes, register
-from vlbias.weights import DEFAULT_TORCHVISION_ARCH, as_written, fetched, torchvision_arch
+from vlbias.regions import register
+from vlbias.weights import as_written, fetched, torchvision_arch
+from vlbias.runtime import runtime
+from vlbias.visual import Regions, box_rule, keep_boxes
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class Prepared:
 @register("torchvision")
 class TorchvisionFasterRCNN:
     def __init__(self, spec):
-        arch = spec.get("arch", DEFAULT_TORCHVISION_ARCH)
+        arch = spec["arch"]
         factory, weights_enum = torchvision_arch(arch)
         weights, checkpoint, got = as_written(spec, "weights"), spec.get("checkpoint"), fetched(spec, "weights")
         if (weights is not None) == (checkpoint is not None):
@@ -76,8 +77,8 @@ class TorchvisionFasterRCNN:
                                                "or `checkpoint: <file>`")
         self.device, _ = runtime(spec)
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
-        min_size, max_size = int(spec.get("min_size", 800)), int(spec.get("max_size", 1333))
-        nms_thresh = float(spec.get("nms_thresh", 0.5))
+        min_size, max_size = int(spec["min_size"]), int(spec["max_size"])
+        nms_thresh = float(spec["nms_thresh"])
         coco = weights_enum.COCO_V1.meta["categories"]  # in the enum's metadata: no download needed
         build = dict(weights_backbone=None, min_size=min_size, max_size=max_size, box_nms_thresh=nms_thresh)
 
@@ -97,7 +98,7 @@ class TorchvisionFasterRCNN:
             _load(model, state, path, f"{arch} {weights}")
             self.weights = sha256_file(path)
         else:
-            num_classes = int(spec.get("num_classes", 91))
+            num_classes = int(spec["num_classes"])
             names = spec.get("class_names") or (coco[1:] if num_classes == len(coco) else None)
             if names is None or len(names) != num_classes - 1:
                 raise InputError("class_names", f"need {num_classes - 1} names (classes 1..{num_classes - 1}; "
@@ -111,7 +112,7 @@ class TorchvisionFasterRCNN:
                 _load(model, state, path, f"{arch} with {num_classes} classes")
                 self.weights = sha256_file(path)
             else:
-                seed = int(spec.get("seed", 0))
+                seed = int(spec["seed"])
                 # a private RNG stream: the weights depend on the seed alone
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(seed)

@@ -16,7 +16,7 @@ are split on tabs directly, with no limit, twice as fast as the csv module.
 
 Labels: LXMERT's extraction stores ``argmax(cls_prob[:, 1:])`` and ``argmax(attr_prob[:, 1:])``,
 ids counting from the first object (attribute) name, which is the store's convention
-(vlbias.regions: no background), so they are kept as they are: the true labels. (Ross et al.'s code
+(vlbias.visual.Regions: no background), so they are kept as they are: the true labels. (Ross et al.'s code
 read them one class early: protocol switch ``label_offset``, docs/grounded.md row 13.) Boxes are
 kept in the file's order (the model reads them in that order), not re-sorted by score.
 
@@ -36,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.regions import Regions
+from vlbias.regions.genome import PERSON_CLASSES, read_vocab
 from vlbias.regions.store import write_region_store
+from vlbias.visual import Regions
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +93,17 @@ class TsvSource:
     for a TSV source entry of the config (regions/tsv/<name>)."""
 
     def __init__(self, spec):
-        # the same vocabularies and person classes as the bua detector
-        from vlbias.regions.bua import PERSON_CLASSES, _vocab
-
+        # the same vocabularies and person classes as the bua detector (vlbias.regions.genome)
         self.fields = column_names(spec.get("fields", "lxmert"))
         self.image_ids = spec.get("image_ids", "coco")
         if self.image_ids not in ("coco", "stem"):
             raise InputError(f"image_ids '{self.image_ids}'", "must be coco or stem")
         self.feature_dim = int(spec.get("feature_dim", 2048))
-        self.class_names, objects_sha = _vocab(spec, "objects_vocab", int(spec.get("num_classes", 1600)), False,
+        self.class_names, objects_sha = read_vocab(spec, "objects_vocab", int(spec.get("num_classes", 1600)), False,
                                                "object")
         self.attribute_names, attributes_sha = None, None
         if "attrs_id" in self.fields:
-            self.attribute_names, attributes_sha = _vocab(spec, "attributes_vocab",
+            self.attribute_names, attributes_sha = read_vocab(spec, "attributes_vocab",
                                                           int(spec.get("num_attributes", 400)), False, "attribute")
         self.person_classes = frozenset(PERSON_CLASSES & set(self.class_names))
         self.name, self.weights = "tsv", "released"

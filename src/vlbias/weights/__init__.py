@@ -39,7 +39,6 @@ from vlbias.weights.record import (
     write_record,
 )
 from vlbias.weights.sources import (
-    DEFAULT_TORCHVISION_ARCH,
     REMOTE,
     TORCHVISION_ARCHS,
     package_dir,
@@ -49,7 +48,7 @@ from vlbias.weights.sources import (
 )
 
 __all__ = [
-    "DEFAULT_TORCHVISION_ARCH", "MAX_BYTES", "REMOTE", "TORCHVISION_ARCHS", "Lock", "as_written",
+    "MAX_BYTES", "REMOTE", "TORCHVISION_ARCHS", "Lock", "as_written",
     "declared", "fetch", "fetched", "go_offline", "hub_download", "kind_of", "localize", "package_dir", "prepare",
     "provenance", "read_record", "record_path", "remote_sources", "request", "stale_records", "torchvision_arch",
     "unfetched", "unused", "write_record",

@@ -22,9 +22,7 @@ error; nothing is ever filled in at random.
 from functools import cache
 from typing import Any
 
-import yaml
-
-from vlbias.registry import SCHEMAS
+from vlbias.schemas import chain, document
 
 # the stage whose entries are detectors (vlbias.suites.regions); every other stage's are models (the
 # stages, and the kind of each, are declared once in vlbias.suites; a test holds the two to agree)
@@ -40,21 +38,14 @@ def kind_of(name: str) -> str:
 def _family_weights(adapter: object, kind: str) -> dict[str, Any]:
     """The ``family: weights:`` block of ``adapter``, merged over its includes' (the adapter's own
     declarations add to or override an included one's, key by key; ``unused`` lists add up)."""
-    path = SCHEMAS / kind / f"{adapter}.yaml"
-    if not isinstance(adapter, str) or not path.is_file():
-        return {}
-    with open(path, encoding="utf-8") as f:
-        doc = yaml.safe_load(f) or {}
     merged: dict[str, Any] = {}
-    for fragment in doc.get("include", []):
-        for key, declared in _family_weights(fragment, kind).items():
-            merged[key] = merged.get(key, []) + declared if key == "unused" else {**merged.get(key, {}), **declared}
-    for key, declared in ((doc.get("family") or {}).get("weights") or {}).items():
-        if key == "unused":
-            merged[key] = merged.get(key, []) + list(declared)
-            continue
-        declared = {declared: True} if isinstance(declared, str) else declared  # e.g. `path: directory`
-        merged[key] = {**merged.get(key, {}), **declared}
+    for part in chain(kind, adapter):
+        for key, declared in ((document(part).get("family") or {}).get("weights") or {}).items():
+            if key == "unused":
+                merged[key] = merged.get(key, []) + list(declared)
+                continue
+            declared = {declared: True} if isinstance(declared, str) else declared  # e.g. `path: directory`
+            merged[key] = {**merged.get(key, {}), **declared}
     return merged
 
 

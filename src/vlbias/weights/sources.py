@@ -28,6 +28,7 @@ from typing import Any, TypeAlias
 from vlbias.errors import InputError
 from vlbias.io.fetch import cached_path, sha256_file
 from vlbias.io.paths import StrPath
+from vlbias.schemas import with_defaults
 from vlbias.weights.declarations import declared
 from vlbias.weights.download import hub_download, hub_snapshot, url_download
 
@@ -38,12 +39,11 @@ _URL = re.compile(r"https?://")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # torchvision's Faster R-CNNs (vlbias.regions.torchvision): arch -> (factory, weights enum) names in
-# torchvision.models.detection, imported when an entry names one
+# torchvision.models.detection, imported when an entry names one (the default arch: its schema's)
 TORCHVISION_ARCHS = {
     "fasterrcnn_resnet50_fpn": ("fasterrcnn_resnet50_fpn", "FasterRCNN_ResNet50_FPN_Weights"),
     "fasterrcnn_resnet50_fpn_v2": ("fasterrcnn_resnet50_fpn_v2", "FasterRCNN_ResNet50_FPN_V2_Weights"),
 }
-DEFAULT_TORCHVISION_ARCH = "fasterrcnn_resnet50_fpn"
 
 
 def torchvision_arch(arch: str) -> tuple[Callable[..., Any], Any]:
@@ -61,10 +61,11 @@ def torchvision_arch(arch: str) -> tuple[Callable[..., Any], Any]:
 
 def remote_sources(spec: Spec, kind: str = "models") -> dict[str, Source]:
     """{key: source} of what the entry loads, from its adapter's declaration (``kind``: models or
-    detectors; open_clip tags and torchvision enums are resolved through those libraries' tables)."""
-    sources = {}
+    detectors; open_clip tags and torchvision enums are resolved through those libraries' tables); the
+    keys its schema gives a default and the entry leaves unset are read with that default."""
+    spec, sources = with_defaults(spec, kind), {}
     if spec.get("weights") == "random":
-        sources["weights"] = {"kind": "random", "seed": int(spec.get("seed", 0)),
+        sources["weights"] = {"kind": "random", "seed": int(spec["seed"]),
                               "config": {k: spec[k] for k in ("arch", "config", "model_cfg") if k in spec}}
     for key, decl in declared(spec.get("adapter"), kind).items():
         value = spec.get(key, decl.get("default"))
@@ -85,7 +86,7 @@ def remote_sources(spec: Spec, kind: str = "models") -> dict[str, Source]:
         elif "open_clip" in decl:
             sources[key] = _open_clip_source(spec.get(decl["open_clip"]), value)
         elif "torchvision" in decl:
-            sources[key] = _torchvision_source(spec.get(decl["torchvision"]), value)
+            sources[key] = _torchvision_source(spec[decl["torchvision"]], value)  # the arch: a schema default
     return sources
 
 
@@ -145,8 +146,7 @@ def _open_clip_source(arch: str | None, tag: str) -> Source:
     return {**source, "url": cfg["url"], "sha256": folder if _SHA256.fullmatch(folder) else None}
 
 
-def _torchvision_source(arch: str | None, name: str) -> Source:
-    arch = arch or DEFAULT_TORCHVISION_ARCH
+def _torchvision_source(arch: str, name: str) -> Source:
     enum = torchvision_arch(arch)[1] if arch in TORCHVISION_ARCHS else None
     if enum is None or name not in enum.__members__:
         known = ", ".join(enum.__members__) if enum else "none"

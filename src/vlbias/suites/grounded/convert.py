@@ -12,7 +12,7 @@ of one test; both go into one stimulus file ``resources/stimuli/grounded/<datase
 Google images are identified as in the acquisition manifest, ``<dataset_dir>/<role>/<file>``;
 the role (folder) of each image is the one whose ``get.sh`` lists it. COCO and Conceptual
 Captions images (``dataset_dir: null``) are identified as ``<test id>/<image set>/<file>``, the
-acquisition id of vlbias.images.sources' manifests.
+acquisition id of vlbias.suites.grounded.sources' manifests.
 
 Masking (experiment 3, variant 2), as the authors do it: tokens = the test's contextual words
 and their lower-case forms; regions = detections labelled with one of those or a person word.

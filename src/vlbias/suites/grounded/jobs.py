@@ -94,7 +94,7 @@ class _Visuals:
 
     The regions mask I hides (``Visual.is_person``): the store's person flags, or with ``labels``
     the regions whose detector label, read with ``label_offset`` (row 13), is one of them (protocol
-    switch ``image_mask``, row 5 of docs/grounded.md: vlbias.regions.regions_with_labels).
+    switch ``image_mask``, row 5 of docs/grounded.md: vlbias.visual.regions_with_labels).
     """
 
     def __init__(self, store, size=256, pixels=None, label_offset=0):
@@ -104,7 +104,7 @@ class _Visuals:
 
     def __call__(self, image_id, labels=None):
         """(Visual, digest) of ``image_id``, masking the regions labelled ``labels`` (None: persons)."""
-        from vlbias.models.vl import visual_from_store  # torch and transformers: only the model jobs need them
+        from vlbias.visual import visual_from_store  # image decoding (cv2): only the model jobs need it
 
         key = (image_id, labels)
         if key not in self.cache:

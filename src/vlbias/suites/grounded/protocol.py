@@ -46,7 +46,7 @@ SWITCHES = {
     "image_mask": Switch(
         5, ("persons", "labels"), "embedding job: the regions mask I hides",
         "persons: every region the detector labels as a person (the store's is_person); labels: regions "
-        "whose label is one of the test's mask.region_labels (vlbias.regions.regions_with_labels)"),
+        "whose label is one of the test's mask.region_labels (vlbias.visual.regions_with_labels)"),
     "token_mask": Switch(
         6, ("piece", "word"), "encoder option of every vision-language model",
         "mask T: one [MASK] per sub-token of every mask term, or one [MASK] per occurrence of the first "
@@ -132,7 +132,7 @@ def region_store(switches, spec, dataset):
 
 
 def label_offset(switches, family, store_attrs):
-    """The offset mask I reads region labels with (row 13; vlbias.regions.regions_with_labels): the
+    """The offset mask I reads region labels with (row 13; vlbias.visual.regions_with_labels): the
     switch's value for LXMERT on a store read from a TSV, whose class ids are the released objects_id
     the authors' LXMERT loader misread; 0 elsewhere (no public code settles how the authors read other
     features: docs/grounded.md)."""

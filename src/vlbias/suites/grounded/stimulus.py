@@ -7,7 +7,7 @@ paired with the indices of its captions.
 
 Google images are identified as in the acquisition manifest, ``<dataset_dir>/<role>/<file>``;
 COCO and Conceptual Captions images (``dataset_dir: null``) as ``<test id>/<image set>/<file>``, the
-acquisition id of vlbias.images.sources' manifests.
+acquisition id of vlbias.suites.grounded.sources' manifests.
 
 Caption indices that upstream wrote as text (coco/sent-weat6: ``"12"``) are kept so in the file and
 read by ``caption_indices`` (protocol switch, docs/grounded.md row 7): ``number`` reads "12" as
@@ -39,7 +39,7 @@ class GroundedStimulus:
 
     def image_id(self, level, role, file):
         """The image's id in the acquisition manifest: ``<dataset_dir>/<get.sh folder>/<file>``
-        (google) or ``<test id>/<image set>/<file>`` (coco, concap; see vlbias.images.sources)."""
+        (google) or ``<test id>/<image set>/<file>`` (coco, concap; see vlbias.suites.grounded.sources)."""
         lv = self.levels[level]
         if lv["dataset_dir"]:
             return f"{lv['dataset_dir']}/{lv['images'][role]['role']}/{file}"

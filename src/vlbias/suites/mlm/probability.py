@@ -121,7 +121,7 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
 def load_visuals(store, image_ids, paths=None):
     """({image id: Visual}, {image id: why it has none}) from an open vlbias.regions.store.RegionStore;
     with ``paths`` ({image id: file}) each Visual carries the image's pixels (models that need_pixels)."""
-    from vlbias.models.vl import visual_from_store  # torch and transformers: only the model jobs need them
+    from vlbias.visual import visual_from_store  # image decoding (cv2): only the model jobs need it
 
     visuals, missing = {}, {}
     for image_id in image_ids:

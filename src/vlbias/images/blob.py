@@ -2,12 +2,18 @@
 bottom-up-attention's caffe extraction (generate_tsv.py) and Detectron (``prep_im_for_blob``) use:
 BGR minus the pixel means, resized by ONE factor ``im_scale`` with cv2.resize(fx=fy=im_scale,
 INTER_LINEAR); the boxes found on it are divided by ``im_scale`` to come back to the image's pixels.
+The detectors (vlbias.regions.bua, detectron_fpn) and VL-BERT's own image transform
+(vlbias.models.vlbert) subtract the same means.
 """
 
 import numpy as np
 import torch
 
 from vlbias.errors import InputError
+
+# py-faster-rcnn's cfg.PIXEL_MEANS, caffe's ImageNet mean in BGR order (the pixel std is 1): the
+# demo's config.yaml (bua), Detectron's config defaults and VL-BERT's all have it
+PIXEL_MEANS_BGR = (102.9801, 115.9465, 122.7717)
 
 
 def image_scale(height, width, min_size, max_size):

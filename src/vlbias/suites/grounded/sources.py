@@ -22,8 +22,8 @@ records the sha256 of every stimulus file (and of the validation TSV) the manife
 
 Maintainer commands (a network is needed for the validation TSV's URL)::
 
-    python -m vlbias.images.sources coco resources/stimuli/grounded/coco -o resources/manifests/grounded_coco_images.tsv
-    python -m vlbias.images.sources concap resources/stimuli/grounded/concap \\
+    python -m vlbias.suites.grounded.sources coco resources/stimuli/grounded/coco -o resources/manifests/grounded_coco_images.tsv
+    python -m vlbias.suites.grounded.sources concap resources/stimuli/grounded/concap \\
         --validation https://storage.googleapis.com/gcc-data/Validation/GCC-1.1.0-Validation.tsv \\
         -o resources/manifests/grounded_concap_images.tsv
 """
@@ -145,7 +145,8 @@ def _fetch_validation(source, workdir):
 
 
 def _main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m vlbias.images.sources", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m vlbias.suites.grounded.sources",
+                                     description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="dataset", required=True)
     for name, what in (("coco", "COCO val2014 file names"), ("concap", "Conceptual Captions validation ids")):
         c = commands.add_parser(name, help=f"the manifest of a folder of grounded stimuli naming {what}")
@@ -172,7 +173,7 @@ def _main(argv=None):
         print(f"warning: id {key} is the crc32 of {len(urls)} URLs: {' '.join(urls)}", file=sys.stderr)
     for r in unresolved:
         print(f"warning: {r['test']}/{r['role']}/{r['file']}: no URL found; kept with an empty url", file=sys.stderr)
-    comments = [f"Image URLs of the grounded stimuli {args.stimuli}/*.yaml, by `python -m vlbias.images.sources "
+    comments = [f"Image URLs of the grounded stimuli {args.stimuli}/*.yaml, by `python -m vlbias.suites.grounded.sources "
                 f"{args.dataset}`; sha256 filled by `python -m vlbias.images.acquire pin` once fetched", *origin,
                 *(STIMULUS_PREFIX + d for d in digests)]
     write_manifest(args.output, rows, MANIFEST_COLUMNS, comments)
