@@ -17,6 +17,7 @@ from PIL import Image
 
 from vlbias.api import Query, run_query
 from vlbias.errors import InputError, UsageError
+from vlbias.io.cache import fingerprint
 from vlbias.report.tables import TABLE_COLUMNS
 from vlbias.stats import effect_size, permutation_pvalue
 
@@ -160,3 +161,6 @@ def test_a_query_on_a_configured_model_is_the_command_lines_row(tmp_path):
         assert row[column] == cli[column], column
     after = sorted((p.name, p.stat().st_size) for p in (tmp_path / "cache/embeddings").rglob("*") if p.is_file())
     assert after == before  # every text came from the cache the command line filled
+    # ... which is where the workflow's embedding jobs keep it: <cache>/embeddings/<fingerprint of the encoder>
+    info = {k: v for k, v in df.attrs["provenance"].items() if k not in ("stimuli", "levels")}
+    assert [p.name for p in (tmp_path / "cache/embeddings").iterdir()] == [fingerprint(info)]
