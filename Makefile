@@ -1,6 +1,6 @@
 # Two entry points: `make run` builds the default target, `make test` runs the tests.
 # Both create the virtual environment .venv first (Python 3.11; torch/torchvision pinned): `make run`
-# installs the package alone, `make test` adds the test tools (the `test` extra: pytest, ruff, snakefmt,
+# installs the package alone, `make test` adds the test tools (the `test` extra: pytest, ruff, snakefmt, mkdocs,
 # the SLURM plugins).
 
 PYTHON ?= python3.11

@@ -2,7 +2,7 @@
 
 The differential tests against the authors' own functions run when ``VLBIAS_IEAT_REFERENCE``
 names a folder holding their package (ryansteed/ieat at 4d7639bf: ``ieat/utils.py``,
-``ieat/models.py``); see the README for the patches their code needs on current libraries.
+``ieat/models.py``); see docs/ieat.md for the patches their code needs on current libraries.
 """
 
 import json

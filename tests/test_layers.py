@@ -25,6 +25,7 @@ LAYERS = (
     ("associate", "suites"),
     ("report",),
     ("config",),
+    ("api",),
     ("cli", "workdir"),
     ("__main__",),
 )

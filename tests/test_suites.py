@@ -9,6 +9,7 @@ import pytest
 import yaml
 from conftest import REPO
 
+import vlbias.config
 from vlbias import cli
 from vlbias.config import ConfigError, check_config
 from vlbias.suites import registry
@@ -117,7 +118,8 @@ def toy(tmp_path, monkeypatch):
             "type": "object", "required": ["adapter"], "properties": {"adapter": {"$ref": "#/$defs/model_adapter"}}}},
                        "tables": {"type": "array", "items": {"type": "string"}}}}
     (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
-    monkeypatch.setattr(cli.common, "schema_path", lambda: tmp_path / "schema.yaml")
+    for module in (cli.common, vlbias.config):  # the commands' help texts, the config's loader
+        monkeypatch.setattr(module, "schema_path", lambda: tmp_path / "schema.yaml")
     config = copy.deepcopy(CONFIG)
     config["toy"] = {"models": {"mini": {"adapter": "sentence", "path": "x/mini", "model_id": "x/mini"}}, "tables": ["mini"]}
     monkeypatch.chdir(REPO)

@@ -25,8 +25,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from vlbias import CONFIG
-from vlbias.errors import InputError
+from vlbias import CONFIG, SCHEMA
+from vlbias.errors import InputError, UsageError
 from vlbias.models.plan import family
 from vlbias.schemas import adapter_schema, adapters
 from vlbias.suites import registry
@@ -61,6 +61,33 @@ def check_config(config, schema_path, root="."):
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def load_config(path):
+    """The config at ``path``, checked as the workflow checks it (defaults filled in)."""
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such config (run in the repository, or give --config)") from None
+    except yaml.YAMLError as e:
+        raise InputError(path, f"not valid YAML: {e}") from None
+    return check_config(config, schema_path())
+
+
+def schema_path():
+    """The workflow's schema: in the working directory's workflow/, else the repository's beside src/."""
+    schemas = [Path(SCHEMA), Path(__file__).resolve().parents[2] / SCHEMA]
+    schema = next((s for s in schemas if s.is_file()), None)
+    if schema is None:
+        raise UsageError(f"no {SCHEMA} here or beside the vlbias package: run in the repository")
+    return schema
+
+
+def configured_models(config):
+    """[(suite, name, entry)] of every configured model, suite by suite."""
+    return [(suite.name, name, spec) for suite in registry.suites(config)
+            for name, spec in suite.model_entries(config).items()]
 
 
 # --- pass 1 and 2: JSON schemas -------------------------------------------------------------------
@@ -100,6 +127,12 @@ def stats_problems(stats, schema_path):
     defaults are filled in."""
     schema = _read_yaml(schema_path)
     return _problems(stats, _below(schema, schema["properties"]["stats"]), ("stats",))
+
+
+def entry_problems(section, name, entry, schema_path):
+    """Pass 2 for one model entry of ``<section>: models`` alone (a library user's: vlbias.api), its
+    defaults filled in."""
+    return adapter_problems({section: {"models": {name: entry}}}, _read_yaml(schema_path))
 
 
 def _below(schema, node):

@@ -15,3 +15,8 @@ class InputError(ValueError):
 
 class FetchError(InputError):
     """A file could not be obtained from the mirror or the network."""
+
+
+class UsageError(Exception):
+    """A command or a library call (vlbias.api) given what it cannot use; the message says what to do
+    instead."""

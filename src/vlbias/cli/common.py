@@ -1,45 +1,20 @@
-"""What the commands share: the config (checked as the workflow checks it), the workflow's schema and
-the defaults it declares, the configured models (every suite's), writing a result."""
+"""What the commands share: the config and the workflow's schema (read by vlbias.config), the defaults
+the schema declares (for help texts), writing a result."""
 
 import sys
 from functools import cache
-from pathlib import Path
 
 import yaml
 
-from vlbias import CONFIG, SCHEMA
-from vlbias.errors import InputError
+from vlbias import CONFIG
+from vlbias.config import load_config, schema_path
+from vlbias.errors import UsageError
 
-
-class UsageError(Exception):
-    """A command given what it cannot use; the message says what to do instead."""
+__all__ = ["UsageError", "config_option", "load_config", "schema_default", "schema_path", "write"]
 
 
 def config_option(p):
     p.add_argument("--config", default=CONFIG, help=f"the workflow config (default {CONFIG})")
-
-
-def load_config(path):
-    """The config at ``path``, checked as the workflow checks it (defaults filled in)."""
-    from vlbias.config import check_config
-
-    path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such config (run in the repository, or give --config)") from None
-    except yaml.YAMLError as e:
-        raise InputError(path, f"not valid YAML: {e}") from None
-    return check_config(config, schema_path())
-
-
-def schema_path():
-    """The workflow's schema: in the working directory's workflow/, else the repository's beside src/."""
-    schemas = [Path(SCHEMA), Path(__file__).resolve().parents[3] / SCHEMA]
-    schema = next((s for s in schemas if s.is_file()), None)
-    if schema is None:
-        raise UsageError(f"no {SCHEMA} here or beside the vlbias package: run in the repository")
-    return schema
 
 
 @cache
@@ -53,13 +28,6 @@ def schema_default(*keys):
     for key in keys:
         node = node["properties"][key]
     return node.get("default")
-
-
-def models(config):
-    """[(suite, name, entry)] of every configured model, suite by suite."""
-    from vlbias.suites.registry import suites
-
-    return [(suite.name, name, spec) for suite in suites(config) for name, spec in suite.model_entries(config).items()]
 
 
 def write(text, output):

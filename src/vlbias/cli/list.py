@@ -1,7 +1,8 @@
 """vlbias list: the models, tests or tables of a config, every suite's (vlbias.suites.registry), one
 tab-separated line each."""
 
-from vlbias.cli.common import config_option, load_config, models, write
+from vlbias.cli.common import config_option, load_config, write
+from vlbias.config import configured_models
 
 
 def add_parser(sub):
@@ -19,7 +20,7 @@ def main(args):
     config = load_config(args.config)
     if args.what == "models":
         lines = [f"{suite}\t{name}\t{spec.get('adapter') or 'source ' + str(spec.get('source'))}\t"
-                 f"{spec.get('model_id', '')}" for suite, name, spec in models(config)]
+                 f"{spec.get('model_id', '')}" for suite, name, spec in configured_models(config)]
     elif args.what == "tests":
         lines = ["\t".join(test) for suite in suites(config) for test in suite.tests(config)]
     else:

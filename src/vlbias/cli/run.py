@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from vlbias import CONFIG
-from vlbias.cli.common import UsageError, load_config, models, schema_default, schema_path, write
+from vlbias.cli.common import UsageError, load_config, schema_default, write
 from vlbias.errors import InputError
 from vlbias.suites import plan
 
@@ -76,6 +76,8 @@ def main(args):
         elif args.vectors:
             store, model = vectors_store(args, stimulus, tmp), args.name or Path(args.vectors).stem
         else:
+            from vlbias.api import find_model
+
             suite, spec = find_model(config, args.model, stimulus.suite)
             store, model = model_store(config, suite, args.model, spec, stimulus, tmp), args.model
         row = run_test(stimulus, store, model, ci=ci, **settings)
@@ -93,57 +95,29 @@ def main(args):
 
 
 def settings_of(args, config):
-    """The test's settings: the config's ``stats`` (none without a config), the flags over them, the
-    schema's defaults filled in where neither says; checked with the config's limits."""
-    from vlbias.config import stats_problems
+    """The test's settings (vlbias.api.settings): the config's ``stats``, the flags over them, the
+    schema's defaults where neither says."""
+    from vlbias.api import settings
 
-    stats = dict(config["stats"]) if config else {}
     exact = {"true": True, "false": False}.get(args.exact, args.exact)
-    stats |= {key: value for key, value in (("n_samples", args.n_samples), ("exact", exact), ("seed", args.seed))
-              if value is not None}
     flags = {key: getattr(args, f"ci_{key}") for key in CI_KEYS if getattr(args, f"ci_{key}") is not None}
-    ci = stats.get("ci")
-    if args.no_ci:
-        ci = None
-    elif args.ci or flags:
-        ci = {**(ci or {}), **flags}  # the keys neither gives: the schema's defaults, filled in by the check
-    stats["ci"] = ci
-    problems = stats_problems(stats, schema_path())
-    if problems:  # the flags' values, with the config's limits (a config's own were checked when loaded)
-        raise UsageError("; ".join(problems) + " (--n-samples, --seed, --ci-* set these keys)")
-    return stats
-
-
-def find_model(config, name, suite):
-    """(suite, entry) of model ``name``: the stimulus's own suite first, then any suite's."""
-    found = [(s, spec) for s, n, spec in models(config) if n == name]
-    if not found:
-        known = sorted({n for _, n, _ in models(config)})
-        raise UsageError(f"no model '{name}' in the config; configured: {', '.join(known)}")
-    return next(((s, spec) for s, spec in found if s == suite), found[0])
+    ci = False if args.no_ci else flags if args.ci or flags else None
+    try:
+        return settings(config, n_samples=args.n_samples, exact=exact, seed=args.seed, ci=ci)
+    except UsageError as e:  # the flags' values, with the config's limits (a config's own were checked when loaded)
+        raise UsageError(f"{e} (--n-samples, --seed, --ci-* set these keys)") from None
 
 
 def model_store(config, suite, name, spec, stimulus, workdir):
-    """The embedding store holding ``stimulus``'s vectors on model ``name`` of ``suite``.
-
-    Text stimuli are encoded here by the model's adapter, its weights fetched, locked and verified as
-    the workflow's (vlbias.weights.prepare), through the workflow's content-keyed cache (a text the
-    workflow encoded is not encoded again); image categories come from the store the workflow builds
-    for the model (results/embeddings/<suite>/<name>.h5).
-    """
+    """The embedding store holding ``stimulus``'s vectors on model ``name`` of ``suite``: text stimuli
+    encoded here as the workflow's jobs encode them (vlbias.api.model_store: weights fetched, locked and
+    verified, the content-keyed cache); image categories come from the store the workflow builds for the
+    model (results/embeddings/<suite>/<name>.h5)."""
     if all(s.items is not None for s in stimulus.sets.values()):
-        if "adapter" not in spec:
-            raise UsageError(f"model '{name}' ({suite}) has no adapter to encode text stimuli")
-        from vlbias.io.cache import RecordCache, fingerprint
-        from vlbias.models import build
-        from vlbias.suites.stores import embed_stimuli
-        from vlbias.weights import prepare
+        from vlbias.api import model_store
 
-        # as the workflow's jobs load it: fetched (or found in the cache), checked against the lock, verified
-        encoder = build(prepare(f"{suite}/{name}", spec, cache=config["cache"], lock_path=config["weights_lock"]))
         store = Path(workdir) / f"{name}.h5"
-        with RecordCache(Path(config["cache"], "embeddings", fingerprint(encoder.info))) as cache:
-            embed_stimuli([stimulus], encoder, store, plan.provenance(spec), cache)
+        model_store([stimulus], suite, name, spec, config, config["cache"], store)
         return store
     store = Path(plan.embedding_path(suite, name))
     if not store.is_file():

@@ -161,7 +161,13 @@ def read_stimulus_file(path: StrPath, schema_name: str, keys: str) -> dict[str, 
 def load_stimulus(path: StrPath) -> Stimulus:
     """Load and validate one stimulus file; errors name the file and the key."""
     path = Path(path)
-    doc = read_stimulus_file(path, "stimulus.schema.yaml", "id, name, suite, X, Y, A, B")
+    return stimulus_from(read_stimulus_file(path, "stimulus.schema.yaml", "id, name, suite, X, Y, A, B"), path)
+
+
+def stimulus_from(doc: dict[str, Any], path: StrPath) -> Stimulus:
+    """The test ``doc`` (a stimulus file's mapping, valid against its schema) describes; errors name
+    ``path``, its file (or what stands for one: vlbias.api's queries)."""
+    path = Path(path)
     sets: dict[str, StimulusSet] = {}
     owner: dict[str | None, str] = {}
     seen: dict[str, tuple[str, str]] = {}

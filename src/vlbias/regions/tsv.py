@@ -183,7 +183,7 @@ def read_tsv_regions(tsv, entries, source, out_path, provenance=None):
         wanted.setdefault(key, []).append(image_id)
     found, lines = {}, {}  # key -> Regions of the wanted images; key -> line it was read from
     if not Path(tsv).is_file():
-        raise InputError(tsv, "TSV file not found (the released features are yours to download: README)")
+        raise InputError(tsv, "TSV file not found (the released features are yours to download: docs/regions.md)")
     sha256 = hashlib.sha256()
     with open(tsv, "rb") as f:
         for line_num, line in enumerate(f, 1):
