@@ -35,7 +35,8 @@ does not reach it). Texts longer than the text tower's positions are truncated.
 
 Lower-casing (``lowercase``): SigLIP 2 was trained on lower-cased texts (its model card: "make sure you
 make the same processing to your text labels"; transformers 5's Siglip2Tokenizer lower-cases, the
-Gemma tokenizer of the hub's fixed-resolution SigLIP 2 repositories does not): the texts are
+Gemma tokenizer the hub's SigLIP 2 repositories name does not, which earlier transformers and the
+fixed-resolution models load): the texts are
 lower-cased before the processor when ``lowercase`` is true, by default for ``siglip2`` models. The
 fixed-resolution SigLIP 2 checkpoints (e.g. google/siglip2-base-patch16-224) are SiglipModels
 (model_type ``siglip``): their entries set ``lowercase: true``.
@@ -108,7 +109,8 @@ BLIP_TOKENS = {"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]}
 # what a processor's save_pretrained writes (image processor, tokenizer), hashed into .info (a hub model's
 # are fetched with it: its schema's weights declaration)
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "spiece.model")
+                   "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "spiece.model",
+                   "vocab.txt", "tokenizer.model")  # BLIP's and FLAVA's WordPiece, SigLIP 2's Gemma SentencePiece
 
 
 @register("hf_dual")
