@@ -60,6 +60,26 @@ def random_visual(k, seed, persons=(), size=(48, 64), image=False, num_classes=N
                   class_ids), pixels
 
 
+# Tiny random joint spaces through hf_dual (vlbias.models.hf_dual), its `config` overrides per architecture,
+# with the processors write_processor(dir, architecture, 32, TINY_DUAL_CONTEXT[architecture]) writes:
+# SigLIP 2 with the byte-level stand-in's 258 ids (</s> = 256 pads and ends every text) and NaFlex's
+# 16-pixel patches (a 4x4 grid of position embeddings, resized to the image's up to 256 patches);
+# BLIP's retrieval model and FLAVA with bert-base-uncased's ids (BLIP's 2 more: [DEC], [ENC])
+_DUAL_TOWER = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+TINY_DUAL = {
+    "siglip2": {"text_config": {**_DUAL_TOWER, "max_position_embeddings": 16, "vocab_size": 258, "pad_token_id": 256,
+                                "eos_token_id": 256, "bos_token_id": None},
+                "vision_config": {**_DUAL_TOWER, "num_patches": 16, "patch_size": 16}},
+    "blip": {"image_text_hidden_size": 8,
+             "text_config": {**_DUAL_TOWER, "max_position_embeddings": 32, "encoder_hidden_size": 24},
+             "vision_config": {**_DUAL_TOWER, "hidden_size": 24, "image_size": 32, "patch_size": 8}},
+    "flava": {"hidden_size": 16, "projection_dim": 8, "text_config": {**_DUAL_TOWER, "max_position_embeddings": 32},
+              "image_config": {**_DUAL_TOWER, "image_size": 32, "patch_size": 8},
+              "multimodal_config": _DUAL_TOWER},
+}
+TINY_DUAL_CONTEXT = {"siglip2": 16, "blip": 32, "flava": 32}
+
+
 # A tiny random BLIP retrieval model (vlbias.models.blip; not in TINY_VL: it has no masked-language head):
 # a 32-pixel ViT of 8-pixel patches under a 2-layer text encoder with cross-attention
 TINY_BLIP = {"adapter": "blip", "weights": "random", "seed": 0, "device": "cpu",

@@ -111,7 +111,7 @@ def test_a_checkpoint_loads_into_the_architecture_it_names(tmp_path):
 @pytest.mark.parametrize("change,message", [
     ({"architecture": None}, "hf_dual entry: `weights: random` and `checkpoint` need `architecture`"),
     ({"processor": None}, "processor: `weights: random` and `checkpoint` need `processor:`"),
-    ({"architecture": "blip"}, "architecture 'blip': must be one of clip, siglip"),
+    ({"architecture": "align"}, "architecture 'align': must be one of clip, siglip, siglip2, blip, flava"),
     ({"weights": None}, "hf_dual entry: set `model_id` (with `revision`), `path`, `checkpoint` or `weights: random`"),
 ])
 def test_an_entry_without_what_it_needs_is_refused(tmp_path, change, message):

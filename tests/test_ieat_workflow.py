@@ -1,7 +1,8 @@
 """iEAT from pixels through the real Snakefile: tiny random iGPT (two layers and the logits from one
 pass), SimCLRv2, open_clip and transformers CLIP (hf_dual) models beside the published vectors in
 Tables 1-3, a user's own vectors (iEAT and SEAT), the transformers CLIP in SEAT too, a cross-modal
-test, and the sweep's table and heatmap: an open_clip and a transformers SigLIP model side by side."""
+test, and the sweep's table and heatmap: an open_clip and transformers SigLIP, SigLIP 2, BLIP ITC and FLAVA
+models side by side; BLIP's ITC in SEAT and FLAVA's contrastive space in the cross-modal table too."""
 
 import copy
 
@@ -9,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import TINY_DUAL, TINY_DUAL_CONTEXT
 from test_hf_dual import CONFIGS, TEXT, VISION, tiny_dual_dir
 from test_workflow import make_project, planned_jobs, snakemake, write_yaml
 
@@ -38,6 +40,10 @@ SIMCLR = {"source": "images", "adapter": "simclr", "depth": 50, "width": 1, "sk"
 HF_CLIP = {"source": "images", "adapter": "hf_dual", "path": "models/tiny-clip", "batch_size": 4}
 HF_SIGLIP = {"adapter": "hf_dual", "architecture": "siglip", "weights": "random", "config": CONFIGS["siglip"],
              "processor": "models/tiny-siglip-processor", "batch_size": 4}
+# the joint spaces of docs/joint-spaces.md, random, each with its processor directory: in the sweep (FLAVA's
+# in the cross-modal table too, by its sweep name) and BLIP's ITC in SEAT
+JOINT = {a: {"adapter": "hf_dual", "architecture": a, "weights": "random", "config": TINY_DUAL[a],
+             "processor": f"models/tiny-{a}-processor", "batch_size": 4} for a in ("siglip2", "blip", "flava")}
 WORDS = {"A": ["joy", "love", "peace"], "B": ["pain", "hate", "war"]}
 
 
@@ -82,13 +88,16 @@ def make(root):
                    "tests": ["flower-insect", "insect-flower"]},
         "table2": {"caption": "toy Table 2", "models": ["pub", "tiny-igpt/layer0"], "tests": ["flower-insect"]},
         "table3": {"caption": "toy Table 3", "models": ["pub", "tiny-igpt/logits"], "tests": ["flower-insect"]},
-        "cross": {"caption": "cross-modal", "models": ["tiny-clip", "hf-clip", "mine"], "tests": ["flower-insect-text-attributes"]},
+        "cross": {"caption": "cross-modal", "models": ["tiny-clip", "hf-clip", "flava-random0", "mine"],
+                  "tests": ["flower-insect-text-attributes"]},
     }
     ieat["sweep"] = {"caption": "toy sweep", "tests": "all",
-                     "models": copy.deepcopy([{k: v for k, v in CLIP.items() if k != "source"}, HF_SIGLIP])}
+                     "models": copy.deepcopy([{k: v for k, v in CLIP.items() if k != "source"}, HF_SIGLIP,
+                                              *JOINT.values()])}
     config["seat"]["models"] = {"mine": {"source": "vectors", "vectors": "mine-seat.csv", "model_id": "my words"},
                                 "weat-only": {"source": "vectors", "vectors": "weat-only.csv", "tests": ["weat-toy"]},
-                                "hf-clip": {k: v for k, v in HF_CLIP.items() if k != "source"}}
+                                "hf-clip": {k: v for k, v in HF_CLIP.items() if k != "source"},
+                                "hf-blip": copy.deepcopy(JOINT["blip"])}
     (root / "resources/published.tsv").write_text("table\ttest\tmodel\tn_t\tn_a\td\tp\tiat_d\n"
                                                   "table1\tflower-insect\tpub\t5\t4\t1.00\t0.01\t\n"
                                                   "table3\tflower-insect\tpub\t5\t4\t0.50\t0.10\t\n")
@@ -103,6 +112,8 @@ def project(tmp_path_factory):
     # the transformers models' files (dry runs need none)
     tiny_dual_dir(root / HF_CLIP["path"], "clip")
     write_processor(root / HF_SIGLIP["processor"], "siglip", VISION["image_size"], TEXT["max_position_embeddings"])
+    for architecture, entry in JOINT.items():
+        write_processor(root / entry["processor"], architecture, 32, TINY_DUAL_CONTEXT[architecture])
     snakemake(root)
     return root, mine
 
@@ -171,7 +182,7 @@ def test_own_vectors_give_the_statistics_of_the_file(project):
     assert float(row.d) == pytest.approx(effect_size(np.array(X), np.array(Y), np.array(A), np.array(B)))
     prov = read_provenance(root / "results/embeddings/ieat/mine.h5")
     assert prov["vectors_file"] == "mine.csv" and len(prov["vectors_sha256"]) == 64
-    for model in ("mine", "hf-clip"):  # a user's vectors and a transformers CLIP's text tower
+    for model in ("mine", "hf-clip", "hf-blip"):  # a user's vectors, a transformers CLIP's and BLIP ITC's text towers
         seat = pd.read_csv(root / f"results/seat/{model}/table.csv")
         assert set(seat["test"]) == {"weat-toy", "sent-toy", "own-toy"} and (seat["status"] == "ok").all()
 
@@ -193,9 +204,11 @@ def test_a_cross_modal_test_on_clip_and_on_own_vectors(project):
     root, _ = project
     cross = table(root, "cross").set_index("model")
     assert (cross["status"] == "ok").all() and (cross["n_a"].astype(int) == 3).all()
-    for model in ("tiny-clip", "hf-clip"):
+    for model, dim in (("tiny-clip", 16), ("hf-clip", 8), ("flava-random0", 8)):
         vectors, ids = read_set(root / f"results/embeddings/ieat/{model}.h5", "flower-insect-text-attributes/A")
-        assert list(ids) == WORDS["A"] and vectors.shape == (3, 16 if model == "tiny-clip" else 8)
+        assert list(ids) == WORDS["A"] and vectors.shape == (3, dim)
+    flava = read_provenance(root / "results/embeddings/ieat/flava-random0.h5")
+    assert (flava["architecture"], flava["weights"]) == ("FlavaModel", "random-init") and "[CLS]" in flava["pooling"]
     prov = read_provenance(root / "results/embeddings/ieat/hf-clip.h5")
     assert (prov["adapter"], prov["architecture"], prov["weights"]) == ("hf_dual", "CLIPModel", "pretrained")
     assert len(prov["weights_sha256"]) == 64 and prov["padding"] == "longest"
@@ -206,11 +219,12 @@ def test_the_sweep_writes_one_table_and_a_heatmap(project):
     sweep = table(root, "sweep")
     tests = sorted(p.stem for p in (root / "resources/stimuli/ieat").glob("*.yaml"))
     assert sorted(set(sweep["test"])) == tests
-    # an open_clip model and a transformers SigLIP (hf_dual) side by side
-    assert list(dict.fromkeys(sweep["model"])) == ["tiny-vit-random0", "siglip-random0"]
-    assert (sweep["status"] == "ok").all() and len(sweep) == 2 * len(tests)
+    # an open_clip model and the transformers joint spaces (hf_dual) side by side
+    models = ["tiny-vit-random0", "siglip-random0", "siglip2-random0", "blip-random0", "flava-random0"]
+    assert list(dict.fromkeys(sweep["model"])) == models
+    assert (sweep["status"] == "ok").all() and len(sweep) == len(models) * len(tests)
     md = (root / "results/ieat/sweep.md").read_text()
-    assert "| test | tiny-vit-random0 | siglip-random0 |" in md and "Flower-Insect (text attributes)" in md
+    assert f"| test | {' | '.join(models)} |" in md and "Flower-Insect (text attributes)" in md
     assert (root / "results/ieat/sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -231,7 +245,7 @@ def test_a_second_run_does_nothing(project):
      "key 'ieat/models/tiny-igpt/paper': layer2: not an output of 'tiny-igpt' (it has: layer0, layer1, logits)"),
     (lambda c: c["ieat"]["models"]["mine"].pop("vectors"), "key 'ieat/models/mine': 'vectors' is a required property"),
     (lambda c: c["ieat"]["sweep"]["models"].append(copy.deepcopy(c["ieat"]["sweep"]["models"][0])),
-     "key 'ieat/sweep/models/2': its name 'tiny-vit-random0' is taken by 'ieat/sweep/models/0' (set `name`)"),
+     "key 'ieat/sweep/models/5': its name 'tiny-vit-random0' is taken by 'ieat/sweep/models/0' (set `name`)"),
     (lambda c: c["ieat"]["sweep"]["models"][0].update(pretraind="openai"),
      "key 'ieat/sweep/models/0/pretraind': unknown key (did you mean 'pretrained'?)"),
     (lambda c: c["ieat"]["models"]["tiny-clip"].update(images={"size": 32, "crop": "top"}),

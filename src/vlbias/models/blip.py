@@ -106,12 +106,7 @@ class BlipEncoder(VLEncoder):
         return tokenizer, sha
 
     def _load(self, spec):
-        if spec.get("weights") == "random":
-            # transformers' BlipVisionConfig initialises at std 1e-10 (trained weights replace it): a random
-            # model would not see the image; the text config's 0.02 unless the entry says otherwise
-            config = dict(spec.get("config") or {})
-            config["vision_config"] = {"initializer_range": 0.02, **(config.get("vision_config") or {})}
-            spec = {**spec, "config": config}
+        # a random model's vision tower at std 0.02, not 1e-10: vlbias.models.hf.RANDOM_BASE
         model, source, self._model_dir = load_model(spec, self.family, self.model_class, self.config_class,
                                                     self.base_config)
         return model, source

@@ -36,14 +36,26 @@ from vlbias.io.fetch import sha256_file
 from vlbias.weights import as_written, fetched, package_dir, unused
 
 
+# Config keys a random model of a config class (its model_type) is built with unless the entry overrides
+# them: transformers' BlipVisionConfig initialises at std 1e-10 (trained weights replace it), with
+# which a random BLIP would not see the image; 0.02 as its text config
+RANDOM_BASE = {"blip": {"vision_config": {"initializer_range": 0.02}}}
+
+
 def build_config(config_class, base, overrides):
-    """``config_class`` with the family's ``base`` keys and the entry's ``overrides`` (unknown keys refused)."""
+    """``config_class`` with the family's ``base`` keys and the entry's ``overrides`` (unknown keys refused);
+    a sub-config (e.g. ``vision_config``) in both is merged, the entry's keys over the base's."""
     if not isinstance(overrides, Mapping):
         raise InputError("config", f"expected a mapping of {config_class.__name__} keys")
     unknown = sorted(set(overrides) - set(config_class().to_dict()))
     if unknown:
         raise InputError("config", f"not {config_class.__name__} keys: {', '.join(unknown)}")
-    return config_class(**{**base, **overrides})
+    return config_class(**_merged(base, overrides))
+
+
+def _merged(base, overrides):
+    return {**base, **{k: {**base[k], **v} if isinstance(base.get(k), Mapping) and isinstance(v, Mapping) else v
+                       for k, v in overrides.items()}}
 
 
 def load_model(spec, family, model_class, config_class, base_config, map_state=None):
@@ -57,7 +69,8 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
     source = {"model_id": spec.get("model_id"), "weights_file": None, "weights_sha256": None,
               "revision": spec.get("revision"), "commit": None, "seed": None}
     if spec.get("weights") == "random":
-        config = build_config(config_class, base_config, spec.get("config") or {})
+        base = _merged(RANDOM_BASE.get(config_class.model_type, {}), base_config)
+        config = build_config(config_class, base, spec.get("config") or {})
         seed = int(spec["seed"])
         # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
         with torch.random.fork_rng(devices=[]):

