@@ -113,3 +113,37 @@ def http_server():
     srv.server_close()
     thread.join(5)
 
+
+
+# The modules that take longest (the Snakefile on tiny projects, the bottom-up detector, the property and
+# coverage simulations), longest first, from `pytest --durations=0` summed per module. With
+# `--dist loadfile` (make test) each module runs whole on one worker: started first, the long ones
+# overlap, and the many short ones fill in the end instead of one long module running alone.
+SLOWEST_FIRST = ["test_workflow.py", "test_grounded_pipeline.py", "test_mlm_workflow.py", "test_ieat_workflow.py",
+                 "test_weights.py", "test_regions_workflow.py", "test_grounded_workflow.py", "test_cli.py",
+                 "test_regions_tsv.py", "test_sources.py", "test_bua.py", "test_hostile_inputs.py",
+                 "test_bootstrap.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the modules in SLOWEST_FIRST's order, then any other module that runs the Snakefile (marker
+    ``workflow``), then the rest as collected; each module's tests stay in their order."""
+    workflow = {item.path for item in items if item.get_closest_marker("workflow")}
+
+    def rank(item):
+        name = item.path.name
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST) + (item.path not in workflow)
+
+    items.sort(key=rank)  # stable: the order of collection within a rank
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile hands out the modules in the order above, not pytest-xdist's default (the
+    modules with the most tests first, whatever their length)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
