@@ -7,7 +7,7 @@ import yaml
 from PIL import Image
 
 from helpers.project import make_project, write_yaml
-from helpers.tiny import TINY_BLIP, TINY_FLAVA, TINY_VL, TINY_VLBERT_E2E
+from helpers.tiny import TINY_BLIP, TINY_FLAVA
 
 from vlbias.suites.grounded.stimulus import ROLES
 
@@ -88,10 +88,9 @@ def tiny_project(root):
               for name, spec in TINY_GROUNDED.items()}
     # ViLBERT and VL-BERT (end to end: region features from the image's pixels) fill the other two columns
     # (ViLBERT on 36 boxes: the authors' loader reads no fewer, protocol switch vilbert_image_mask, row 9)
-    vilbert = TINY_VL["vilbert"]
-    models["vilbert"] = {**vilbert, "batch_size": 4, "config": {**vilbert["config"], "v_feature_size": 1024},
+    models["vilbert"] = {**TINY_VILBERT, "config": {**TINY_VILBERT["config"], "v_feature_size": 1024},
                          "detector": "frcnn-tiny-36", "column": "ViLBERT", "mask_region_labels": ["person"]}
-    models["vlbert"] = {**TINY_VLBERT_E2E, "batch_size": 4, "detector": "frcnn-tiny", "column": "VL-BERT"}
+    models["vlbert"] = {**TINY_VLBERT_E2E, "detector": "frcnn-tiny", "column": "VL-BERT"}
     # the authors' VisualBERT: its own weights and detector (protocol switch visualbert, row 1)
     models["visualbert-authors"] = {**models["visualbert"], "seed": 1, "detector": "frcnn-tiny-b",
                                     "visualbert": "authors", "image_feature_cap": 2}
@@ -137,3 +136,12 @@ def tiny_project(root):
 
 
 TINY_FEATURE_KEY = {"visualbert": "visual_embedding_dim", "lxmert": "visual_feat_dim"}
+TINY_VILBERT = {"adapter": "vilbert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,
+                "config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 37,
+                           "v_hidden_size": 24, "v_num_hidden_layers": 2, "v_num_attention_heads": 2,
+                           "v_intermediate_size": 29, "bi_hidden_size": 16, "bi_num_attention_heads": 4,
+                           "v_biattention_id": [0, 1], "t_biattention_id": [1, 2], "v_target_size": 11}}
+TINY_VLBERT_E2E = {"adapter": "vlbert", "weights": "random", "seed": 0, "device": "cpu", "batch_size": 4,
+                   "scales": [48, 80], "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                                  "intermediate_size": 37, "visual_region_classes": 11,
+                                                  "image_feat_precomputed": False}}
