@@ -6,7 +6,7 @@
 2. Coverage, BCa against the percentile interval: --reps replications of Gaussian X, Y, A, B
    (dimension 16, X drawn towards A's axis and Y towards B's with strength k, A and B around
    their own axis with strength 1.5) for several set sizes and effects; the share of intervals
-   holding the population d (from 200,000 draws per population; see tests/test_bootstrap.py), and how often
+   holding the population d (from 200,000 draws per population; see tests/stats/test_bootstrap.py), and how often
    the interval lies entirely above it. Nominal 95 %.
 
     python benchmarks/bootstrap_ci.py [--n-boot 10000] [--reps 400] [--boot-reps 2000] [--dim 1536]
@@ -24,7 +24,7 @@ from vlbias.stats.bootstrap import cosines, effect_size_ci, effect_size_ci_cos
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from test_bootstrap import gaussian_sets, population_d  # noqa: E402  (one simulation for both)
+from helpers.stats import gaussian_sets, population_d  # noqa: E402  (one simulation for both)
 
 DESIGNS = [(8, 8, 8, 8), (20, 20, 20, 20), (40, 40, 21, 21), (6, 6, 55, 55), (10, 10, 5, 5)]
 EFFECTS = [0.0, 0.5, 1.5]

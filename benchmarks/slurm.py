@@ -1,4 +1,4 @@
-"""Benchmark: the tiny workflow of tests/test_workflow.py locally and on a one-node SLURM cluster.
+"""Benchmark: the tiny workflow of tests/helpers/project.py locally and on a one-node SLURM cluster.
 
 Brings up the cluster of the tests (tests/slurm/up.sh: root, Debian's slurm packages, state under a
 temporary folder), builds the tiny project twice from scratch (`make_project`: tiny images, a tiny
@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from test_workflow import SNAKEMAKE, make_project  # noqa: E402  (the tests' tiny project, from sys.path above)
+from helpers.project import SNAKEMAKE, make_project  # noqa: E402  (the tests' tiny project, from sys.path above)
 
 TABLES = ["ieat/t1.csv", "ieat/t2.csv", "ieat/specificity.csv", "seat/minilm/table.csv"]
 

@@ -1,106 +1,13 @@
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-# Tiny randomly initialised vision-language models of the real layouts (the real bert-base-uncased
-# vocabulary): ViLBERT with co-attention after language layers 1 and 2, before vision layers 0 and 1,
-# so both streams also end with layers of their own; VL-BERT with precomputed features.
-TINY_VL = {
-    "visualbert": {"adapter": "visualbert", "weights": "random", "seed": 0, "device": "cpu",
-                   "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                              "intermediate_size": 37}},
-    "lxmert": {"adapter": "lxmert", "weights": "random", "seed": 0, "device": "cpu",
-               "config": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 37,
-                          "l_layers": 2, "x_layers": 1, "r_layers": 1, "num_qa_labels": 10}},
-    "vilbert": {"adapter": "vilbert", "weights": "random", "seed": 0, "device": "cpu",
-                "config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
-                           "intermediate_size": 37, "v_hidden_size": 24, "v_num_hidden_layers": 2,
-                           "v_num_attention_heads": 2, "v_intermediate_size": 29, "bi_hidden_size": 16,
-                           "bi_num_attention_heads": 4, "v_biattention_id": [0, 1], "t_biattention_id": [1, 2],
-                           "v_target_size": 11}},
-    "vlbert": {"adapter": "vlbert", "weights": "random", "seed": 0, "device": "cpu",
-               "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                          "intermediate_size": 37, "visual_region_classes": 11}},
-}
-
-
-# What the tiny vision-language models are fed (tests/test_vl_models.py, test_vilbert.py, test_vlbert.py):
-# captions with a multi-piece name, a long sentence and a single word, and the word of each for level C
-VL_CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
-VL_WORDS = ["Lakisha", "man", "woman"]
-
-
-def random_visual(k, seed, persons=(), size=(48, 64), image=False, num_classes=None):
-    """(Visual, float32 (k, 4) pixel boxes) of k random regions of an image of ``size`` (height, width):
-    boxes x1 <= x2, y1 <= y2 inside it, 2048-d standard-normal features, ``persons`` the indices
-    flagged is_person; with ``image`` random pixels, with ``num_classes`` random class ids."""
-    import numpy as np
-
-    from vlbias.visual import Visual
-
-    rng = np.random.default_rng(seed)
-    h, w = size
-    xy = np.sort(rng.random((k, 2, 2)), axis=1) * [w, h]  # [:, 0] <= [:, 1]
-    pixels = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
-    class_ids = rng.integers(0, num_classes, k) if num_classes else None
-    features = rng.standard_normal((k, 2048)).astype(np.float32)
-    rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8) if image else None
-    return Visual(features, (pixels / [w, h, w, h]).astype(np.float32), np.isin(np.arange(k), persons), size, rgb,
-                  class_ids), pixels
-
-
-# Tiny random joint spaces through hf_dual (vlbias.models.hf_dual), its `config` overrides per architecture,
-# with the processors write_processor(dir, architecture, 32, TINY_DUAL_CONTEXT[architecture]) writes:
-# SigLIP 2 with the byte-level stand-in's 258 ids (</s> = 256 pads and ends every text) and NaFlex's
-# 16-pixel patches (a 4x4 grid of position embeddings, resized to the image's up to 256 patches);
-# BLIP's retrieval model and FLAVA with bert-base-uncased's ids (BLIP's 2 more: [DEC], [ENC])
-_DUAL_TOWER = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
-TINY_DUAL = {
-    "siglip2": {"text_config": {**_DUAL_TOWER, "max_position_embeddings": 16, "vocab_size": 258, "pad_token_id": 256,
-                                "eos_token_id": 256, "bos_token_id": None},
-                "vision_config": {**_DUAL_TOWER, "num_patches": 16, "patch_size": 16}},
-    "blip": {"image_text_hidden_size": 8,
-             "text_config": {**_DUAL_TOWER, "max_position_embeddings": 32, "encoder_hidden_size": 24},
-             "vision_config": {**_DUAL_TOWER, "hidden_size": 24, "image_size": 32, "patch_size": 8}},
-    "flava": {"hidden_size": 16, "projection_dim": 8, "text_config": {**_DUAL_TOWER, "max_position_embeddings": 32},
-              "image_config": {**_DUAL_TOWER, "image_size": 32, "patch_size": 8},
-              "multimodal_config": _DUAL_TOWER},
-}
-TINY_DUAL_CONTEXT = {"siglip2": 16, "blip": 32, "flava": 32}
-
-
-# A tiny random BLIP retrieval model (vlbias.models.blip; not in TINY_VL: it has no masked-language head):
-# a 32-pixel ViT of 8-pixel patches under a 2-layer text encoder with cross-attention
-TINY_BLIP = {"adapter": "blip", "weights": "random", "seed": 0, "device": "cpu",
-             "config": {"text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                        "intermediate_size": 37, "encoder_hidden_size": 24},
-                        "vision_config": {"hidden_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                          "intermediate_size": 29, "image_size": 32, "patch_size": 8},
-                        "image_text_hidden_size": 16}}
-
-# A tiny random FLAVA (vlbias.models.flava): text, image and multimodal encoders of two layers, all 32 wide
-# (FlavaForPreTraining's heads read the multimodal states with the text and image widths), 32x32 images of 2x2
-# patches, a small image vocabulary (its masked-image heads)
-TINY_FLAVA = {"adapter": "flava", "weights": "random", "seed": 0, "device": "cpu",
-              "config": {"hidden_size": 32, "projection_dim": 16,
-                         "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                         "intermediate_size": 37},
-                         "image_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                          "intermediate_size": 29, "image_size": 32, "patch_size": 16, "vocab_size": 64},
-                         "multimodal_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                               "intermediate_size": 41}}}
-
+from helpers import REPO
 
 @pytest.fixture(scope="session")
 def mirror():
@@ -110,40 +17,6 @@ def mirror():
         pytest.skip(f"needs the local data mirror of the upstream repositories; {path} is absent "
                     "(set VLBIAS_MIRROR to a copy laid out like shared/data)")
     return path
-
-
-@dataclass(frozen=True)
-class SlurmCluster:
-    """A running one-node SLURM cluster (tests/slurm/up.sh): ``env`` is os.environ with SLURM_CONF
-    set, for srun, sbatch and snakemake; ``snakemake_args`` what the SLURM executor plugin needs on
-    this cluster (no accounting: job status from squeue; a short wait before the first check)."""
-
-    dir: Path
-    env: dict
-    snakemake_args: tuple = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2")
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """Bring up a one-node SLURM cluster for the session and stop its daemons afterwards; skip
-    with the reason where it cannot be had (not root, packages not installable, daemons failing)."""
-    # not under pytest's base temp: that is private to its owner, and munged runs as user munge
-    root = Path(tempfile.mkdtemp(prefix="vlbias-slurm-"))
-    try:
-        up = subprocess.run([REPO / "tests/slurm/up.sh", root], capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        subprocess.run([REPO / "tests/slurm/down.sh", root], capture_output=True, timeout=120)
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip("no SLURM cluster: tests/slurm/up.sh took more than 15 minutes")
-    if up.returncode != 0:
-        reason = " ".join(line for line in up.stderr.splitlines() if line.startswith("up.sh:"))
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"no SLURM cluster here: {reason or up.stderr.strip()[-500:]}")
-    try:
-        yield SlurmCluster(root, {**os.environ, "SLURM_CONF": str(root / "slurm.conf")})
-    finally:
-        subprocess.run([REPO / "tests/slurm/down.sh", root], capture_output=True, timeout=120)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -241,17 +114,38 @@ def http_server():
     thread.join(5)
 
 
-def assert_batch_independent(encoder, captions, regions, cases, batch_size):
-    """A VL encoder's embeddings of ``captions`` with ``regions`` are the same in one batch of
-    ``batch_size`` and one by one, for each (level, keyword arguments) of ``cases``."""
-    import numpy as np
 
-    try:
-        for level, kwargs in cases:
-            encoder.batch_size = batch_size
-            together = encoder.embed(captions, regions, level, **kwargs)
-            encoder.batch_size = 1
-            alone = encoder.embed(captions, regions, level, **kwargs)
-            np.testing.assert_allclose(together, alone, atol=1e-5, err_msg=f"{level} {kwargs}")
-    finally:
-        encoder.batch_size = 32
+# The modules that take longest, longest first: the ten that run the Snakefile as `pytest --durations`
+# timed them (setup and calls summed per module: the grounded pipeline 2,260 s, test_workflow 2,020,
+# iEAT 700, MLM 470, the CLI 380, on a machine loaded 7-fold), then the bottom-up detector and the
+# property and coverage simulations. With `--dist loadfile` (make test) each module runs whole on one
+# worker; pytest-xdist would start the modules with the most tests first (the MLM and regions
+# workflows, 5 and 3 tests, among the last), so one long module ran alone at the end.
+SLOWEST_FIRST = ["test_grounded_pipeline.py", "test_workflow.py", "test_ieat_workflow.py", "test_mlm_workflow.py",
+                 "test_cli.py", "test_regions_workflow.py", "test_grounded_workflow.py", "test_weights.py",
+                 "test_sources.py", "test_regions_tsv.py", "test_bua.py", "test_hostile_inputs.py",
+                 "test_bootstrap.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the modules in SLOWEST_FIRST's order, then any other module that runs the Snakefile (marker
+    ``workflow``), then the rest as collected; each module's tests stay in their order."""
+    workflow = {item.path for item in items if item.get_closest_marker("workflow")}
+
+    def rank(item):
+        name = item.path.name
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST) + (item.path not in workflow)
+
+    items.sort(key=rank)  # stable: the order of collection within a rank
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile hands out the modules in the order above, not pytest-xdist's default (the
+    modules with the most tests first, whatever their length)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)

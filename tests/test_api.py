@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 from PIL import Image
 
 from vlbias.api import Query, run_query

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 from vlbias.config import ConfigError, adapter_schema, adapters, check_config
 from vlbias.suites.ieat.plan import ieat_models, table_models
@@ -197,7 +197,7 @@ def test_sweep_entries_become_named_models():
 
 
 def test_an_entry_of_the_wrong_shape_is_named_before_its_references_are_followed():
-    # found by tests/test_hostile_inputs.py: an iGPT `layer: {}` was a TypeError in the reference pass
+    # found by tests/io/test_hostile_inputs.py: an iGPT `layer: {}` was a TypeError in the reference pass
     found = problems(lambda c: c["ieat"]["models"]["igpt-l"].update(layer={}))
     assert found and all(p.startswith("key 'ieat/models/igpt-l/layer'") for p in found), found
 

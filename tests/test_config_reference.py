@@ -5,7 +5,7 @@ and every key described (an entry of a mapping or list by its parent's descripti
 import re
 
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 from vlbias.schemas import adapter_schema, adapters
 from vlbias.schemas.reference import reference, rows, type_of

@@ -5,7 +5,7 @@ dependencies, CITATION.cff names this version and license (each rule's `conda:` 
 import tomllib
 
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 
 def pyproject():

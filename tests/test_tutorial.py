@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 pytestmark = pytest.mark.workflow  # the MiniLM encoder, a tiny image model
 

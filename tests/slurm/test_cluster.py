@@ -1,5 +1,5 @@
 """A real one-node SLURM cluster (tests/slurm/up.sh): plain jobs, Snakemake's SLURM executor with the
-profile keys the workflow's profile uses, and the tiny workflow of tests/test_workflow.py through
+profile keys the workflow's profile uses, and the tiny workflow of tests/helpers/project.py through
 profiles/slurm, as the README says to run it: its SEAT model fetched from a loopback Hugging Face hub
 by the weights stage on this node, the hub then stopped, and the same tables as a local run, byte for
 byte.
@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 from hub import Hub
-from test_workflow import SNAKEMAKE, hub_env, make_project, seat_from_hub, serve_minilm
+from helpers.project import SNAKEMAKE, hub_env, make_project, seat_from_hub, serve_minilm
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slurm

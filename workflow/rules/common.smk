@@ -1,5 +1,5 @@
 # Names every rule file shares, bound to the planning in Python (vlbias.suites.plan; unit-tested in
-# tests/test_plan.py), and the functions the Snakefile calls: the default target (each stage's targets,
+# tests/suites/test_plan.py), and the functions the Snakefile calls: the default target (each stage's targets,
 # vlbias.suites.registry), the report's mode. A stage's own names are in its rule file.
 
 import sys

@@ -6,7 +6,7 @@
 # its new pairs only), one experiment job per (protocol, dataset, model), one job per table.
 # Targets: results/grounded/table{3..7}.* under `grounded: protocol`, results/grounded/<protocol>/
 # table{3..7}.* under every other protocol, results/grounded/comparison.{csv,md} (printed / each).
-# Planned in vlbias.suites.grounded.plan (targets, inputs, paths; unit-tested in tests/test_plan.py);
+# Planned in vlbias.suites.grounded.plan (targets, inputs, paths; unit-tested in tests/suites/test_plan.py);
 # declared in vlbias.suites.grounded.suite. A setting is read in a function of the job (`lambda w`):
 # without a grounded section there is none to read, and no job.
 

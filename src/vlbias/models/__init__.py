@@ -20,7 +20,7 @@ Every encoder also has ``.info``, a JSON-able dict recording where its weights c
 
 The contract is declared in vlbias.models.protocols, a ``typing.Protocol`` per role (ImageEncoder,
 TextEncoder, MultiOutputImageEncoder, VisionLanguageEncoder, MaskedLM); which roles a family plays is
-what its schema's ``family:`` declares (``roles``), and tests/test_protocols.py holds every adapter
+what its schema's ``family:`` declares (``roles``), and tests/models/test_protocols.py holds every adapter
 in the registry to them.
 
 Adapter modules are imported only when an entry names them (see vlbias.registry), with their

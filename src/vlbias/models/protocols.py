@@ -9,7 +9,7 @@ vlbias/schemas/models/<adapter>.yaml, read by vlbias.models.plan without importi
     no embeds                 VisionLanguageEncoder   (grounded: (caption, regions) pairs; vlbias.models.vl)
     no embeds, mlm_head not false   MaskedLM          (the MLM study)
 
-``roles`` maps a declaration to its protocols. tests/test_protocols.py checks every adapter class in
+``roles`` maps a declaration to its protocols. tests/models/test_protocols.py checks every adapter class in
 the registry against the protocols its schema declares (method parameters by name, kind and
 default; attributes set), and mypy (``[tool.mypy]`` in pyproject.toml) checks this module and the
 static assignments there. An adapter may give a method more parameters, each with a default.

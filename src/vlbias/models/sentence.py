@@ -73,7 +73,7 @@ class SentenceEncoder:
         config = _read_json(model_dir / "config.json")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
         if BertModel.fits(config):
-            # the project's BERT (same outputs, see tests/test_models.py): no transformers modelling import
+            # the project's BERT (same outputs, see tests/models/test_models.py): no transformers modelling import
             model, self.implementation = _load_bert(weights, config), "vlbias.models.bert_layers"
         else:
             model, self.implementation = from_folder(AutoModel, model_dir, "sentence")[0], "transformers"

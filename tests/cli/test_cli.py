@@ -1,0 +1,207 @@
+"""The command line (vlbias.cli), as a user runs it: `python -m vlbias ...` in a project directory."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pandas as pd
+import pytest
+from helpers import REPO
+from helpers.project import make_project, snakemake
+
+from vlbias.report.tables import TABLE_COLUMNS
+
+pytestmark = pytest.mark.workflow  # runs the real Snakefile for the tables it compares with
+
+
+def vlbias(cwd, *args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "vlbias", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    make_project(root)
+    snakemake(root, "results/ieat/t2.csv", "results/seat/minilm/table.csv")
+    return root
+
+
+def test_help_everywhere(tmp_path):
+    top = vlbias(tmp_path, "--help")
+    assert top.returncode == 0 and all(c in top.stdout for c in ("run", "list", "show", "workflow"))
+    for command in ("run", "list", "show", "workflow"):
+        out = vlbias(tmp_path, command, "--help")
+        assert out.returncode == 0 and out.stdout.startswith(f"usage: vlbias {command}"), out.stderr
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"vlbias": "vlbias.cli:main"}  # the console script is the same entry
+
+
+def test_run_gives_the_workflows_row(project):
+    # an image test on the published vectors: the store the workflow built, the config's stats
+    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub")
+    assert out.returncode == 0, out.stderr
+    mine = pd.read_csv(pd.io.common.StringIO(out.stdout))
+    table = pd.read_csv(project / "results/ieat/t2.csv")
+    pd.testing.assert_frame_equal(mine, table[mine.columns])  # every column, the interval included
+    assert list(mine.columns) == TABLE_COLUMNS
+    # a text test: encoded here by the model's adapter, through the workflow's cache
+    out = vlbias(project, "run", "resources/stimuli/seat/weat-toy.yaml", "--model", "minilm", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    [row] = json.loads(out.stdout)
+    seat = pd.read_csv(project / "results/seat/minilm/table.csv").set_index("test").loc["weat-toy"]
+    for column in ("d", "d_low", "d_high", "p", "n_t", "n_samples", "model_id"):
+        assert row[column] == pytest.approx(seat[column]) if isinstance(row[column], float) else \
+            row[column] == seat[column], column
+
+
+def test_run_options_override_the_config(project):
+    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub", "--exact", "false",
+                 "--n-samples", "500", "--seed", "3", "--no-ci", "--format", "md", "-o", "row.md")
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    md = (project / "row.md").read_text()
+    assert md.startswith("**Insect-Flower on pub**") and "| d | p |" in md and " ± " in md  # sampled: with its error
+    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--store",
+                 "results/embeddings/ieat/pub.h5", "--name", "mine", "--ci-method", "percentile", "--ci-n-boot", "200")
+    row = pd.read_csv(pd.io.common.StringIO(out.stdout)).iloc[0]
+    assert row["model"] == "mine" and row["ci_method"] == "percentile" and row["ci_n_boot"] == 200
+    assert row["n_samples"] == 100_000 or row["exact"]  # no --config: the defaults, exact here (252 partitions)
+
+
+def test_list_and_show(project):
+    models = vlbias(project, "list", "models").stdout.splitlines()
+    assert models == ["ieat\tpub\tsource published\ttoy", "ieat\ttiny-clip\topen_clip\ttiny random ViT",
+                      "seat\tminilm\tsentence\tsentence-transformers/all-MiniLM-L6-v2"]
+    tests = vlbias(project, "list", "tests").stdout
+    assert "ieat\tinsect-flower\tresources/stimuli/ieat/insect-flower.yaml\n" in tests and "seat\tweat-toy\t" in tests
+    assert "ieat\tt2\tresults/ieat/t2.csv\ttoy 2\n" in vlbias(project, "list", "tables").stdout
+    # a table by its name: the workflow's own Markdown
+    shown = vlbias(project, "show", "t2")
+    assert shown.returncode == 0 and shown.stdout == (project / "results/ieat/t2.md").read_text()
+    assert vlbias(project, "show", "results/seat/minilm/table.csv").stdout.startswith("**table**")
+
+
+def test_run_on_own_vectors_gives_the_stores_row(project):
+    # the workflow's store of the published vectors, written out as a user's CSV: the same row
+    from vlbias.io.store import read_set
+
+    rows = []
+    for category in ("toy/flower", "toy/insect", "toy/pleasant", "toy/unpleasant"):
+        vectors, ids = read_set(project / "results/embeddings/ieat/pub.h5", category)
+        rows += [[f"{category}/{i}", *v] for i, v in zip(ids, vectors, strict=True)]
+    pd.DataFrame(rows, columns=["id", *range(len(rows[0]) - 1)]).to_csv(project / "mine.csv", index=False)
+    common = ["resources/stimuli/ieat/insect-flower.yaml", "--no-ci", "--format", "json"]
+    [mine] = json.loads(vlbias(project, "run", *common, "--vectors", "mine.csv").stdout)
+    [store] = json.loads(vlbias(project, "run", *common, "--store", "results/embeddings/ieat/pub.h5").stdout)
+    assert mine["model"] == "mine" and mine["n_t"] == store["n_t"]
+    assert (mine["d"], mine["p"]) == pytest.approx((store["d"], store["p"]), abs=1e-12)
+    # a manifest naming an image the file has no vector for
+    (project / "more.tsv").write_text("category\tfile\ntoy/flower\tnew.png\n" + "".join(
+        f"{r[0].rsplit('/', 1)[0]}\t{r[0].rsplit('/', 1)[1]}\n" for r in rows))
+    out = vlbias(project, "run", *common, "--vectors", "mine.csv", "--manifest", "more.tsv")
+    assert out.returncode == 2 and "mine.csv" in out.stderr and "toy/flower/new.png" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "nope"],
+     "no model 'nope' in the config; configured: minilm, pub, tiny-clip"),
+    (["run", "missing.yaml", "--model", "pub"], "missing.yaml: stimulus file not found"),
+    (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "tiny-clip"],
+     "store results/embeddings/ieat/tiny-clip.h5, not built yet (snakemake --cores all"),
+    (["run", "resources/stimuli/ieat/insect-flower.yaml"], "one of the arguments --model --store --vectors is required"),
+    (["run", "resources/stimuli/seat/weat-toy.yaml", "--vectors", "nope.csv"], "nope.csv"),
+    (["run", "resources/stimuli/ieat/insect-flower.yaml", "--store", "nope.h5"], "nope.h5: no such embedding store"),
+    (["show", "t1"], "results/ieat/t1.csv: not built yet"),
+    (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, specificity, minilm"),
+    (["list", "models", "--config", "none.yaml"], "none.yaml: no such config"),
+])
+def test_a_bad_input_is_named(project, args, message):
+    out = vlbias(project, *args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_row_8_each_bad_input_is_one_line_without_a_traceback(project):
+    # row 8: OSError / ValueError / UnicodeDecodeError / MemoryError tracebacks; a CSV error of 7 KB naming line 45
+    import h5py
+    import numpy as np
+
+    from vlbias.io.hdf5 import atomic_hdf5
+
+    (project / "junk.h5").write_text("not hdf5\n")
+    # a store whose writer (atomic_hdf5: its checksum intact) put ids that are not UTF-8 in a set
+    with h5py.File(project / "results/embeddings/ieat/pub.h5", "r") as src, atomic_hdf5(project / "latin1.h5") as f:
+        for name, value in src.attrs.items():
+            f.attrs[name] = value
+        src.copy(src["toy"], f, "toy")
+        n = len(f["toy/insect/ids"])
+        del f["toy/insect/ids"]
+        f["toy/insect"].create_dataset("ids", data=[b"caf\xe9"] * n, dtype=h5py.string_dtype())
+    header = {"descr": "<f8", "fortran_order": False, "shape": (1_000_000, 10_000)}
+    with open(project / "huge.npy", "wb") as f:  # a header claiming 80 GB, then 8 bytes
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(bytes(8))
+    (project / "huge.ids").write_text("a\n")
+    (project / "quote.csv").write_text("id,a,b\nw0,1,2\nw1,2,1\n\"w2,1,1\n"
+                                       + "".join(f"w{i},{i},1\n" for i in range(3, 300)))
+    test, ieat = "resources/stimuli/seat/weat-toy.yaml", "resources/stimuli/ieat/insect-flower.yaml"
+    for args, message in [
+        ([ieat, "--store", "junk.h5"], "junk.h5: not an HDF5 file"),
+        ([ieat, "--store", "latin1.h5"], "latin1.h5: set 'toy/insect': ids that are not UTF-8 text (byte 0xe9)"),
+        ([test, "--store", "results/embeddings/ieat/pub.h5", "--ci-level", "1.5"],
+         "key 'stats/ci/level': 1.5 is greater than or equal to the maximum of 1"),
+        ([test, "--store", "results/embeddings/ieat/pub.h5", "--ci-n-boot", "1"],
+         "key 'stats/ci/n_boot': 1 is less than the minimum of 100"),
+        ([test, "--vectors", "huge.npy", "--ids", "huge.ids"], "huge.npy: the header says float64 (1000000, 10000)"),
+        ([test, "--vectors", "quote.csv"], "quote.csv: line 4: a quoted field runs on to line 301"),
+    ]:
+        out = vlbias(project, "run", *args)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
+        assert out.stderr.count("\n") == 1 and len(out.stderr) < 300, out.stderr
+
+
+def test_a_mistyped_config_is_named_by_its_key(project, tmp_path):
+    config = (project / "config/config.yaml").read_text().replace("n_samples: 1000", "n_samples: many")
+    (tmp_path / "bad.yaml").write_text(config)
+    out = vlbias(project, "list", "models", "--config", str(tmp_path / "bad.yaml"))
+    assert out.returncode == 2 and "key 'stats/n_samples': expected integer, got 'many'" in out.stderr
+
+
+def test_workflow_runs_snakemake_and_names_the_missing_slurm_plugin(project, monkeypatch, capsys):
+    out = vlbias(project, "workflow", "--", "-s", str(REPO / "Snakefile"), "results/ieat/t1.csv", "--dry-run",
+                 "--quiet", "rules")
+    assert out.returncode == 0 and "ieat_table" in out.stdout, out.stderr
+    from vlbias import cli
+    from vlbias.cli import workflow
+
+    monkeypatch.setattr(workflow, "SLURM_PLUGIN", "vlbias_no_such_plugin")
+    assert cli.main(["workflow", "--slurm"]) == 2
+    assert "pip install -e '.[slurm]'" in capsys.readouterr().err
+
+
+def test_a_table_name_two_suites_use_is_said_by_its_suite():
+    from pathlib import Path
+
+    import yaml
+
+    from vlbias.cli.show import UsageError, table_path
+    from vlbias.config import check_config
+
+    config = check_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
+                          REPO / "workflow/schemas/config.schema.yaml", root=REPO)
+    with pytest.raises(UsageError, match="table 'table3' is in several suites: say which, ieat/table3 or grounded/table3"):
+        table_path("table3", config)
+    assert table_path("grounded/table3", config) == (Path("results/grounded/table3.csv"), "Experiment 1 on Google "
+                                                     "Images: do joint embeddings encode social biases? (Ross et al. "
+                                                     "2021, Table 3). Protocol 'authors'")
+    assert table_path("ieat/table3", config) == (Path("results/ieat/table3.csv"),
+                                                 config["ieat"]["tables"]["table3"]["caption"])
+    assert table_path("minilm", config)[0] == Path("results/seat/minilm/table.csv")
+    # every suite's tables, MLM's too: each vision-language model's, by "<model>/<table>"
+    assert table_path("lxmert/bias", config) == (Path("results/mlm/lxmert/bias.csv"), "Bias scores B(E) = "
+                                                 "S(E, female) - S(E, male) of the case study: lxmert")
+    assert table_path("paper/table5", config)[0] == Path("results/grounded/paper/table5.csv")

@@ -1,0 +1,193 @@
+"""Tiny randomly initialised models of the real layouts (entries for ``vlbias.models.build``) and what
+they are fed; shared by the model, suite and workflow tests."""
+
+import numpy as np
+import torch
+from transformers import CLIPConfig, CLIPModel, SiglipConfig, SiglipModel
+
+from vlbias.models.hf_dual import write_processor
+from vlbias.visual import Visual
+
+# Tiny randomly initialised vision-language models of the real layouts (the real bert-base-uncased
+# vocabulary): ViLBERT with co-attention after language layers 1 and 2, before vision layers 0 and 1,
+# so both streams also end with layers of their own; VL-BERT with precomputed features.
+TINY_VL = {
+    "visualbert": {"adapter": "visualbert", "weights": "random", "seed": 0, "device": "cpu",
+                   "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                              "intermediate_size": 37}},
+    "lxmert": {"adapter": "lxmert", "weights": "random", "seed": 0, "device": "cpu",
+               "config": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 37,
+                          "l_layers": 2, "x_layers": 1, "r_layers": 1, "num_qa_labels": 10}},
+    "vilbert": {"adapter": "vilbert", "weights": "random", "seed": 0, "device": "cpu",
+                "config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
+                           "intermediate_size": 37, "v_hidden_size": 24, "v_num_hidden_layers": 2,
+                           "v_num_attention_heads": 2, "v_intermediate_size": 29, "bi_hidden_size": 16,
+                           "bi_num_attention_heads": 4, "v_biattention_id": [0, 1], "t_biattention_id": [1, 2],
+                           "v_target_size": 11}},
+    "vlbert": {"adapter": "vlbert", "weights": "random", "seed": 0, "device": "cpu",
+               "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                          "intermediate_size": 37, "visual_region_classes": 11}},
+}
+
+
+# What the tiny vision-language models are fed (tests/models/test_vl_models.py, test_vilbert.py, test_vlbert.py):
+# captions with a multi-piece name, a long sentence and a single word, and the word of each for level C
+VL_CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
+VL_WORDS = ["Lakisha", "man", "woman"]
+
+
+def random_visual(k, seed, persons=(), size=(48, 64), image=False, num_classes=None):
+    """(Visual, float32 (k, 4) pixel boxes) of k random regions of an image of ``size`` (height, width):
+    boxes x1 <= x2, y1 <= y2 inside it, 2048-d standard-normal features, ``persons`` the indices
+    flagged is_person; with ``image`` random pixels, with ``num_classes`` random class ids."""
+    rng = np.random.default_rng(seed)
+    h, w = size
+    xy = np.sort(rng.random((k, 2, 2)), axis=1) * [w, h]  # [:, 0] <= [:, 1]
+    pixels = np.stack([xy[:, 0, 0], xy[:, 0, 1], xy[:, 1, 0], xy[:, 1, 1]], axis=1).astype(np.float32)
+    class_ids = rng.integers(0, num_classes, k) if num_classes else None
+    features = rng.standard_normal((k, 2048)).astype(np.float32)
+    rgb = rng.integers(0, 256, (h, w, 3), dtype=np.uint8) if image else None
+    return Visual(features, (pixels / [w, h, w, h]).astype(np.float32), np.isin(np.arange(k), persons), size, rgb,
+                  class_ids), pixels
+
+
+def visual(k, seed, persons=()):
+    """The Visual of ``random_visual`` (VisualBERT, LXMERT: region features, no pixels)."""
+    return random_visual(k, seed, persons)[0]
+
+
+# VisualBERT and LXMERT of TINY_VL (tests/models/test_vl_models.py, the MLM workflow)
+TINY_VISUALBERT_LXMERT = {family: TINY_VL[family] for family in ("visualbert", "lxmert")}
+# VL-BERT end to end: region features from the image's pixels by its own ResNet, at two test scales
+TINY_VLBERT_E2E = {**TINY_VL["vlbert"], "config": {**TINY_VL["vlbert"]["config"], "image_feat_precomputed": False},
+                   "scales": [48, 80]}
+
+
+# A tiny random BLIP retrieval model (vlbias.models.blip; not in TINY_VL: it has no masked-language head):
+# a 32-pixel ViT of 8-pixel patches under a 2-layer text encoder with cross-attention
+TINY_BLIP = {"adapter": "blip", "weights": "random", "seed": 0, "device": "cpu",
+             "config": {"text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                        "intermediate_size": 37, "encoder_hidden_size": 24},
+                        "vision_config": {"hidden_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                          "intermediate_size": 29, "image_size": 32, "patch_size": 8},
+                        "image_text_hidden_size": 16}}
+
+# A tiny random FLAVA (vlbias.models.flava): text, image and multimodal encoders of two layers, all 32 wide
+# (FlavaForPreTraining's heads read the multimodal states with the text and image widths), 32x32 images of 2x2
+# patches, a small image vocabulary (its masked-image heads)
+TINY_FLAVA = {"adapter": "flava", "weights": "random", "seed": 0, "device": "cpu",
+              "config": {"hidden_size": 32, "projection_dim": 16,
+                         "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                         "intermediate_size": 37},
+                         "image_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                          "intermediate_size": 29, "image_size": 32, "patch_size": 16, "vocab_size": 64},
+                         "multimodal_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                               "intermediate_size": 41}}}
+
+
+def assert_batch_independent(encoder, captions, regions, cases, batch_size):
+    """A VL encoder's embeddings of ``captions`` with ``regions`` are the same in one batch of
+    ``batch_size`` and one by one, for each (level, keyword arguments) of ``cases``."""
+    try:
+        for level, kwargs in cases:
+            encoder.batch_size = batch_size
+            together = encoder.embed(captions, regions, level, **kwargs)
+            encoder.batch_size = 1
+            alone = encoder.embed(captions, regions, level, **kwargs)
+            np.testing.assert_allclose(together, alone, atol=1e-5, err_msg=f"{level} {kwargs}")
+    finally:
+        encoder.batch_size = 32
+
+
+# a ViT small enough to build in milliseconds; the text tower is shrunk too, as open_clip builds both
+TINY_OPEN_CLIP = {
+    "adapter": "open_clip",
+    "arch": "ViT-B-32",
+    "weights": "random",
+    "seed": 0,
+    "device": "cpu",  # the tolerances below are for CPU kernels
+    "model_cfg": {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 32, "patch_size": 8, "width": 32, "layers": 2, "head_width": 16},
+        "text_cfg": {"vocab_size": 64, "width": 32, "heads": 2, "layers": 1},
+    },
+}
+# the text tower keeps OpenAI's 49,408-token vocabulary: open_clip's own BPE tokenizer (shipped with
+# the package) then works offline
+TINY_OPEN_CLIP_TEXT = {**TINY_OPEN_CLIP, "model_cfg": {**TINY_OPEN_CLIP["model_cfg"],
+                                                      "text_cfg": {"width": 32, "heads": 2, "layers": 1}}}
+
+
+# iGPT (vlbias.models.igpt): 4 layers of 32, 8 x 8 pixels, 16 random colour clusters
+IGPT_CLUSTERS = 16
+TINY_IGPT = {
+    "adapter": "igpt",
+    "weights": "random",
+    "seed": 0,
+    "clusters": "random",
+    "device": "cpu",
+    "layer": 1,
+    # n_px = 8: 64 positions
+    "config": {"n_embd": 32, "n_layer": 4, "n_head": 2, "n_positions": 64, "vocab_size": IGPT_CLUSTERS + 1},
+}
+
+
+# the smallest SimCLRv2 network, at 64 x 64 pixels so that a test runs in a second
+SIMCLR_R50_SK1 = {"adapter": "simclr", "depth": 50, "width": 1, "sk": 1, "weights": "random", "seed": 0,
+                  "image_size": 64, "device": "cpu"}
+
+
+# small images and few proposals keep the random-weight ResNet-101 fast on two cores
+BUA_SMALL = {"adapter": "bua", "weights": "random", "seed": 0, "device": "cpu", "min_size": 64, "max_size": 100,
+             "post_nms_topk": 12, "min_boxes": 2, "max_boxes": 5, "conf": 0.2}
+
+
+def write_vocab(tmp_path, prefix, n, extra=()):
+    """A detector's vocabulary file (objects or attributes) of ``n`` names, ``extra`` first."""
+    names = list(extra) + [f"{prefix}{i}" for i in range(n - len(extra))]
+    path = tmp_path / f"{prefix}_vocab.txt"
+    path.write_text("\n".join(names))  # the upstream files end without a newline
+    return str(path)
+
+
+# transformers dual encoders (vlbias.models.hf_dual): tiny random CLIP and SigLIP
+HF_DUAL_TEXT = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                "max_position_embeddings": 16}
+HF_DUAL_VISION = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                  "image_size": 32, "patch_size": 8}
+# config overrides of a tiny model per architecture: CLIP with OpenAI's vocabulary, SigLIP with the
+# byte-level stand-in's 258 ids (</s> = 256 pads and ends every text)
+HF_DUAL_CONFIGS = {"clip": {"projection_dim": 8, "text_config": HF_DUAL_TEXT, "vision_config": HF_DUAL_VISION},
+                   "siglip": {"text_config": {**HF_DUAL_TEXT, "vocab_size": 258, "pad_token_id": 256,
+                                              "eos_token_id": 256, "bos_token_id": None},
+                              "vision_config": HF_DUAL_VISION}}
+HF_DUAL_CLASSES = {"clip": (CLIPModel, CLIPConfig), "siglip": (SiglipModel, SiglipConfig)}
+
+
+def tiny_dual_dir(directory, architecture, seed=0):
+    """A model directory as save_pretrained writes it: a tiny random model and its processor."""
+    model_class, config_class = HF_DUAL_CLASSES[architecture]
+    torch.manual_seed(seed)
+    model_class(config_class(**HF_DUAL_CONFIGS[architecture])).save_pretrained(directory)
+    return write_processor(directory, architecture, HF_DUAL_VISION["image_size"],
+                           HF_DUAL_TEXT["max_position_embeddings"])
+
+
+# Tiny random joint spaces through hf_dual (vlbias.models.hf_dual), its `config` overrides per architecture,
+# with the processors write_processor(dir, architecture, 32, TINY_DUAL_CONTEXT[architecture]) writes:
+# SigLIP 2 with the byte-level stand-in's 258 ids (</s> = 256 pads and ends every text) and NaFlex's
+# 16-pixel patches (a 4x4 grid of position embeddings, resized to the image's up to 256 patches);
+# BLIP's retrieval model and FLAVA with bert-base-uncased's ids (BLIP's 2 more: [DEC], [ENC])
+_DUAL_TOWER = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+TINY_DUAL = {
+    "siglip2": {"text_config": {**_DUAL_TOWER, "max_position_embeddings": 16, "vocab_size": 258, "pad_token_id": 256,
+                                "eos_token_id": 256, "bos_token_id": None},
+                "vision_config": {**_DUAL_TOWER, "num_patches": 16, "patch_size": 16}},
+    "blip": {"image_text_hidden_size": 8,
+             "text_config": {**_DUAL_TOWER, "max_position_embeddings": 32, "encoder_hidden_size": 24},
+             "vision_config": {**_DUAL_TOWER, "hidden_size": 24, "image_size": 32, "patch_size": 8}},
+    "flava": {"hidden_size": 16, "projection_dim": 8, "text_config": {**_DUAL_TOWER, "max_position_embeddings": 32},
+              "image_config": {**_DUAL_TOWER, "image_size": 32, "patch_size": 8},
+              "multimodal_config": _DUAL_TOWER},
+}
+TINY_DUAL_CONTEXT = {"siglip2": 16, "blip": 32, "flava": 32}

@@ -1,0 +1,45 @@
+"""The one-node SLURM cluster the tests of this folder run on (tests/slurm/up.sh)."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """A running one-node SLURM cluster (tests/slurm/up.sh): ``env`` is os.environ with SLURM_CONF
+    set, for srun, sbatch and snakemake; ``snakemake_args`` what the SLURM executor plugin needs on
+    this cluster (no accounting: job status from squeue; a short wait before the first check)."""
+
+    dir: Path
+    env: dict
+    snakemake_args: tuple = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """Bring up a one-node SLURM cluster for the session and stop its daemons afterwards; skip
+    with the reason where it cannot be had (not root, packages not installable, daemons failing)."""
+    # not under pytest's base temp: that is private to its owner, and munged runs as user munge
+    root = Path(tempfile.mkdtemp(prefix="vlbias-slurm-"))
+    try:
+        up = subprocess.run([REPO / "tests/slurm/up.sh", root], capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        subprocess.run([REPO / "tests/slurm/down.sh", root], capture_output=True, timeout=120)
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip("no SLURM cluster: tests/slurm/up.sh took more than 15 minutes")
+    if up.returncode != 0:
+        reason = " ".join(line for line in up.stderr.splitlines() if line.startswith("up.sh:"))
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"no SLURM cluster here: {reason or up.stderr.strip()[-500:]}")
+    try:
+        yield SlurmCluster(root, {**os.environ, "SLURM_CONF": str(root / "slurm.conf")})
+    finally:
+        subprocess.run([REPO / "tests/slurm/down.sh", root], capture_output=True, timeout=120)
+        shutil.rmtree(root, ignore_errors=True)
