@@ -77,9 +77,10 @@ def test_a_tables_files(store, tmp_path):
     with Image.open(out / "t.png") as png:
         assert png.format == "PNG"
     page = (out / "t.html").read_text()
-    assert page.count('<img src="data:image/png;base64,') == 2  # the summary and the one map, inside the page
+    assert page.count('<img src="data:image/png;base64,') == 1  # the summary, inside the page
+    assert '<a href="t/flower-insect/clip.png">Flower-Insect on clip</a>' in page  # the map, beside it
     assert "Toy &lt;table&gt; &amp; co" in page and "<table>" not in page.split("<body>")[1].split('<table class')[0]
-    assert f"pattern {found[0][1].pattern}" in page
+    assert f"clip</a>: {found[0][1].pattern}</li>" in page
 
 
 def test_map_paths_are_one_folder_per_test_whatever_the_names():

@@ -232,8 +232,8 @@ def stored_sets(store, stimulus):
 ])
 def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests):
     """results/<suite>/mleat/<table>.*: the numbers mleat() gives on the store's vectors with the config's
-    settings, Level 1 the table's d and p, a map per (test, model), the page inlining them; the table's
-    own columns untouched."""
+    settings, Level 1 the table's d and p, a map per (test, model), the page with the summary and a link to
+    each map; the table's own columns untouched."""
     table_csv = project / (f"results/ieat/{table}.csv" if suite == "ieat" else f"results/seat/{table}/table.csv")
     assert table_csv.read_text().splitlines()[0] == TABLE_COLUMNS + (",d_paper,p_paper" if suite == "ieat" else "")
     paper = pd.read_csv(table_csv).set_index(["test", "model"])
@@ -259,7 +259,8 @@ def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests
         with Image.open(map_path(project / f"results/{suite}/mleat/{table}", r.test, r.model)) as png:
             assert png.format == "PNG"
     page = (project / f"results/{suite}/mleat/{table}.html").read_text()
-    assert page.count('<img src="data:image/png;base64,') == 1 + len(out)  # the summary and every map
+    assert page.count('<img src="data:image/png;base64,') == 1  # the summary, inlined
+    assert page.count("<li><a href=") == len(out)  # a link to every map
     with Image.open(project / f"results/{suite}/mleat/{table}.png") as png:
         assert png.format == "PNG"
 
@@ -570,6 +571,15 @@ def test_report_shows_each_table_and_figure(project, browser, tmp_path):
                           script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)"))
     [figure] = [i for i in seen.images if i["src"].startswith("data:image/png")]
     assert figure["loaded"] and figure["visible"] and figure["width"] > 200
+    # the ML-EAT: each table's page and summary, and an EAT-Map per (test, model), each an entry of its own
+    html = (tmp_path / "report.html").read_text()
+    for entry in ("results/ieat/mleat/t1.html", "results/ieat/mleat/t2.png", "results/ieat/mleat/t1/flower-insect/pub.png",
+                  "results/ieat/mleat/t1/flower-insect/tiny-clip.png", "results/seat/mleat/minilm/weat-toy/minilm.png"):
+        assert f'"{entry}"' in html, entry
+    seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "eat-map.png",
+                          script=OPEN.format(category="iEAT", subcategory="EAT-Maps", label="tiny-clip"))
+    [eat_map] = [i for i in seen.images if i["src"].startswith("data:image/png")]
+    assert eat_map["loaded"] and eat_map["visible"] and eat_map["width"] > 300
 
 
 def test_report_of_a_partial_run_shows_what_exists(tmp_path):

@@ -18,8 +18,8 @@ cosine flag head the figure.
 
 ``write_mleat`` writes a table's ML-EAT files: the CSV (one row per test and model, the statistics
 of all three levels, the pattern, the cosine flag, n per set and provenance), the summary figure, an
-EAT-Map per (test, model) under ``maps/<test>/<model>.png``, and the report's HTML page with all of
-them.
+EAT-Map per (test, model) under ``maps/<test>/<model>.png``, and the report's HTML page (the table's main
+numbers, the summary, a link to each map).
 
 The summary draws every (test, model) as a small copy of the map's shading (2 × 2 squares: X above
 Y, A left of B) beside Level 1's d with its stars; a test whose cosines are uninformative sits on a
@@ -27,6 +27,7 @@ yellow cell.
 """
 
 import html
+import os
 import re
 from pathlib import Path
 
@@ -232,8 +233,9 @@ def write_mleat(found, *, csv, page, summary, maps, title, caption):
     (test, model) (the grounded suite's test key folds in its dataset and level).
 
     ``csv``: the table (mleat_frame); ``summary``: the pattern summary (PNG); ``maps``: the folder of
-    EAT-Maps (one per result; a skipped test has none); ``page``: an HTML page with the table's main numbers,
-    the summary and every map, the figures inlined so the page stands alone (and in the report).
+    EAT-Maps (one per result; a skipped test has none); ``page``: an HTML page with the table's main numbers
+    and the summary inlined (it stands alone, and in the report), and a link to each map (a path relative to
+    the page: ``maps`` beside it).
     Returns the table.
     """
     df = mleat_frame(row for row, _ in found)
@@ -241,22 +243,25 @@ def write_mleat(found, *, csv, page, summary, maps, title, caption):
         df.to_csv(tmp, index=False)
     plot_pattern_summary(df, summary, title)
     Path(maps).mkdir(parents=True, exist_ok=True)
-    figures = []
+    links = []
     for row, result in found:
         if result is None:
             continue
         path = map_path(maps, row["test"], row["model"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        name = row.get("name") or row["test"]
-        plot_eat_map(result, path, f"{name} on {row['model']}", labels={s: row[s] for s in (*TARGETS, *ATTRIBUTES)
-                                                                         if not missing(row.get(s))})
-        figures.append(figure_html(png_data_uri(path), f"EAT-Map of {name} on {row['model']}: pattern "
-                                   f"{result.pattern} ({DESCRIPTIONS.get(result.pattern, result.status)})."))
+        label = f"{row.get('name') or row['test']} on {row['model']}"
+        plot_eat_map(result, path, label, labels={s: row[s] for s in (*TARGETS, *ATTRIBUTES) if not missing(row.get(s))})
+        href = Path(os.path.relpath(path, Path(page).parent)).as_posix()
+        links.append(f'<li><a href="{html.escape(href)}">{html.escape(label)}</a>: {html.escape(result.pattern)}</li>')
     note = ("Level 1: the differential EAT (the tables' d and one-sided permutation p); Level 2: each target's "
             "effect size against A and B and its p in the direction of d; Level 3: each target concept's mean "
             "cosine with each attribute concept. Every statistic with its settings and provenance is in the CSV "
             f"beside this page ({Path(csv).name}); docs/mleat.md.")
+    # the maps stay files of their own (a table of many tests and models would make a page of megabytes);
+    # the report shows each as an entry (EAT-Maps), the page links them
+    maps_part = ('<p class="vlbias-note">EAT-Maps, one per test and model (the report lists them under EAT-Maps):'
+                 "</p>\n<ul>\n" + "\n".join(links) + "\n</ul>\n") if links else ""
     write_page(page, title, [f"<p>{html.escape(caption)}</p>\n", table_html(_compact(df), title, note),
                              figure_html(png_data_uri(summary), f"{title}: the pattern of each test and model."),
-                             *figures])
+                             maps_part])
     return df
