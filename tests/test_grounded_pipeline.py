@@ -506,8 +506,10 @@ def test_a_tables_mleat_is_experiment_1s_sets_at_each_level(project, target, col
             want = expected[column]
             assert (getattr(r, column) == pytest.approx(want, rel=1e-12, nan_ok=True) if isinstance(want, float)
                     else str(getattr(r, column)) == str(want)), (r.test, r.model, column)
-        if r.model in one.index.get_level_values(0):  # Level 1 is experiment 1 of the table's rows
-            assert (r.l1_d, r.l1_p) == pytest.approx(tuple(one.loc[(r.model, test, level), ["d", "p"]]), rel=1e-12)
+        if r.model in one.index.get_level_values(0):  # Level 1 is experiment 1 of the table's rows: the same p;
+            # d to rounding (experiment 1 takes X's and Y's s-values in two products, the ML-EAT in one)
+            printed = one.loc[(r.model, test, level)]
+            assert r.l1_p == printed["p"] and r.l1_d == pytest.approx(printed["d"], rel=1e-6)
         with Image.open(map_path(project / f"results/grounded/mleat/{target}", r.test, r.model)) as png:
             assert png.format == "PNG"
         checked += 1
