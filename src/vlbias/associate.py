@@ -14,6 +14,7 @@ from vlbias.io.store import read_provenance, read_set
 from vlbias.logs import Progress
 from vlbias.stats import effect_size_sw, permutation_test_sw, s_wAB
 from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
+from vlbias.stats.mleat import mleat
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +27,9 @@ COLUMNS = [
 ]
 
 
-def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", threads=None, ci=None):
-    """Effect size and permutation p of ``stimulus`` on the vectors in ``store_path``.
-
-    ``ci``: settings of the bootstrap confidence interval of d ({level, n_boot, seed, method}, see
-    vlbias.stats.bootstrap.effect_size_ci_cos), or None for none.
-
-    A set with no vectors (every image of a category failed to arrive) gives a row with
-    status "skipped: ..." and no numbers; malformed vectors (NaN, zero, mismatched
-    dimensions) raise InputError naming the stimulus file and the store.
-    """
+def _load(stimulus, store_path, model):
+    """(the row's identity, provenance and n per set, {set: vectors}, a skip status or None) of
+    ``stimulus`` on the store: the one reading of a test's vectors both tests' runners share."""
     prov = read_provenance(store_path)
     row = {
         "test": stimulus.id, "name": stimulus.name, "family": stimulus.family, "model": model,
@@ -49,8 +43,22 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
     row.update({"n_t": len(vectors["X"]), "n_y": len(vectors["Y"]),
                 "n_a": len(vectors["A"]), "n_b": len(vectors["B"])})
     empty = [f"{s} ({st.key})" for s, st in stimulus.sets.items() if len(vectors[s]) == 0]
-    if empty:
-        return {**row, "status": f"skipped: no stimuli left in {', '.join(empty)}"}
+    return row, vectors, f"skipped: no stimuli left in {', '.join(empty)}" if empty else None
+
+
+def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", threads=None, ci=None):
+    """Effect size and permutation p of ``stimulus`` on the vectors in ``store_path``.
+
+    ``ci``: settings of the bootstrap confidence interval of d ({level, n_boot, seed, method}, see
+    vlbias.stats.bootstrap.effect_size_ci_cos), or None for none.
+
+    A set with no vectors (every image of a category failed to arrive) gives a row with
+    status "skipped: ..." and no numbers; malformed vectors (NaN, zero, mismatched
+    dimensions) raise InputError naming the stimulus file and the store.
+    """
+    row, vectors, skipped = _load(stimulus, store_path, model)
+    if skipped:
+        return {**row, "status": skipped}
     # d divides by the deviation over X and Y together: with one stimulus on each side it is ±√2 whatever
     # the vectors, and a target set of one has no spread of its own; no d, no p (the row says why)
     few = [f"{s} has {len(vectors[s])}" for s in ("X", "Y") if len(vectors[s]) < 2]
@@ -87,6 +95,42 @@ def run_tests(stimuli, stores, *, n_samples, seed, exact="auto", threads=None, c
             progress.advance()
     progress.done()
     return rows
+
+
+def run_mleat(stimulus, store_path, model, *, n_samples, seed, exact="auto", threads=None, ci=None, alpha, null,
+              saturation):
+    """The ML-EAT (vlbias.stats.mleat) of ``stimulus`` on the vectors in ``store_path``, read as
+    ``run_test`` reads them (so its Level 1 is the table's d and p): (row, MLEATResult or None).
+
+    The row is the test's identity (vlbias.report.mleat.META), the model's provenance and
+    MLEATResult.row(); a set with no vectors gives a row with the skip status and no result.
+    Malformed vectors raise InputError naming the stimulus file and the store.
+    """
+    row, vectors, skipped = _load(stimulus, store_path, model)
+    identity = {k: row[k] for k in ("test", "name", "family", "model", "X", "Y", "A", "B")}
+    provenance = {k: row[k] for k in ("model_id", "revision", "weights")}
+    sizes = {"n_x": row["n_t"], "n_y": row["n_y"], "n_a": row["n_a"], "n_b": row["n_b"]}
+    if skipped:
+        return {**identity, **sizes, "status": skipped, **provenance}, None
+    try:
+        r = mleat(*(vectors[s] for s in ("X", "Y", "A", "B")), n_samples=n_samples, seed=seed, exact=exact,
+                  threads=threads, ci=ci, alpha=alpha, null=null, saturation=saturation)
+    except ValueError as e:
+        raise InputError(f"{stimulus.path} on {store_path}", str(e)) from None
+    return {**identity, **r.row(), **provenance}, r
+
+
+def run_mleats(stimuli, stores, **settings):
+    """[(row, MLEATResult or None)] of every test of ``stimuli`` on every model of ``stores``, in
+    ``run_tests``' order (``settings``: those of ``run_mleat``)."""
+    progress = Progress(len(stimuli) * len(stores), "ML-EATs", log)
+    found = []
+    for stimulus in stimuli:
+        for model, path in stores.items():
+            found.append(run_mleat(stimulus, path, model, **settings))
+            progress.advance()
+    progress.done()
+    return found
 
 
 def partitions_text(n):

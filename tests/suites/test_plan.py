@@ -15,6 +15,11 @@ SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
 
 
+def mleat_files(suite, tables):
+    """A table's ML-EAT files in the default target: its CSV, page, summary figure and folder of EAT-Maps."""
+    return [f"results/{suite}/mleat/{t}{ext}" for t in tables for ext in (".csv", ".html", ".png", "")]
+
+
 @pytest.fixture(scope="module")
 def shipped():
     """The shipped config, checked (defaults filled in) as the Snakefile checks it."""
@@ -49,6 +54,7 @@ def test_the_shipped_config_builds_no_grounded_tables_until_asked(shipped, monke
     assert plan.targets() == ([table_path(t, e) for t in tables for e in EXTS]
                               + [table_path(f"{p}/{t}", e) for p in others for t in tables for e in EXTS]
                               + [table_path(f"extended/{t}", e) for t in tables for e in EXTS]
+                              + mleat_files("grounded", [*tables, *(f"extended/{t}" for t in tables)])
                               + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
     # every table's jobs resolve (each test it names has a stimulus file), on the schema's defaults
     spec = plan.table_spec("table3")
@@ -67,7 +73,11 @@ def test_the_small_config_plans_every_grounded_job(small):
     assert plan.targets() == ([table_path(f"table{n}", e) for n in range(3, 8) for e in EXTS]
                               + [table_path(f"paper/table{n}", e) for n in range(3, 8) for e in EXTS]
                               + [table_path(f"extended/table{n}", e) for n in range(3, 8) for e in EXTS]
+                              + mleat_files("grounded", [f"{x}table{n}" for x in ("", "extended/") for n in range(3, 8)])
                               + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
+    small = copy.deepcopy(small)
+    small["stats"]["mleat"]["build"] = False  # the ML-EAT files on request only
+    assert not [t for t in GroundedPlan(small).targets() if "/mleat/" in t]
     # the protocol's visualbert switch picks the column's model
     assert plan.models_on("authors")["VisualBERT"] == "visualbert-authors"
     assert plan.models_on("paper")["VisualBERT"] == "visualbert"
@@ -154,7 +164,8 @@ def test_the_shipped_config_plans_the_ieat_tables(shipped, monkeypatch):
     assert plan.targets() == ([f"results/ieat/{t}.{e}" for t in ("table1", "table2", "table3")
                                for e in ("csv", "md", "html", "missing.tsv")]
                               + ["results/ieat/specificity.csv",
-                                 "results/images/ieat/224px-center-bicubic-pil/manifest.tsv"])
+                                 "results/images/ieat/224px-center-bicubic-pil/manifest.tsv"]
+                              + mleat_files("ieat", ["table1", "table2", "table3"]))
     # igpt-l: one entry, two outputs, one store; tables name the outputs
     assert plan.several_outputs == {"igpt-l": ["layer20", "logits"]}
     assert plan.table_models["igpt-l/logits"] == ("igpt-l", "logits") and "igpt-l" not in plan.table_models
@@ -176,8 +187,9 @@ def test_the_small_config_plans_the_ieat_inputs_per_wildcard(tmp_path, monkeypat
     config["ieat"]["sweep"] = {"models": [{"arch": "RN50", "weights": "random", "name": "rn"}], "tests": "all"}
     monkeypatch.chdir(tmp_path)
     plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
-    assert plan.targets()[-4:] == [f"results/ieat/sweep.{e}" for e in ("csv", "md", "png", "missing.tsv")]
-    assert plan.targets()[-5] == "results/images/ieat/32px-center-bicubic-pil/manifest.tsv"  # the default store
+    assert plan.targets()[-16:] == ([f"results/ieat/sweep.{e}" for e in ("csv", "md", "png", "missing.tsv")]
+                                    + mleat_files("ieat", ["t1", "t2", "sweep"]))
+    assert plan.targets()[-17] == "results/images/ieat/32px-center-bicubic-pil/manifest.tsv"  # the default store
     # a model's own images settings over ieat/images: its own store, built beside the default one
     assert plan.image_store("tiny-clip") == "results/images/ieat/48px-center-bicubic-opencv"
     assert sorted(plan.image_stores_settings) == ["32px-center-bicubic-pil", "48px-center-bicubic-opencv"]
@@ -210,7 +222,8 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
 
     monkeypatch.chdir(REPO)
     models = list(shipped["seat"]["models"])
-    assert targets(shipped) == [f"results/seat/{m}/table.{e}" for m in models for e in ("csv", "md", "html")]
+    assert targets(shipped) == ([f"results/seat/{m}/table.{e}" for m in models for e in ("csv", "md", "html")]
+                                + mleat_files("seat", models))
     config = copy.deepcopy(shipped)
     tests = seat_tests(config)  # all, in their natural order: weat10 after weat9, each sent- beside its word test
     weats = [t for t in tests if "weat" in t]
@@ -224,7 +237,7 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
     assert seat_tests(config, "mine") == ["weat6", "sent-weat6"] and seat_tests(config, "minilm") == ["weat2", "weat1"]
     config["seat"]["models"]["mine"]["tests"] = "all"
     assert seat_tests(config, "mine") == tests
-    assert targets(config)[-3:] == [f"results/seat/mine/table.{e}" for e in ("csv", "md", "html")]
+    assert "results/seat/mine/table.csv" in targets(config) and targets(config)[-4:] == mleat_files("seat", ["mine"])
 
 
 # --- grounded images and region stores ----------------------------------------------------------------
@@ -420,4 +433,5 @@ def test_without_upstream_the_plans_keep_what_needs_none(shipped, tmp_path, monk
     config["ieat"]["tables"]["own"] = {"caption": "mine", "models": ["mine"], "tests": ["flower-insect"]}
     monkeypatch.chdir(tmp_path)
     plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
-    assert plan.targets(upstream=False) == [f"results/ieat/own.{e}" for e in ("csv", "md", "html", "missing.tsv")]
+    assert plan.targets(upstream=False) == ([f"results/ieat/own.{e}" for e in ("csv", "md", "html", "missing.tsv")]
+                                            + mleat_files("ieat", ["own"]))

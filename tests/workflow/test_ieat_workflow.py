@@ -16,6 +16,7 @@ from helpers.project import make_project, planned_jobs, snakemake, write_yaml
 from vlbias.io.fetch import read_manifest
 from vlbias.io.store import read_provenance, read_set
 from vlbias.models.hf_dual import write_processor
+from vlbias.stats.mleat import PATTERNS
 from vlbias.stats import effect_size
 from vlbias.stats.adjust import holm
 
@@ -225,6 +226,13 @@ def test_the_sweep_writes_one_table_and_a_heatmap(project):
     md = (root / "results/ieat/sweep.md").read_text()
     assert f"| test | {' | '.join(models)} |" in md and "Flower-Insect (text attributes)" in md
     assert (root / "results/ieat/sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # its ML-EAT beside it (docs/mleat.md): every (test, model), the cross-modal test in the joint spaces too,
+    # Level 1 the sweep's d and p, an EAT-Map each
+    mleat = pd.read_csv(root / "results/ieat/mleat/sweep.csv", keep_default_na=False)
+    assert [(r.test, r.model) for r in mleat.itertuples()] == [(r.test, r.model) for r in sweep.itertuples()]
+    assert mleat["l1_d"].tolist() == sweep["d"].tolist() and mleat["l1_p"].tolist() == sweep["p"].tolist()
+    assert (mleat["status"] == "ok").all() and set(mleat["pattern"]) <= {*(c for c, _ in PATTERNS.values())}
+    assert (root / "results/ieat/mleat/sweep/flower-insect-text-attributes/siglip-random0.png").is_file()
 
 
 def test_a_second_run_does_nothing(project):

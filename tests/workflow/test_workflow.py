@@ -18,8 +18,12 @@ from helpers.project import (HUB_MINILM, SNAKEMAKE, hub_env, job_counts, make_pr
                              seat_from_hub, serve_minilm, sha, snakemake, write_yaml)
 from hub import Hub
 
-from vlbias.io.store import read_provenance
+from vlbias.io.stimuli import load_stimulus
+from vlbias.io.store import read_provenance, read_set
 from vlbias.report.formats import stars
+from vlbias.report.mleat import map_path
+from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
+from vlbias.stats.mleat import mleat
 from vlbias.weights import package_dir, provenance, read_record, record_path
 
 pytestmark = pytest.mark.workflow
@@ -70,6 +74,56 @@ def test_specificity_and_seat(project):
     seat = pd.read_csv(project / "results/seat/minilm/table.csv")
     assert set(seat["test"]) == {"weat-toy", "sent-toy"}
     assert (seat["n_t"] == 2).all() and seat["model_id"].eq("sentence-transformers/all-MiniLM-L6-v2").all()
+
+
+# a results table's columns, as they were before the ML-EAT came: its files are its own (docs/mleat.md)
+TABLE_COLUMNS = ("test,name,family,model,X,Y,A,B,n_t,n_y,n_a,n_b,d,d_low,d_high,p,p_holm,p_bh,p_se,p_parametric,"
+                 "n_samples,exact,n_partitions,seed,ci_level,ci_method,ci_n_boot,ci_seed,status,model_id,revision,"
+                 "weights")
+
+
+def stored_sets(store, stimulus):
+    return [read_set(store, stimulus.sets[s].key)[0] for s in "XYAB"]
+
+
+@pytest.mark.parametrize("suite, table, models, tests", [
+    ("ieat", "t1", ["pub", "tiny-clip"], ["flower-insect"]),
+    ("ieat", "t2", ["pub"], ["insect-flower"]),
+    ("seat", "minilm", ["minilm"], ["sent-toy", "weat-toy"]),  # the table's order (seat.plan.natural_key)
+])
+def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests):
+    """results/<suite>/mleat/<table>.*: the numbers mleat() gives on the store's vectors with the config's
+    settings, Level 1 the table's d and p, a map per (test, model), the page with the summary and a link to
+    each map; the table's own columns untouched."""
+    table_csv = project / (f"results/ieat/{table}.csv" if suite == "ieat" else f"results/seat/{table}/table.csv")
+    assert table_csv.read_text().splitlines()[0] == TABLE_COLUMNS + (",d_paper,p_paper" if suite == "ieat" else "")
+    paper = pd.read_csv(table_csv).set_index(["test", "model"])
+    out = pd.read_csv(project / f"results/{suite}/mleat/{table}.csv", keep_default_na=False, na_values=[""])
+    assert list(out.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *MLEAT_COLUMNS,
+                                 "model_id", "revision", "weights"]
+    assert [(r.test, r.model) for r in out.itertuples()] == [(t, m) for t in tests for m in models]
+    for r in out.itertuples():
+        stimulus = load_stimulus(project / f"resources/stimuli/{suite}/{r.test}.yaml")
+        store = project / f"results/embeddings/{suite}/{r.model}.h5"
+        # the config's stats (1000 samples, seed 0, BCa 1000) and stats/mleat's schema defaults
+        expected = mleat(*stored_sets(store, stimulus), n_samples=1000, seed=0, alpha=0.05, null="normal",
+                         saturation=0.9, ci={"level": 0.95, "n_boot": 1000, "seed": 0, "method": "bca"}).row()
+        for column in MLEAT_COLUMNS:
+            value, want = getattr(r, column), expected[column]
+            if isinstance(want, float):
+                assert value == pytest.approx(want, rel=1e-12, nan_ok=True), column
+            else:  # an exact test has no seed: empty in the CSV
+                assert ("" if pd.isna(value) else str(value)) == str(want), column
+        assert (r.l1_d, r.l1_p) == (paper.loc[(r.test, r.model), "d"], paper.loc[(r.test, r.model), "p"])
+        assert (r.n_x, r.n_a) == (paper.loc[(r.test, r.model), "n_t"], paper.loc[(r.test, r.model), "n_a"])
+        assert r.model_id == paper.loc[(r.test, r.model), "model_id"]
+        with Image.open(map_path(project / f"results/{suite}/mleat/{table}", r.test, r.model)) as png:
+            assert png.format == "PNG"
+    page = (project / f"results/{suite}/mleat/{table}.html").read_text()
+    assert page.count('<img src="data:image/png;base64,') == 1  # the summary, inlined
+    assert page.count("<li><a href=") == len(out)  # a link to every map
+    with Image.open(project / f"results/{suite}/mleat/{table}.png") as png:
+        assert png.format == "PNG"
 
 
 TABLES = ["results/ieat/t1.csv", "results/ieat/t2.csv", "results/seat/minilm/table.csv"]
@@ -178,10 +232,11 @@ def edit(path, old, new):
 def test_editing_one_stimulus_reruns_only_its_jobs(project):
     # (Snakemake reruns on changed content: a bare touch with the same content reruns nothing)
     edit(project / "resources/stimuli/ieat/insect-flower.yaml", "label: Pleasant", "label: Pleasant images")
-    assert planned_jobs(project) == {"ieat_table": 1, "ieat_figures": 1, "all": 1}  # the figures read the table
+    # the figures read the table; the table's ML-EAT reads the stimulus too
+    assert planned_jobs(project) == {"ieat_table": 1, "ieat_mleat": 1, "ieat_figures": 1, "all": 1}
     snakemake(project)
     edit(project / "resources/stimuli/seat/weat-toy.yaml", "- joy", "- delight")
-    assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "seat_figures": 1, "all": 1}
+    assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "seat_mleat": 1, "seat_figures": 1, "all": 1}
     snakemake(project)
     assert planned_jobs(project) == {}
     # the encoder's job reran, but only the new word met the model: the rest came from its cache
@@ -377,6 +432,15 @@ def test_report_shows_each_table_and_figure(project, browser, tmp_path):
                           script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)"))
     [figure] = [i for i in seen.images if i["src"].startswith("data:image/png")]
     assert figure["loaded"] and figure["visible"] and figure["width"] > 200
+    # the ML-EAT: each table's page and summary, and an EAT-Map per (test, model), each an entry of its own
+    html = (tmp_path / "report.html").read_text()
+    for entry in ("results/ieat/mleat/t1.html", "results/ieat/mleat/t2.png", "results/ieat/mleat/t1/flower-insect/pub.png",
+                  "results/ieat/mleat/t1/flower-insect/tiny-clip.png", "results/seat/mleat/minilm/weat-toy/minilm.png"):
+        assert f'"{entry}"' in html, entry
+    seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "eat-map.png",
+                          script=OPEN.format(category="iEAT", subcategory="EAT-Maps", label="tiny-clip"))
+    [eat_map] = [i for i in seen.images if i["src"].startswith("data:image/png")]
+    assert eat_map["loaded"] and eat_map["visible"] and eat_map["width"] > 300
 
 
 def test_report_of_a_partial_run_shows_what_exists(tmp_path):

@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from vlbias.suites import plan, registry
-from vlbias.suites.plan import alternatives, offline, offline_line, provenance, vector_files
+from vlbias.suites.plan import alternatives, mleat_path, offline, offline_line, provenance, vector_files
 from vlbias.weights import record_path
 
 STATS = config["stats"]
@@ -15,6 +15,7 @@ STATS = config["stats"]
 source = partial(plan.source, config)
 mirror = partial(plan.mirror, config)
 stats_params = partial(plan.stats_params, config)
+mleat_params = partial(plan.mleat_params, config)
 
 
 # --- the default target ----------------------------------------------------------------------------

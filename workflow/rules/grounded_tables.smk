@@ -105,6 +105,53 @@ rule grounded_table:
         "../scripts/grounded_table.py"
 
 
+# the ML-EAT of a table's tests at each level, on each of its models (experiment 1's sets: the attributes
+# pooled over both image categories): results/grounded/mleat/<target>.* (vlbias.report.mleat; docs/mleat.md)
+rule grounded_mleat:
+    input:
+        embeddings=lambda w: GROUNDED_PLAN.mleat_spec(w.target)["embeddings"],
+    output:
+        csv=mleat_path("grounded", "{target}"),
+        html=report(
+            mleat_path("grounded", "{target}", "html"),
+            caption="../report/mleat_table.rst",
+            category="Grounded",
+            subcategory="ML-EAT",
+            labels={"table": "{target}", "file": "table and figures"},
+        ),
+        png=report(
+            mleat_path("grounded", "{target}", "png"),
+            caption="../report/mleat_summary.rst",
+            category="Grounded",
+            subcategory="ML-EAT",
+            labels={"table": "{target}", "file": "pattern summary"},
+        ),
+        maps=report(
+            directory(mleat_path("grounded", "{target}", "maps")),
+            patterns=["{eat_test}/{eat_model}.png"],
+            caption="../report/mleat_map.rst",
+            category="Grounded",
+            subcategory="EAT-Maps",
+            labels={"table": "{target}", "test": "{eat_test}", "model": "{eat_model}"},
+        ),
+    log:
+        "results/logs/grounded_mleat/{target}.log",
+    wildcard_constraints:
+        target=alternatives(list(GROUNDED_PLAN.table_targets)),
+    conda:
+        "../../environment.yml"
+    threads: 2
+    params:
+        tests=lambda w: GROUNDED_PLAN.mleat_spec(w.target)["tests"],
+        levels=lambda w: GROUNDED["levels"],
+        title=lambda w: f"ML-EAT of grounded {w.target}",
+        caption=lambda w: GROUNDED_PLAN.mleat_spec(w.target)["caption"],
+        stats=stats_params(),
+        mleat=mleat_params(),
+    script:
+        "../scripts/grounded_mleat.py"
+
+
 rule grounded_comparison:
     input:
         results=lambda w: GROUNDED_PLAN.experiment_results(),

@@ -210,6 +210,54 @@ rule ieat_sweep:
         "../scripts/ieat_sweep.py"
 
 
+# the ML-EAT of a table's tests (the sweep's too): its three levels and pattern per test and model, the
+# pattern summary, an EAT-Map per (test, model) and the report's page (vlbias.report.mleat; docs/mleat.md)
+rule ieat_mleat:
+    input:
+        stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=IEAT_PLAN.mleat_table(w.table)[1]),
+        stimuli=lambda w: table_stimuli(*IEAT_PLAN.mleat_table(w.table)[:2]),
+    output:
+        csv=mleat_path("ieat", "{table}"),
+        html=report(
+            mleat_path("ieat", "{table}", "html"),
+            caption="../report/mleat_table.rst",
+            category="iEAT",
+            subcategory="ML-EAT",
+            labels={"table": "{table}", "file": "table and figures"},
+        ),
+        png=report(
+            mleat_path("ieat", "{table}", "png"),
+            caption="../report/mleat_summary.rst",
+            category="iEAT",
+            subcategory="ML-EAT",
+            labels={"table": "{table}", "file": "pattern summary"},
+        ),
+        maps=report(
+            directory(mleat_path("ieat", "{table}", "maps")),
+            patterns=["{eat_test}/{eat_model}.png"],
+            caption="../report/mleat_map.rst",
+            category="iEAT",
+            subcategory="EAT-Maps",
+            labels={"table": "{table}", "test": "{eat_test}", "model": "{eat_model}"},
+        ),
+    log:
+        "results/logs/ieat_mleat/{table}.log",
+    wildcard_constraints:
+        table=alternatives([*IEAT_TABLES, "sweep"]),
+    conda:
+        "../../environment.yml"
+    threads: 2
+    params:
+        models=lambda w: IEAT_PLAN.mleat_table(w.table)[1],
+        title=lambda w: f"ML-EAT of iEAT {w.table}",
+        caption=lambda w: IEAT_PLAN.mleat_table(w.table)[2],
+        stats=stats_params(),
+        ci=STATS["ci"],
+        mleat=mleat_params(),
+    script:
+        "../scripts/mleat_table.py"
+
+
 rule ieat_specificity:
     input:
         stimulus=lambda w: table_stimuli([IEAT["specificity"]["test"]], IEAT["specificity"]["models"])[0],

@@ -94,6 +94,53 @@ rule seat_table:
         "../scripts/seat_table.py"
 
 
+# the ML-EAT of a model's tests: results/seat/mleat/<model>.* (vlbias.report.mleat; docs/mleat.md)
+rule seat_mleat:
+    input:
+        stores=["results/embeddings/seat/{model}.h5"],
+        stimuli=lambda w: seat_stimuli(w.model),
+    output:
+        csv=mleat_path("seat", "{model}"),
+        html=report(
+            mleat_path("seat", "{model}", "html"),
+            caption="../report/mleat_table.rst",
+            category="SEAT",
+            subcategory="ML-EAT",
+            labels={"model": "{model}", "file": "table and figures"},
+        ),
+        png=report(
+            mleat_path("seat", "{model}", "png"),
+            caption="../report/mleat_summary.rst",
+            category="SEAT",
+            subcategory="ML-EAT",
+            labels={"model": "{model}", "file": "pattern summary"},
+        ),
+        maps=report(
+            directory(mleat_path("seat", "{model}", "maps")),
+            patterns=["{eat_test}/{eat_model}.png"],
+            caption="../report/mleat_map.rst",
+            category="SEAT",
+            subcategory="EAT-Maps",
+            labels={"model": "{model}", "test": "{eat_test}"},
+        ),
+    log:
+        "results/logs/seat_mleat/{model}.log",
+    wildcard_constraints:
+        model=alternatives(list(SEAT["models"])),
+    conda:
+        "../../environment.yml"
+    threads: 2
+    params:
+        models=lambda w: [w.model],
+        title=lambda w: f"ML-EAT of WEAT/SEAT on {w.model}",
+        caption=lambda w: seat_plan.caption(w.model),
+        stats=stats_params(),
+        ci=STATS["ci"],
+        mleat=mleat_params(),
+    script:
+        "../scripts/mleat_table.py"
+
+
 # the heatmap of every model's table: results/seat/heatmap.png (vlbias.suites.seat.suite.HEATMAP)
 rule seat_figures:
     input:

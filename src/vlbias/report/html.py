@@ -9,9 +9,11 @@
 Every text from a table (test names, set labels, a skipped test's reason) is escaped.
 """
 
+import base64
 import html
 import math
 import re
+from pathlib import Path
 
 import pandas as pd
 
@@ -172,6 +174,12 @@ def figure_html(src, caption, alt=None):
     """An inline figure: the image at ``src`` (a path relative to the page) with its caption."""
     return (f'<figure><img src="{_e(src)}" alt="{_e(alt or caption)}">'
             f"<figcaption>{_e(caption)}</figcaption></figure>\n")
+
+
+def png_data_uri(path):
+    """The PNG at ``path`` as a data URI: a figure a page carries inside itself (it shows wherever the
+    page is opened, in the Snakemake report too)."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
 
 
 def page_html(title, parts, heading=True):

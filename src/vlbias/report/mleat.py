@@ -16,10 +16,20 @@ the test (X–A, Y–B), blue where against it (X–B, Y–A), the colours of th
 (vlbias.report.figures). Level 2's d_T and p_T head each row; Level 1's d and p, the pattern and the
 cosine flag head the figure.
 
+``write_mleat`` writes a table's ML-EAT files: the CSV (one row per test and model, the statistics
+of all three levels, the pattern, the cosine flag, n per set and provenance), the summary figure, an
+EAT-Map per (test, model) under ``maps/<test>/<model>.png``, and the report's HTML page (the table's main
+numbers, the summary, a link to each map).
+
 The summary draws every (test, model) as a small copy of the map's shading (2 × 2 squares: X above
 Y, A left of B) beside Level 1's d with its stars; a test whose cosines are uninformative sits on a
 yellow cell.
 """
+
+import html
+import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,15 +37,20 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from vlbias.io.atomic import atomic_path
 from vlbias.report.figures import save_png, stars
-from vlbias.report.formats import missing
+from vlbias.report.formats import format_p, missing
+from vlbias.report.html import figure_html, png_data_uri, table_html, write_page
 from vlbias.stats.mleat import ATTRIBUTES, COLUMNS, PATTERNS, QUADRANTS, TARGETS, UNDEFINED
 
 WITH, AGAINST, OFF = "#c53a32", "#3b75af", "0.86"  # a pair with the test, against it, not significant
 WITH_LIGHT, AGAINST_LIGHT = "#f6d2cf", "#cfe0f1"  # the EAT-Map's quadrant shading
 FLAGGED = "#fff0b3"
 DESCRIPTIONS = dict(PATTERNS.values())
-META = ("test", "name", "model", "X", "Y", "A", "B")  # the identifying columns a results row carries
+# the identifying columns a results row carries (the grounded suite's: protocol, dataset, column, level)
+META = ("protocol", "dataset", "test", "name", "family", "model", "column", "level", "X", "Y", "A", "B")
+# the provenance a row carries after the statistics (vlbias.associate, vlbias.suites.grounded.jobs)
+PROVENANCE = ("model_id", "revision", "weights", "commit", "weights_sha256", "detector")
 
 
 def lit(pattern):
@@ -51,10 +66,11 @@ def congruent(quadrant):
 
 
 def mleat_frame(rows):
-    """Result rows (each the identifying columns of ``META`` it has and an MLEATResult.row()) as a table,
-    its columns in order: identity first, then vlbias.stats.mleat.COLUMNS."""
+    """Result rows (each the identifying columns of ``META`` it has, an MLEATResult.row() and the
+    ``PROVENANCE`` it has) as a table, its columns in order: identity, vlbias.stats.mleat.COLUMNS,
+    provenance."""
     df = pd.DataFrame(list(rows))
-    return df.reindex(columns=[c for c in META if c in df] + COLUMNS)
+    return df.reindex(columns=[c for c in META if c in df] + COLUMNS + [c for c in PROVENANCE if c in df])
 
 
 def _p(p):
@@ -176,3 +192,76 @@ def plot_pattern_summary(rows, path, title):
     fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=7, frameon=False)
     save_png(fig, path)
     return fig
+
+
+def _file_name(name):
+    """A test's or model's name as one path component: what is not a letter, digit, '.', '_' or '-' as '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", str(name)).lstrip(".") or "_"
+
+
+def map_path(maps, test, model):
+    """The EAT-Map of (``test``, ``model``) in the folder ``maps``: ``maps/<test>/<model>.png``."""
+    return Path(maps, _file_name(test), f"{_file_name(model)}.png")
+
+
+def _number(value, digits=2):
+    return "" if missing(value) else f"{float(value):.{digits}f}"
+
+
+def _compact(df):
+    """The page's view of a table: per (test, model) the pattern, the flag and each level's numbers."""
+    out = pd.DataFrame({"test": df["name"] if "name" in df else df["test"], "model": df["model"]})
+    if "level" in df:
+        out.insert(1, "level", df["level"])
+    out["n (X, Y, A, B)"] = [", ".join("" if missing(v) else str(int(v)) for v in r)
+                             for r in df[["n_x", "n_y", "n_a", "n_b"]].itertuples(index=False)]
+    out["pattern"] = [r.status if missing(r.pattern) else r.pattern for r in df.itertuples(index=False)]
+    out["cosine uninformative"] = ["yes" if str(v) == "True" else "" for v in df["cosine_uninformative"]]
+    out["L1 d"] = [_number(v) for v in df["l1_d"]]
+    out["L1 p"] = [format_p(float(v), 4) if not missing(v) else "" for v in df["l1_p"]]
+    for t in "xy":
+        out[f"L2 d_{t.upper()}"] = [_number(v) for v in df[f"l2{t}_d"]]
+        out[f"L2 p_{t.upper()}"] = [format_p(float(v), 4) if not missing(v) else "" for v in df[f"l2{t}_p"]]
+    for q in ("xa", "xb", "ya", "yb"):
+        out[f"L3 μ_{q.upper()}"] = [_number(v, 3) for v in df[f"l3_{q}_mean"]]
+    return out
+
+
+def write_mleat(found, *, csv, page, summary, maps, title, caption):
+    """Write one table's ML-EAT files (module docstring) from ``found``, [(row, MLEATResult or None)]
+    as vlbias.associate.run_mleats (or the grounded suite's run) returns them, each row keyed by its
+    (test, model) (the grounded suite's test key folds in its dataset and level).
+
+    ``csv``: the table (mleat_frame); ``summary``: the pattern summary (PNG); ``maps``: the folder of
+    EAT-Maps (one per result; a skipped test has none); ``page``: an HTML page with the table's main numbers
+    and the summary inlined (it stands alone, and in the report), and a link to each map (a path relative to
+    the page: ``maps`` beside it).
+    Returns the table.
+    """
+    df = mleat_frame(row for row, _ in found)
+    with atomic_path(csv) as tmp:
+        df.to_csv(tmp, index=False)
+    plot_pattern_summary(df, summary, title)
+    Path(maps).mkdir(parents=True, exist_ok=True)
+    links = []
+    for row, result in found:
+        if result is None:
+            continue
+        path = map_path(maps, row["test"], row["model"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        label = f"{row.get('name') or row['test']} on {row['model']}"
+        plot_eat_map(result, path, label, labels={s: row[s] for s in (*TARGETS, *ATTRIBUTES) if not missing(row.get(s))})
+        href = Path(os.path.relpath(path, Path(page).parent)).as_posix()
+        links.append(f'<li><a href="{html.escape(href)}">{html.escape(label)}</a>: {html.escape(result.pattern)}</li>')
+    note = ("Level 1: the differential EAT (the tables' d and one-sided permutation p); Level 2: each target's "
+            "effect size against A and B and its p in the direction of d; Level 3: each target concept's mean "
+            "cosine with each attribute concept. Every statistic with its settings and provenance is in the CSV "
+            f"beside this page ({Path(csv).name}); docs/mleat.md.")
+    # the maps stay files of their own (a table of many tests and models would make a page of megabytes);
+    # the report shows each as an entry (EAT-Maps), the page links them
+    maps_part = ('<p class="vlbias-note">EAT-Maps, one per test and model (the report lists them under EAT-Maps):'
+                 "</p>\n<ul>\n" + "\n".join(links) + "\n</ul>\n") if links else ""
+    write_page(page, title, [f"<p>{html.escape(caption)}</p>\n", table_html(_compact(df), title, note),
+                             figure_html(png_data_uri(summary), f"{title}: the pattern of each test and model."),
+                             maps_part])
+    return df

@@ -79,6 +79,27 @@ def stats_params(config):
     return {"n_samples": stats["n_samples"], "seed": stats["seed"], "exact": stats["exact"]}
 
 
+def mleat_params(config):
+    """The ML-EAT's own settings (stats/mleat: alpha, level2_null, saturation) as vlbias.stats.mleat.mleat
+    takes them; the permutations are stats_params'."""
+    mleat = config["stats"]["mleat"]
+    return {"alpha": mleat["alpha"], "null": mleat["level2_null"], "saturation": mleat["saturation"]}
+
+
+def mleat_on(config):
+    """Whether the default target has each table's ML-EAT files (stats/mleat/build)."""
+    return config["stats"]["mleat"]["build"]
+
+
+MLEAT_KINDS = ("csv", "html", "png", "maps")  # a table's ML-EAT files (mleat_path)
+
+
+def mleat_path(suite, table, kind="csv"):
+    """An ML-EAT file of a table: results/<suite>/mleat/<table>.<csv|html|png>, or its folder of EAT-Maps
+    (``kind`` "maps": results/<suite>/mleat/<table>/)."""
+    return f"results/{suite}/mleat/{table}" + ("" if kind == "maps" else f".{kind}")
+
+
 def embedding_path(suite, model):
     """The embedding store of ``model`` in ``suite`` (ieat, seat): every stimulus's vector."""
     return f"results/embeddings/{suite}/{model}.h5"

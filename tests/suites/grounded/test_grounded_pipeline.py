@@ -21,7 +21,10 @@ from vlbias.regions.store import RegionStore, write_region_store
 from vlbias.report.grounded import NA, paper_table, to_frame, to_latex, to_markdown
 from vlbias.errors import InputError
 from vlbias.io.cache import RecordCache
-from vlbias.suites.grounded.jobs import embed_tests, embedding_combos, read_embeddings, run_experiments
+from vlbias.report.mleat import map_path
+from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
+from vlbias.stats.mleat import mleat
+from vlbias.suites.grounded.jobs import NO_MASK, embed_tests, embedding_combos, read_embeddings, run_experiments
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 from vlbias.visual import Regions, Visual
 
@@ -290,6 +293,9 @@ TABLES = ([f"results/grounded/table1.{ext}" for ext in ("csv", "md", "tex", "htm
              for ext in ("csv", "md", "tex", "html")]
           + ["results/grounded/comparison.csv", "results/grounded/comparison.md"])
 FIGURES = ["results/grounded/heatmap.png", "results/grounded/published.png"]
+# the ML-EAT of Table 3 (the paper's models) and of the extended Table 3 (BLIP, FLAVA beside them)
+MLEAT = [f"results/grounded/mleat/{target}.{ext}" for target in ("table3", "extended/table3")
+         for ext in ("csv", "html", "png")]
 # the extended tables (BLIP, FLAVA and a dual encoder beside the paper's models), built in the same run (Table 4,
 # Table 3's layout on experiment 2, left out to save a job)
 EXTENDED = [f"results/grounded/extended/table{n}.{ext}" for n in (3, 5, 6, 7) for ext in ("csv", "md", "html")]
@@ -299,7 +305,7 @@ def project(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("grounded_tables")
     tiny_project(root)
-    snakemake(root, *TABLES, *EXTENDED, *FIGURES)
+    snakemake(root, *TABLES, *EXTENDED, *FIGURES, *MLEAT)
     return root
 
 
@@ -336,6 +342,44 @@ def test_the_full_table_set_is_built(project):
         assert f.attrs["detector"] == "frcnn-tiny" and len(f.attrs["region_store_sha256"]) == 64
         assert sorted(f) == ["toy-a", "toy-b"] and f.attrs["protocol"] == "authors"
         assert json.loads(f.attrs["switches"])["token_mask"] == "word"
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("target, columns", [("table3", ["VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"]),
+                                             ("extended/table3", ["BLIP", "FLAVA"])])
+def test_a_tables_mleat_is_experiment_1s_sets_at_each_level(project, target, columns):
+    """results/grounded/mleat/<target>.*: per (test, level, model) mleat() of X, Y and the attributes
+    pooled over both image categories of the embedding file, so Level 1 is experiment 1's d and p."""
+    out = pd.read_csv(project / f"results/grounded/mleat/{target}.csv", keep_default_na=False, na_values=[""])
+    assert {"protocol", "dataset", "test", "model", "level", *MLEAT_COLUMNS, "model_id", "detector"} <= set(out)
+    assert set(out["model"]) >= set(columns) and set(out["level"]) == {"W", "S", "C"}
+    experiments = pd.concat([pd.read_csv(p, dtype={"experiment": str})
+                             for p in (project / "results/grounded/experiments/authors/google").glob("*.csv")])
+    one = experiments[experiments["experiment"] == "1"].set_index(["column", "test", "level"])
+    names = {"VisualBERT": "visualbert-authors", "ViLBERT": "vilbert", "LXMERT": "lxmert", "VL-BERT": "vlbert",
+             "BLIP": "blip", "FLAVA": "flava"}
+    checked = 0
+    for r in out[out["model"].isin(columns)].itertuples():
+        dataset, test, level = r.test.split("/")
+        sets, _, _ = read_embeddings(project / f"results/embeddings/grounded/authors/{dataset}/{names[r.model]}.h5")
+        emb = sets[test][(level, NO_MASK)]
+        X, Y, A, B = emb["X"], emb["Y"], np.concatenate([emb["A_x"], emb["A_y"]]), np.concatenate([emb["B_x"], emb["B_y"]])
+        expected = mleat(X, Y, A, B, n_samples=200, seed=0, alpha=0.05, null="normal", saturation=0.9).row()
+        for column in ("pattern", "n_x", "n_a", "n_b", "l1_d", "l1_p", "l2x_d", "l2x_p", "l2y_d", "l2y_p",
+                       "l3_xa_mean", "l3_yb_std", "cosine_uninformative"):
+            want = expected[column]
+            assert (getattr(r, column) == pytest.approx(want, rel=1e-12, nan_ok=True) if isinstance(want, float)
+                    else str(getattr(r, column)) == str(want)), (r.test, r.model, column)
+        if r.model in one.index.get_level_values(0):  # Level 1 is experiment 1 of the table's rows: the same p;
+            # d to rounding (experiment 1 takes X's and Y's s-values in two products, the ML-EAT in one)
+            printed = one.loc[(r.model, test, level)]
+            assert r.l1_p == printed["p"] and r.l1_d == pytest.approx(printed["d"], rel=1e-6)
+        with Image.open(map_path(project / f"results/grounded/mleat/{target}", r.test, r.model)) as png:
+            assert png.format == "PNG"
+        checked += 1
+    assert checked == len(columns) * 2 * 3  # two tests, three levels
+    # the paper's table keeps its own columns: none of the ML-EAT's
+    assert not set(MLEAT_COLUMNS) & set(read_table(project, "table3.csv"))
 
 
 @pytest.mark.workflow

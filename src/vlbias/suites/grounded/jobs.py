@@ -325,3 +325,42 @@ def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
             rows.append(row)
     progress.done()
     return rows
+
+
+def run_mleat(path, tests=None, levels=None, *, n_samples, seed, exact, alpha, null, saturation):
+    """[(row, MLEATResult or None)]: the ML-EAT (vlbias.stats.mleat) of each test of one ``embed_tests``
+    file (those of ``tests``; all where None) at each unmasked level (of ``levels``), with experiment
+    1's sets: X, Y and the attributes pooled over both image categories, A = A_x∪A_y, B = B_x∪B_y, so
+    Level 1 is experiment 1's d and p. Each row: the file's protocol, dataset, model, column and
+    provenance, the test, its level, and MLEATResult.row(); ``model`` is the model's column and
+    ``test`` "<dataset>/<test>/<level>", so a table's (test, model) cells stay apart. A set left empty gives a
+    row that says so and no result; vectors no cosine is defined for, a "skipped" row likewise.
+    """
+    from vlbias.stats.mleat import mleat
+
+    found_tests, attrs, test_attrs = read_embeddings(path)
+    base = {k: attrs.get(k, "") for k in ("protocol", "dataset", "column", "model_id", "revision", "commit",
+                                          "weights_sha256", "detector")}
+    found = []
+    for test in sorted(found_tests) if tests is None else [t for t in tests if t in found_tests]:
+        for level in [lv for lv in "WSC" if (lv, NO_MASK) in found_tests[test] and (levels is None or lv in levels)]:
+            emb = found_tests[test][(level, NO_MASK)]
+            sets = {"X": emb["X"], "Y": emb["Y"], "A": np.concatenate([emb["A_x"], emb["A_y"]]),
+                    "B": np.concatenate([emb["B_x"], emb["B_y"]])}
+            row = {**base, "test": f"{base['dataset']}/{test}/{level}",
+                   "name": f"{test_attrs[test].get('name') or test} ({base['dataset']}, {level})",
+                   "model": attrs.get("column") or attrs.get("model", ""), "level": level,
+                   "n_x": len(sets["X"]), "n_y": len(sets["Y"]), "n_a": len(sets["A"]),
+                   "n_b": len(sets["B"])}
+            empty = [r for r in ROLES if not len(emb[r])]
+            if empty:
+                found.append(({**row, "status": f"skipped: no pairs left in {', '.join(empty)}"}, None))
+                continue
+            try:
+                r = mleat(sets["X"], sets["Y"], sets["A"], sets["B"], n_samples=n_samples, seed=seed, exact=exact,
+                          alpha=alpha, null=null, saturation=saturation)
+            except ValueError as e:  # e.g. a zero embedding: cosine undefined
+                found.append(({**row, "status": f"skipped: {e}"}, None))
+                continue
+            found.append(({**row, **r.row()}, r))
+    return found

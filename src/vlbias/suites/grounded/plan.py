@@ -25,6 +25,7 @@ from vlbias.io.fetch import Source, read_manifest
 from vlbias.models.plan import embeds
 from vlbias.regions.plan import images_path, store_path
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
+from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path
 from vlbias.weights import record_path
 
 # the paper's tables: the caption of each (a table's own `caption` in the config replaces it)
@@ -186,10 +187,26 @@ class GroundedPlan:
         return sorted({f for target, (protocol, _, extended) in self.table_targets.items()
                        if protocol == self.main_protocol and not extended for f in self.table_spec(target)["results"]})
 
+    def mleat_targets(self):
+        """The table targets whose ML-EAT the default target builds (stats/mleat/build): the main
+        protocol's (the paper's tables and the extended ones); another protocol's on request."""
+        if not mleat_on(self.config):
+            return []
+        return [t for t, (protocol, _, _) in self.table_targets.items() if protocol == self.main_protocol]
+
+    def mleat_spec(self, target):
+        """What a table's ML-EAT job reads: the embedding files of its (dataset, model) jobs, its tests."""
+        protocol, table, extended = self.table_targets[target]
+        jobs, _ = self.jobs(protocol, table, extended)
+        return {"embeddings": [embedding_path(protocol, d, m) for d, m in jobs],
+                "tests": [t for group in self.tables[table]["groups"].values() for t in group],
+                "caption": self.caption(target)}
+
     def targets(self):
         if not (self.grounded and self.experiments.get("build")):
             return []
         targets = [table_path(target, ext) for target in self.table_targets for ext in TABLE_EXTS]
+        targets += [mleat_path("grounded", t, kind) for t in self.mleat_targets() for kind in MLEAT_KINDS]
         return targets + ([table_path("comparison", ext) for ext in ("csv", "md")] if self.published else [])
 
     def weights(self):

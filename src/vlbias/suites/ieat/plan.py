@@ -16,7 +16,7 @@ from vlbias.images.store import store_name
 from vlbias.io.fetch import read_manifest
 from vlbias.io.stimuli import check_categories, load_stimulus
 from vlbias.models.plan import embeds, outputs
-from vlbias.suites.plan import stimulus_ids
+from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path, stimulus_ids
 from vlbias.weights import record_path
 
 
@@ -116,6 +116,10 @@ class IeatPlan:
             targets.append(f"results/images/ieat/{self.default_store}/manifest.tsv")
         if self.sweep_models and upstream:  # image models: they read the images
             targets += [table_path("sweep", ext) for ext in ("csv", "md", "png", "missing.tsv")]
+        if mleat_on(self.config):  # each table's ML-EAT (the sweep's too) beside it
+            tables = [t for t, spec in self.tables.items() if keep(spec["models"])]
+            tables += ["sweep"] if self.sweep_models and upstream else []
+            targets += [mleat_path("ieat", t, kind) for t in tables for kind in MLEAT_KINDS]
         return targets
 
     def weights(self):
@@ -145,6 +149,13 @@ class IeatPlan:
         entry, output = self.table_models[model]
         paper = self.models[entry].get("paper")
         return (paper.get(output) if isinstance(paper, dict) else paper) or model
+
+    def mleat_table(self, table):
+        """(tests, models, caption) of a table's ML-EAT: an ieat/tables entry's, or the sweep's."""
+        if table == "sweep":
+            return self.sweep_tests(), self.sweep_models, self.ieat["sweep"]["caption"]
+        spec = self.tables[table]
+        return spec["tests"], spec["models"], spec["caption"]
 
     def sweep_tests(self):
         tests = self.ieat["sweep"]["tests"]

@@ -3,7 +3,7 @@
 import re
 
 from vlbias.io.stimuli import load_stimulus
-from vlbias.suites.plan import stimulus_ids
+from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path, stimulus_ids
 from vlbias.weights import record_path
 
 
@@ -41,7 +41,10 @@ def stimuli(config, model):
 
 
 def targets(config):
-    return [table_path(model, ext) for model in config["seat"]["models"] for ext in ("csv", "md", "html")]
+    """Each model's table, and its ML-EAT files (results/seat/mleat/<model>.*) when stats/mleat/build."""
+    models = config["seat"]["models"]
+    found = [table_path(model, ext) for model in models for ext in ("csv", "md", "html")]
+    return found + ([mleat_path("seat", m, kind) for m in models for kind in MLEAT_KINDS] if mleat_on(config) else [])
 
 
 def weights(config):

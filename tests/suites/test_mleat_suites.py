@@ -1,0 +1,126 @@
+"""The ML-EAT wired into the suites (docs/mleat.md): a test on a model's store (vlbias.associate), the
+grounded tests of an embedding file, a table's ML-EAT files (vlbias.report.mleat.write_mleat) and its
+settings. The workflow runs them in tests/workflow/test_workflow.py (iEAT, SEAT) and test_grounded_pipeline.py."""
+
+import json
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from vlbias.associate import run_mleat, run_mleats, run_test
+from vlbias.io.store import write_embeddings
+from vlbias.io.stimuli import Stimulus, StimulusSet
+from vlbias.report.mleat import map_path, write_mleat
+from vlbias.stats.mleat import COLUMNS, mleat
+from vlbias.suites.grounded.jobs import run_mleat as grounded_mleat
+from vlbias.suites.plan import mleat_params
+
+SETTINGS = {"n_samples": 500, "seed": 0, "exact": "auto", "alpha": 0.05, "null": "normal", "saturation": 0.9}
+RNG = np.random.default_rng(3)
+# a cross-modal test: image targets, text attributes (the sweep's kind), each set its own store key
+VECTORS = {"img/flower": RNG.normal(size=(6, 8)) + 1, "img/insect": RNG.normal(size=(5, 8)) - 1,
+           "txt/A": RNG.normal(size=(4, 8)) + 1, "txt/B": RNG.normal(size=(4, 8)) - 1}
+
+
+def stimulus(y_key="img/insect", test="flower-insect"):
+    sets = {"X": StimulusSet("img/flower", "Flower", category="flower"),
+            "Y": StimulusSet(y_key, "Insect", category="insect"),
+            "A": StimulusSet("txt/A", "Pleasant", items=("joy", "love")),
+            "B": StimulusSet("txt/B", "Unpleasant", items=("pain", "hate"))}
+    return Stimulus(test, test.title(), "ieat", "cross-modal", None, **sets, path=f"{test}.yaml")
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "store.h5"
+    sets = {k: (v, [f"{k}{i}" for i in range(len(v))]) for k, v in VECTORS.items()}
+    sets["img/none"] = (np.zeros((0, 8)), [])
+    write_embeddings(path, sets, {"model_id": "toy/clip", "revision": "r1"})
+    return path
+
+
+def test_a_test_on_a_store_is_mleat_of_its_sets_and_level1_is_the_tables_row(store):
+    row, result = run_mleat(stimulus(), store, "clip", **SETTINGS)
+    expected = mleat(*(VECTORS[k] for k in ("img/flower", "img/insect", "txt/A", "txt/B")), **SETTINGS)
+    assert result == expected
+    assert {k: row[k] for k in COLUMNS} == pytest.approx(expected.row(), nan_ok=True)
+    assert (row["test"], row["model"], row["X"], row["A"]) == ("flower-insect", "clip", "Flower", "Pleasant")
+    assert (row["n_x"], row["n_y"], row["n_a"], row["n_b"]) == (6, 5, 4, 4)
+    assert (row["model_id"], row["revision"]) == ("toy/clip", "r1")
+    table = run_test(stimulus(), store, "clip", n_samples=500, seed=0)
+    assert (row["l1_d"], row["l1_p"], row["l1_p_se"]) == (table["d"], table["p"], table["p_se"])
+
+
+def test_a_set_with_no_stimuli_is_a_skipped_row_without_a_result(store):
+    row, result = run_mleat(stimulus("img/none", "gone"), store, "clip", **SETTINGS)
+    assert result is None and row["status"] == "skipped: no stimuli left in Y (img/none)" and row["n_y"] == 0
+    found = run_mleats([stimulus(), stimulus("img/none", "gone")], {"clip": store, "again": store}, **SETTINGS)
+    assert [(r["test"], r["model"]) for r, _ in found] == [("flower-insect", "clip"), ("flower-insect", "again"),
+                                                            ("gone", "clip"), ("gone", "again")]
+
+
+def test_a_tables_files(store, tmp_path):
+    found = run_mleats([stimulus(), stimulus("img/none", "gone")], {"clip": store}, **SETTINGS)
+    out = tmp_path / "mleat"
+    df = write_mleat(found, csv=out / "t.csv", page=out / "t.html", summary=out / "t.png", maps=out / "t",
+                     title="ML-EAT of iEAT t", caption="Toy <table> & co")
+    written = pd.read_csv(out / "t.csv")
+    assert list(written.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *COLUMNS,
+                                     "model_id", "revision", "weights"]
+    assert list(written["test"]) == ["flower-insect", "gone"] and list(df["test"]) == list(written["test"])
+    assert written.loc[0, "l2x_d"] == found[0][1].level2["X"].d and pd.isna(written.loc[1, "pattern"])
+    # a map per result, none for the skipped test
+    assert sorted(p.relative_to(out / "t").as_posix() for p in (out / "t").rglob("*.png")) == ["flower-insect/clip.png"]
+    with Image.open(out / "t.png") as png:
+        assert png.format == "PNG"
+    page = (out / "t.html").read_text()
+    assert page.count('<img src="data:image/png;base64,') == 1  # the summary, inside the page
+    assert '<a href="t/flower-insect/clip.png">Flower-Insect on clip</a>' in page  # the map, beside it
+    assert "Toy &lt;table&gt; &amp; co" in page and "<table>" not in page.split("<body>")[1].split('<table class')[0]
+    assert f"clip</a>: {found[0][1].pattern}</li>" in page
+
+
+def test_map_paths_are_one_folder_per_test_whatever_the_names():
+    assert map_path("m", "google/toy-a/W", "VL-BERT").as_posix() == "m/google_toy-a_W/VL-BERT.png"
+    assert map_path("m", "../up", "a b").as_posix() == "m/_up/a_b.png"
+
+
+def write_grounded(path, sets, column="LXMERT", dataset="google"):
+    """An embed_tests file (vlbias.suites.grounded.jobs) of one test 'toy' at level S, unmasked."""
+    with h5py.File(path, "w") as f:
+        f.attrs.update({"protocol": "authors", "dataset": dataset, "model": "lxmert", "column": column,
+                        "model_id": "tiny", "revision": "r", "detector": "frcnn", "info": json.dumps({})})
+        t = f.create_group("toy")
+        t.attrs.update({"test": "toy", "name": "Toy"})
+        for role, v in sets.items():
+            t.create_group(f"S/none/{role}").create_dataset("embeddings", data=v)
+    return path
+
+
+def test_grounded_mleat_pools_the_attributes_over_both_image_categories(tmp_path):
+    rng = np.random.default_rng(0)
+    sets = {r: rng.normal(size=(n, 6)) + shift for r, n, shift in
+            [("X", 4, 1), ("Y", 4, -1), ("A_x", 3, 1), ("A_y", 2, 0.5), ("B_x", 2, -0.5), ("B_y", 3, -1)]}
+    path = write_grounded(tmp_path / "e.h5", sets)
+    [(row, result)] = grounded_mleat(path, ["toy"], ["W", "S", "C"], **SETTINGS)
+    A, B = np.concatenate([sets["A_x"], sets["A_y"]]), np.concatenate([sets["B_x"], sets["B_y"]])
+    assert result == mleat(sets["X"], sets["Y"], A, B, **SETTINGS)
+    assert (row["test"], row["model"], row["level"], row["dataset"]) == ("google/toy/S", "LXMERT", "S", "google")
+    assert (row["n_a"], row["n_b"], row["detector"]) == (5, 5, "frcnn")
+    assert grounded_mleat(path, ["toy"], ["W"], **SETTINGS) == []  # only the levels asked for
+    assert grounded_mleat(path, ["other"], None, **SETTINGS) == []  # only the table's tests
+
+
+def test_grounded_mleat_of_an_emptied_set_says_so(tmp_path):
+    sets = {r: np.ones((2, 3)) * (i + 1) + np.eye(2, 3) for i, r in enumerate(("X", "Y", "A_x", "A_y", "B_x"))}
+    sets["B_y"] = np.zeros((0, 3))
+    [(row, result)] = grounded_mleat(write_grounded(tmp_path / "e.h5", sets), None, None, **SETTINGS)
+    assert result is None and row["status"] == "skipped: no pairs left in B_y"
+
+
+def test_the_settings_reach_mleat_under_its_own_names():
+    config = {"stats": {"mleat": {"build": True, "alpha": 0.01, "level2_null": "count", "saturation": 0.8}}}
+    assert mleat_params(config) == {"alpha": 0.01, "null": "count", "saturation": 0.8}
