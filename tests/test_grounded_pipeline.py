@@ -13,7 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import TINY_BLIP, TINY_FLAVA
+from conftest import TINY_BLIP, TINY_FLAVA, TINY_VILT
 
 from vlbias.models import build
 from vlbias.regions.store import RegionStore, write_region_store
@@ -381,6 +381,7 @@ def tiny_project(root):
     # dual encoder, whose cells say n/a (no embedding job)
     models["blip"] = {**TINY_BLIP, "batch_size": 4, "detector": "frcnn-tiny", "column": "BLIP"}
     models["flava"] = {**TINY_FLAVA, "batch_size": 4, "detector": "frcnn-tiny", "column": "FLAVA"}
+    models["vilt"] = {**TINY_VILT, "batch_size": 4, "detector": "frcnn-tiny", "column": "ViLT"}
     models["clip"] = {"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random", "column": "CLIP"}
     groups = {"Gender": ["toy-a"], "Race": ["toy-b"]}
     config["grounded"] = {
@@ -394,7 +395,8 @@ def tiny_project(root):
         "models": models,
         "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "vilbert", "lxmert", "vlbert"],
                         "threads": 1},
-        "extended": {"models": ["blip", "flava", "clip"], "datasets": {"BLIP": "google", "FLAVA": "google"}},
+        "extended": {"models": ["blip", "flava", "vilt", "clip"],
+                     "datasets": {"BLIP": "google", "FLAVA": "google", "ViLT": "google"}},
         "tables": {"table3": {"dataset": "google", "groups": groups},
                    "table4": {"dataset": "google", "groups": groups},
                    "table5": {"dataset": "google", "groups": groups, "level": "S"},
@@ -518,6 +520,18 @@ def test_the_extended_tables_have_a_flava_column(project):
     with h5py.File(project / "results/embeddings/grounded/authors/google/flava.h5") as f:
         info = json.loads(f.attrs["info"])
         assert info["output"].startswith("multimodal encoder states; W/S: the multimodal [CLS] (index 0)")
+        assert "mean colour" in info["image_masking"] and info["token_mask"] == "word"  # the authors' protocol
+
+
+@pytest.mark.workflow
+def test_the_extended_tables_have_a_vilt_column(project):
+    for name in ("table3", "table5"):  # table5: T, and I as the pixel fill
+        table = read_table(project, f"extended/{name}.csv")
+        assert all(v not in ("", NA) for v in table["ViLT d"]), name
+    assert read_table(project, "extended/table7.csv")["Experiment 1 ViLT tests"].ne("").all()
+    with h5py.File(project / "results/embeddings/grounded/authors/google/vilt.h5") as f:
+        info = json.loads(f.attrs["info"])
+        assert info["architecture"] == "ViltForMaskedLM" and info["output"].startswith("ViltModel's states")
         assert "mean colour" in info["image_masking"] and info["token_mask"] == "word"  # the authors' protocol
 
 

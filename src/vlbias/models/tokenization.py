@@ -117,8 +117,15 @@ def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, to
 def _term_ids(tokenizer, terms):
     """Each term's token ids, in the order the authors' masking tries them: by the length of the ids
     written as a space-separated string, longest first, ties in the given order."""
-    ids = [tokenizer(t.strip(), add_special_tokens=False)["input_ids"] for t in terms]
-    return sorted((i for i in ids if i), key=lambda i: len(" ".join(map(str, i))), reverse=True)
+    ids = []
+    for t in terms:
+        # a byte-level BPE (RoBERTa's) spells a word after a space otherwise ("Ġman"): both are searched;
+        # a WordPiece tokenizer ignores the space, so its terms are the authors' ids unchanged
+        for form in (t.strip(), " " + t.strip()):
+            got = tokenizer(form, add_special_tokens=False)["input_ids"]
+            if got and got not in ids:
+                ids.append(got)
+    return sorted(ids, key=lambda i: len(" ".join(map(str, i))), reverse=True)
 
 
 def _mask_one_word(ids, length, term_ids, tokenizer):
