@@ -13,7 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import TINY_BLIP, TINY_FLAVA, TINY_VILT
+from conftest import TINY_BLIP, TINY_BRIDGETOWER, TINY_FLAVA, TINY_VILT, tiny_bpe_tokenizer
 
 from vlbias.models import build
 from vlbias.regions.store import RegionStore, write_region_store
@@ -381,7 +381,10 @@ def tiny_project(root):
     # dual encoder, whose cells say n/a (no embedding job)
     models["blip"] = {**TINY_BLIP, "batch_size": 4, "detector": "frcnn-tiny", "column": "BLIP"}
     models["flava"] = {**TINY_FLAVA, "batch_size": 4, "detector": "frcnn-tiny", "column": "FLAVA"}
+    # ViLT and BridgeTower (pixels, as FLAVA; BridgeTower with a tiny RoBERTa-style tokenizer)
     models["vilt"] = {**TINY_VILT, "batch_size": 4, "detector": "frcnn-tiny", "column": "ViLT"}
+    models["bridgetower"] = {**TINY_BRIDGETOWER, "batch_size": 4, "detector": "frcnn-tiny", "column": "BridgeTower",
+                             "tokenizer": tiny_bpe_tokenizer(root / "tokenizers/bpe")}
     models["clip"] = {"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random", "column": "CLIP"}
     groups = {"Gender": ["toy-a"], "Race": ["toy-b"]}
     config["grounded"] = {
@@ -395,8 +398,8 @@ def tiny_project(root):
         "models": models,
         "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "vilbert", "lxmert", "vlbert"],
                         "threads": 1},
-        "extended": {"models": ["blip", "flava", "vilt", "clip"],
-                     "datasets": {"BLIP": "google", "FLAVA": "google", "ViLT": "google"}},
+        "extended": {"models": ["blip", "flava", "vilt", "bridgetower", "clip"],
+                     "datasets": {"BLIP": "google", "FLAVA": "google", "ViLT": "google", "BridgeTower": "google"}},
         "tables": {"table3": {"dataset": "google", "groups": groups},
                    "table4": {"dataset": "google", "groups": groups},
                    "table5": {"dataset": "google", "groups": groups, "level": "S"},
@@ -524,14 +527,16 @@ def test_the_extended_tables_have_a_flava_column(project):
 
 
 @pytest.mark.workflow
-def test_the_extended_tables_have_a_vilt_column(project):
-    for name in ("table3", "table5"):  # table5: T, and I as the pixel fill
+@pytest.mark.parametrize("model,column,architecture", [("vilt", "ViLT", "ViltForMaskedLM"),
+                                                       ("bridgetower", "BridgeTower", "BridgeTowerForMaskedLM")])
+def test_the_extended_tables_have_pixel_mlm_columns(project, model, column, architecture):
+    for name in ("table3", "table5"):  # table5: T (the authors' one [MASK] per word), and I as the pixel fill
         table = read_table(project, f"extended/{name}.csv")
-        assert all(v not in ("", NA) for v in table["ViLT d"]), name
-    assert read_table(project, "extended/table7.csv")["Experiment 1 ViLT tests"].ne("").all()
-    with h5py.File(project / "results/embeddings/grounded/authors/google/vilt.h5") as f:
+        assert all(v not in ("", NA) for v in table[f"{column} d"]), name
+    assert read_table(project, "extended/table7.csv")[f"Experiment 1 {column} tests"].ne("").all()
+    with h5py.File(project / f"results/embeddings/grounded/authors/google/{model}.h5") as f:
         info = json.loads(f.attrs["info"])
-        assert info["architecture"] == "ViltForMaskedLM" and info["output"].startswith("ViltModel's states")
+        assert info["architecture"] == architecture and "W/S" in info["output"]
         assert "mean colour" in info["image_masking"] and info["token_mask"] == "word"  # the authors' protocol
 
 
