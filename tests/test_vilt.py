@@ -164,16 +164,14 @@ def test_log_probabilities_do_not_depend_on_the_batch(encoder):
 
 # --- loading and refusals ---------------------------------------------------------------------
 
-def test_every_patch_is_read_whatever_the_config_caps(processor):
-    """A ``max_image_length`` cap makes ViltModel draw patches at random: the adapter reads all of them."""
+def test_every_patch_is_read_whatever_the_config_caps(encoder, processor):
+    """A ``max_image_length`` cap makes ViltModel draw that many patches at random: the adapter reads all
+    of them, as the same weights with no cap do."""
     capped = build({**TINY, "config": {**TINY["config"], "max_image_length": 2}})
     assert capped.info["max_image_length"] == {"checkpoint": 2, "used": -1}
-    images = [IMAGES[1].image]
-    np.testing.assert_array_equal(capped.embed(CAPTIONS[:1], IMAGES[1:2], "S"),
-                                  capped.embed(CAPTIONS[:1], IMAGES[1:2], "S"))
-    capped.model.config.max_image_length = -1
-    out, _ = documented(capped.model.vilt, processor, CAPTIONS[:1], images)
-    np.testing.assert_allclose(capped.embed(CAPTIONS[:1], IMAGES[1:2], "S"), out.last_hidden_state[:, 0].numpy(),
+    out, inputs = documented(encoder.model.vilt, processor, CAPTIONS[:1], [IMAGES[2].image])
+    assert out.last_hidden_state.shape[1] - inputs["input_ids"].shape[1] == 1 + 6  # its [CLS] and 6 patches
+    np.testing.assert_allclose(capped.embed(CAPTIONS[:1], IMAGES[2:], "S"), out.last_hidden_state[:, 0].numpy(),
                                atol=1e-5)
 
 
