@@ -30,7 +30,9 @@ batch's largest are masked out) and runs one transformer over
           whole images, never masked regions: this is not the paper's mask I.
 Every grounded pair needs its image. ``max_image_length`` (a cap on the patches read, which ViLT
 meets by drawing patches at random) is set to -1: every patch, so that a vector is reproducible
-(``info["max_image_length"]`` records the checkpoint's value).
+(``info["max_image_length"]`` records the checkpoint's value); the order ViltModel shuffles the
+patches into (which moves a vector by float rounding only) is drawn from a fixed seed, so that a
+vector is bit-reproducible.
 
 Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk): ``mlm_score`` on the caption's
 states, with its image (lp_VL(E | g, I) of S_L and S_V). ViLT has no text-only input (it pre-trained
@@ -39,6 +41,7 @@ every pixel the processor's mean colour, which its normalisation maps to (nearly
 config's square ``image_size``. S_V then compares one head with and without the image's content.
 """
 
+import torch
 from transformers import ViltConfig, ViltForMaskedLM, ViltImageProcessor
 
 from vlbias.models import register
@@ -74,8 +77,12 @@ class ViltEncoder(PixelMaskedLM):
 
     def _states(self, text, pixel_values, pixel_mask):
         """(the caption's states (b, L, dim), [CLS]'s state (b, dim)): ViltModel's last layer."""
-        states = self.model.vilt(input_ids=text.input_ids, attention_mask=text.attention_mask,
-                                 pixel_values=pixel_values, pixel_mask=pixel_mask).last_hidden_state
+        # ViltEmbeddings shuffles an image's patches (torch.multinomial, on the CPU generator), which moves
+        # the vectors by float rounding (~1e-9): a fixed draw makes them bit-reproducible, the caller's RNG untouched
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            states = self.model.vilt(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                                     pixel_values=pixel_values, pixel_mask=pixel_mask).last_hidden_state
         return states[:, :text.input_ids.shape[1]], states[:, 0]
 
     def _lm_head(self, states):
