@@ -175,6 +175,16 @@ def test_every_patch_is_read_whatever_the_config_caps(encoder, processor):
                                atol=1e-5)
 
 
+def test_vectors_are_bit_reproducible_and_leave_the_callers_random_state(encoder):
+    """ViltModel shuffles the patches; the adapter draws the order from a fixed seed."""
+    first = encoder.embed(CAPTIONS, IMAGES, "S")
+    for seed in range(1, 5):  # whatever the caller's random state
+        torch.manual_seed(seed)
+        state = torch.random.get_rng_state()
+        np.testing.assert_array_equal(encoder.embed(CAPTIONS, IMAGES, "S"), first)
+        assert torch.equal(torch.random.get_rng_state(), state)
+
+
 def test_processor_comes_from_the_model_directory(encoder, tmp_path, processor):
     encoder.model.save_pretrained(tmp_path)
     own = ViltImageProcessor(size={"shortest_edge": 32}, size_divisor=16, image_mean=[0.5, 0.25, 0.0])
