@@ -25,9 +25,10 @@ PROCESSOR_KEYS = ("size", "size_divisor", "crop_size", "do_resize", "do_center_c
 class PixelMaskedLM(VLEncoder):
     """What the one-processor pixel models (ViLT, BridgeTower) share: each distinct image of a batch
     processed once (``pixel_values`` and ``pixel_mask``), mask I's pixel fill, a blank image for
-    "no image". A family sets ``processor_class`` and implements ``_default_processor(config)``,
-    ``_states(text, pixel_values, pixel_mask)`` (the caption's states (b, L, dim) and the pooled
-    W/S vectors (b, dim)) and ``_lm_head``."""
+    "no image". A family sets ``processor_class`` and ``name`` and implements ``_default_processor(config)``
+    (the processor of a model folder without one), ``_image_size(config)`` (the blank image's side),
+    ``_states(text, pixel_values, pixel_mask)`` (the caption's states (b, L, dim) and the W/S vectors
+    (b, output_dim("S"))) and ``_lm_head(states)``."""
 
     processor_class = None
     needs_pixels = True
