@@ -7,7 +7,7 @@ import yaml
 from PIL import Image
 
 from helpers.project import make_project, write_yaml
-from helpers.tiny import TINY_BLIP, TINY_FLAVA
+from helpers.tiny import TINY_BLIP, TINY_BRIDGETOWER, TINY_FLAVA, TINY_VILT, tiny_bpe_tokenizer
 
 from vlbias.suites.grounded.stimulus import ROLES
 
@@ -99,6 +99,10 @@ def tiny_project(root):
     # dual encoder, whose cells say n/a (no embedding job)
     models["blip"] = {**TINY_BLIP, "batch_size": 4, "detector": "frcnn-tiny", "column": "BLIP"}
     models["flava"] = {**TINY_FLAVA, "batch_size": 4, "detector": "frcnn-tiny", "column": "FLAVA"}
+    # ViLT and BridgeTower (pixels, as FLAVA; BridgeTower with a tiny RoBERTa-style tokenizer)
+    models["vilt"] = {**TINY_VILT, "batch_size": 4, "detector": "frcnn-tiny", "column": "ViLT"}
+    models["bridgetower"] = {**TINY_BRIDGETOWER, "batch_size": 4, "detector": "frcnn-tiny", "column": "BridgeTower",
+                             "tokenizer": tiny_bpe_tokenizer(root / "tokenizers/bpe")}
     models["clip"] = {"adapter": "open_clip", "arch": "ViT-B-32", "weights": "random", "column": "CLIP"}
     groups = {"Gender": ["toy-a"], "Race": ["toy-b"]}
     config["grounded"] = {
@@ -112,7 +116,8 @@ def tiny_project(root):
         "models": models,
         "experiments": {"build": True, "models": ["visualbert", "visualbert-authors", "vilbert", "lxmert", "vlbert"],
                         "threads": 1},
-        "extended": {"models": ["blip", "flava", "clip"], "datasets": {"BLIP": "google", "FLAVA": "google"}},
+        "extended": {"models": ["blip", "flava", "vilt", "bridgetower", "clip"],
+                     "datasets": {"BLIP": "google", "FLAVA": "google", "ViLT": "google", "BridgeTower": "google"}},
         "tables": {"table3": {"dataset": "google", "groups": groups},
                    "table4": {"dataset": "google", "groups": groups},
                    "table5": {"dataset": "google", "groups": groups, "level": "S"},

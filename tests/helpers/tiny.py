@@ -1,10 +1,13 @@
 """Tiny randomly initialised models of the real layouts (entries for ``vlbias.models.build``) and what
 they are fed; shared by the model, suite and workflow tests."""
 
+import json
+
 import numpy as np
 import torch
 from transformers import CLIPConfig, CLIPModel, SiglipConfig, SiglipModel
 
+from helpers import REPO
 from vlbias.models.hf_dual import write_processor
 from vlbias.visual import Visual
 
@@ -191,3 +194,40 @@ TINY_DUAL = {
               "multimodal_config": _DUAL_TOWER},
 }
 TINY_DUAL_CONTEXT = {"siglip2": 16, "blip": 32, "flava": 32}
+
+
+# A tiny random ViLT (vlbias.models.vilt): one 2-layer stream 32 wide, 32-pixel images (shorter side) of 16-pixel patches
+TINY_VILT = {"adapter": "vilt", "weights": "random", "seed": 0, "device": "cpu",
+             "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37,
+                        "image_size": 32, "patch_size": 16}}
+
+
+# A tiny random BridgeTower (vlbias.models.bridgetower): 2 text and vision layers and one cross-modal layer, all
+# 32 wide (the vision tower 64: one head per 64 channels), 32x32 images of 16-pixel patches; its RoBERTa-style tokenizer is tiny_bpe_tokenizer's (vocab_size 400)
+TINY_BRIDGETOWER = {"adapter": "bridgetower", "weights": "random", "seed": 0, "device": "cpu",
+                    "config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                               "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                                               "intermediate_size": 37, "vocab_size": 400,
+                                               "max_position_embeddings": 66},
+                               "vision_config": {"hidden_size": 64, "num_hidden_layers": 2, "image_size": 32,
+                                                 "patch_size": 16}}}
+
+
+def tiny_bpe_tokenizer(folder):
+    """``folder`` holding a RoBERTa tokenizer (byte-level BPE, <s> <pad> </s> <unk> <mask> as ids 0-4, <mask>
+    taking the space before it, as roberta-base's) of 400 entries, trained on the shipped MLM stimuli and a
+    few captions: a stand-in for BridgeTower's roberta-base tokenizer, which no package ships."""
+    from tokenizers import AddedToken, ByteLevelBPETokenizer
+    from transformers import RobertaTokenizer
+
+    corpus = [(REPO / "resources/stimuli/mlm" / name).read_text() for name in ("case_study.yaml", "entities.yaml")]
+    corpus += ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm."]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(corpus, vocab_size=400, min_frequency=1, show_progress=False,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    vocab = bpe.get_vocab()
+    merges = [tuple(m) for m in json.loads(bpe.to_str())["model"]["merges"]]
+    tokenizer = RobertaTokenizer(vocab=vocab, merges=merges, mask_token=AddedToken("<mask>", lstrip=True))
+    assert len(tokenizer) == 400
+    tokenizer.save_pretrained(folder)
+    return str(folder)

@@ -25,6 +25,7 @@ from vlbias.registry import adapters
 if TYPE_CHECKING:
     from vlbias.models.bert_mlm import BertMaskedLM
     from vlbias.models.blip import BlipEncoder
+    from vlbias.models.bridgetower import BridgeTowerEncoder
     from vlbias.models.flava import FlavaEncoder
     from vlbias.models.hf_dual import DualEncoder
     from vlbias.models.igpt import IGPTEncoder
@@ -32,22 +33,25 @@ if TYPE_CHECKING:
     from vlbias.models.open_clip import OpenClipEncoder
     from vlbias.models.sentence import SentenceEncoder
     from vlbias.models.simclr import SimCLREncoder
+    from vlbias.models.vilt import ViltEncoder
     from vlbias.models.vilbert import ViLBertEncoder
     from vlbias.models.visualbert import VisualBertEncoder
     from vlbias.models.vlbert import VLBertEncoder
 
-    def _static_roles(bert_mlm: BertMaskedLM, blip: BlipEncoder, flava: FlavaEncoder, hf_dual: DualEncoder,
-                      igpt: IGPTEncoder, lxmert: LxmertEncoder, open_clip: OpenClipEncoder,
-                      sentence: SentenceEncoder, simclr: SimCLREncoder, vilbert: ViLBertEncoder,
-                      visualbert: VisualBertEncoder, vlbert: VLBertEncoder) -> None:
+    def _static_roles(bert_mlm: BertMaskedLM, blip: BlipEncoder, bridgetower: BridgeTowerEncoder,
+                      flava: FlavaEncoder, hf_dual: DualEncoder, igpt: IGPTEncoder, lxmert: LxmertEncoder,
+                      open_clip: OpenClipEncoder, sentence: SentenceEncoder, simclr: SimCLREncoder,
+                      vilbert: ViLBertEncoder, vilt: ViltEncoder, visualbert: VisualBertEncoder,
+                      vlbert: VLBertEncoder) -> None:
         """The same contract as mypy sees it (members present, arity, attribute types where a class
         states them); the runtime test below also checks parameter names and defaults, which mypy
         does not compare."""
         images: list[ImageEncoder] = [hf_dual, igpt, open_clip, simclr]
         texts: list[TextEncoder] = [hf_dual, open_clip, sentence]
         several: list[MultiOutputImageEncoder] = [igpt]
-        grounded: list[VisionLanguageEncoder] = [bert_mlm, blip, flava, lxmert, vilbert, visualbert, vlbert]
-        mlm: list[MaskedLM] = [bert_mlm, flava, lxmert, vilbert, visualbert, vlbert]
+        grounded: list[VisionLanguageEncoder] = [bert_mlm, blip, bridgetower, flava, lxmert, vilbert, vilt,
+                                                 visualbert, vlbert]
+        mlm: list[MaskedLM] = [bert_mlm, bridgetower, flava, lxmert, vilbert, vilt, visualbert, vlbert]
         del images, texts, several, grounded, mlm
 
 

@@ -64,7 +64,7 @@ def test_the_shipped_config_builds_no_grounded_tables_until_asked(shipped, monke
     extended = plan.table_spec("extended/table6")
     assert [(c["label"], c["dataset"]) for c in extended["columns"]] == [
         ("VisualBERT", "coco"), ("ViLBERT", "concap"), ("LXMERT", "coco"), ("VL-BERT", "concap"), ("BLIP", "coco"),
-        ("FLAVA", "coco")]
+        ("FLAVA", "coco"), ("ViLT", "coco"), ("BridgeTower", "coco")]
     assert extended["protocol"] == main and extended["extended"] and extended["columns"][-1]["extended"]
 
 
@@ -101,21 +101,25 @@ def test_the_extended_tables_add_their_columns_to_the_main_protocols(small):
     assert extended["columns"][4:] == [
         {"label": "BLIP", "model": "blip", "dataset": "google", "extended": True},
         {"label": "FLAVA", "model": "flava", "dataset": "google", "extended": True},
+        {"label": "ViLT", "model": "vilt", "dataset": "google", "extended": True},
+        {"label": "BridgeTower", "model": "bridgetower", "dataset": "google", "extended": True},
         # a dual encoder: no job, its cells say why
         {"label": "CLIP", "model": "clip", "dataset": "google", "extended": True, "not_applicable": "n/a: dual encoder"}]
     assert extended["results"] == sorted(paper["results"] + [experiment_path("authors", "google", m)
-                                                             for m in ("blip", "flava")])
-    # Table 6's per-column datasets: BLIP's and FLAVA's from grounded/extended/datasets, CLIP has none: an empty column
+                                                             for m in ("blip", "flava", "vilt", "bridgetower")])
+    # Table 6's per-column datasets: the pixel models' from grounded/extended/datasets, CLIP has none: an empty column
     assert plan.table_spec("extended/table6")["columns"][4:] == [
         {"label": "BLIP", "model": "blip", "dataset": "google", "extended": True},
         {"label": "FLAVA", "model": "flava", "dataset": "google", "extended": True},
+        {"label": "ViLT", "model": "vilt", "dataset": "google", "extended": True},
+        {"label": "BridgeTower", "model": "bridgetower", "dataset": "google", "extended": True},
         {"label": "CLIP", "model": None, "dataset": None, "extended": True}]
     # the figures and the comparison of the paper's tables never read an extended model's results
-    assert not any(m in f for f in plan.main_results() + plan.experiment_results() for m in ("blip", "flava"))
+    assert not any(m in f for f in plan.main_results() + plan.experiment_results() for m in ("blip", "flava", "vilt", "bridgetower"))
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda g: g["extended"]["models"].append("blipp"), r"'grounded/extended/models/3': 'blipp' is not a model"),
+    (lambda g: g["extended"]["models"].append("blipp"), r"'grounded/extended/models/5': 'blipp' is not a model"),
     (lambda g: g["models"]["blip"].update(column="LXMERT"), r"'blip' fills column 'LXMERT', which is a column of "
                                                             r"the paper"),
     (lambda g: g["models"]["clip"].update(column="BLIP"), r"'clip' fills column 'BLIP', which another extended"),

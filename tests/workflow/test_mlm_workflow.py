@@ -1,7 +1,8 @@
 """The real Snakefile builds the masked-entity association tables and figures: a tiny project
 (tests/helpers/project.py) with the shipped stimuli, a few generated images through the regions
 rule (torchvision's Faster R-CNN on random weights at a tiny size), and tiny random VL-BERT (the
-paper's model), VisualBERT, LXMERT, FLAVA and BERT models with the real bert-base-uncased vocabulary."""
+paper's model), VisualBERT, LXMERT, FLAVA, ViLT and BERT models with the real bert-base-uncased vocabulary, and
+BridgeTower with a tiny RoBERTa-style tokenizer."""
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ import yaml
 from PIL import Image
 
 from helpers import REPO
-from helpers.tiny import TINY_FLAVA
+from helpers.tiny import TINY_BRIDGETOWER, TINY_FLAVA, TINY_VILT, tiny_bpe_tokenizer
 from helpers.tiny import TINY_VISUALBERT_LXMERT as TINY
 from helpers.tiny import TINY_VLBERT_E2E as E2E
 from helpers.project import make_project, planned_jobs, snakemake, write_yaml
@@ -33,6 +34,8 @@ MODELS = {
     "vlbert": {**E2E, "detector": "frcnn-tiny"},
     # FLAVA reads the pixels of the images the detector's store holds (the images every model reads)
     "flava": {**TINY_FLAVA, "detector": "frcnn-tiny"},
+    # ViLT likewise reads the pixels; its "no image" is a blank image (it has no text-only input)
+    "vilt": {**TINY_VILT, "detector": "frcnn-tiny"},
 }
 # (entity, gender, file, status): two purses with women, one with a man, a briefcase with a man (the
 # detector dominates the run time, so few images)
@@ -62,12 +65,15 @@ def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlm")
     config = make_project(root)
     write_images(root)
+    # BridgeTower reads RoBERTa's byte-level BPE (its tokenizer key: a directory here)
+    models = {**MODELS, "bridgetower": {**TINY_BRIDGETOWER, "detector": "frcnn-tiny",
+                                        "tokenizer": tiny_bpe_tokenizer(root / "tokenizers/bpe")}}
     # one thread per job: the reference model's job runs beside the detector's
     config["regions"] = {"threads": 1, "detectors": {"frcnn-tiny": DETECTOR}, "manifests": {"cases": "images.tsv"},
                          "build": []}
     config["mlm"] = {"case_study": str(REPO / "resources/stimuli/mlm/case_study.yaml"),
                      "entities": str(REPO / "resources/stimuli/mlm/entities.yaml"),
-                     "images": "cases", "reference": "bert", "models": MODELS, "threads": 1, "build": []}
+                     "images": "cases", "reference": "bert", "models": models, "threads": 1, "build": []}
     write_yaml(root / "config/config.yaml", config)
     snakemake(root, "mlm_all")
     return root
@@ -75,7 +81,7 @@ def project(tmp_path_factory):
 
 def test_tables_and_figures_are_built(project):
     out = project / "results/mlm"
-    for model in ("vlbert", "visualbert", "lxmert", "flava"):
+    for model in ("vlbert", "visualbert", "lxmert", "flava", "vilt", "bridgetower"):
         for table in ("scores", "bias", "contradictions", "entities"):
             assert all((out / model / f"{table}.{ext}").stat().st_size for ext in ("csv", "md", "tex", "html"))
         for figure in ("figure2", "figure3", "figure4", "figure5a", "figure5b"):
@@ -151,3 +157,19 @@ def test_flava_reads_its_two_heads_on_the_same_images(project):
     scores = pd.read_csv(project / "results/mlm/flava/scores.csv").set_index(["entity", "gender"])
     assert scores.loc[("purse", "female"), ["n_L", "n_V"]].tolist() == [3, 2]
     assert scores["S_PT"].notna().all() and np.isfinite(scores.loc[("purse", "female"), "S_V"])
+
+
+@pytest.mark.parametrize("model,architecture", [("vilt", "ViltForMaskedLM"), ("bridgetower", "BridgeTowerForMaskedLM")])
+def test_pixel_models_read_a_blank_image_for_no_image(project, model, architecture):
+    path = project / f"results/mlm/logprobs/{model}.tsv"
+    info = next(c for c in path.read_text().splitlines() if c.startswith("# info:"))
+    assert '"no image": "mlm_score given a blank 32x32 image' in info and f'"architecture": "{architecture}"' in info
+    rows = read_manifest(path)
+    assert len(rows) == 3 * 46 + 4 * 4 and all(float(r["logprob"]) < 0 for r in rows)
+    status = {r["id"]: r["status"] for r in read_manifest(project / f"results/mlm/logprobs/{model}.images.tsv")}
+    assert status == {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/lxmert.images.tsv")}
+    scores = pd.read_csv(project / f"results/mlm/{model}/scores.csv").set_index(["entity", "gender"])
+    assert scores.loc[("purse", "female"), ["n_L", "n_V"]].tolist() == [3, 2]
+    assert scores["S_PT"].notna().all() and np.isfinite(scores.loc[("purse", "female"), "S_V"])
+    if model == "bridgetower":  # its entities spelled after a space, by its byte-level BPE
+        assert all(r["pieces"].startswith("Ġ") for r in rows)

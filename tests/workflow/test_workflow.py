@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from PIL import Image
 
 from helpers import REPO
 from helpers.project import (HUB_MINILM, SNAKEMAKE, hub_env, job_counts, make_project, planned_jobs,

@@ -131,6 +131,10 @@ def from_folder(model_class, folder, family, kind="models"):
     weights = weights_file(folder)
     declares = _declared_class(folder)
     auto = model_class is transformers.AutoModel
+    model_type = _model_type(folder)
+    if not auto and model_type not in (None, model_class.config_class.model_type):  # another family's config
+        raise InputError(folder, f"does not hold a {model_class.__name__} (its config.json declares {declares}, "
+                                 f"model_type {model_type}, not {model_class.config_class.model_type})")
     try:
         config = (transformers.AutoConfig if auto else model_class.config_class).from_pretrained(
             folder, local_files_only=True, trust_remote_code=False)
@@ -170,6 +174,14 @@ def _declared_class(folder):
     if not isinstance(doc, dict):
         return "nothing readable"
     return ", ".join(map(str, doc.get("architectures") or [])) or f"model_type {doc.get('model_type')}"
+
+
+def _model_type(folder):
+    try:
+        doc = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # unreadable: transformers' reading of it says why
+    return doc.get("model_type") if isinstance(doc, dict) else None
 
 
 def _first_line(error):

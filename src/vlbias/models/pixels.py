@@ -1,4 +1,4 @@
-"""Mask I for models that see pixels, not regions (BLIP, FLAVA): this project's extension.
+"""Mask I for models that see pixels, not regions (BLIP, FLAVA, ViLT, BridgeTower): this project's extension.
 
 The grounded suite's image mask (Ross et al. 2021, experiment 3) replaces the features of the
 regions that show people with what the model was pre-trained to read as a masked region. A model

@@ -21,6 +21,7 @@ Mask T (experiment 3, second variant):
 A caption with no mask term is an error either way: it would be unablated.
 """
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +60,12 @@ def load_tokenizer(source, revision=None):
     if not tokenizer.is_fast:
         raise InputError(source, "needs a fast tokenizer (tokenizer.json), for character offsets")
     vocab = Path(model_dir) / "vocab.txt"
-    return tokenizer, sha256_file(vocab) if vocab.is_file() else None
+    if vocab.is_file():  # WordPiece: the vocabulary is the tokenizer
+        return tokenizer, sha256_file(vocab)
+    # a BPE (BridgeTower's RoBERTa): its vocabulary and merges, one digest of the files' digests
+    files = [Path(model_dir) / name for name in ("tokenizer.json", "vocab.json", "merges.txt")]
+    digests = [f"{f.name}:{sha256_file(f)}" for f in files if f.is_file()]
+    return tokenizer, hashlib.sha256("\n".join(digests).encode()).hexdigest() if digests else None
 
 
 def find_word(caption, word):
@@ -117,8 +123,15 @@ def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, to
 def _term_ids(tokenizer, terms):
     """Each term's token ids, in the order the authors' masking tries them: by the length of the ids
     written as a space-separated string, longest first, ties in the given order."""
-    ids = [tokenizer(t.strip(), add_special_tokens=False)["input_ids"] for t in terms]
-    return sorted((i for i in ids if i), key=lambda i: len(" ".join(map(str, i))), reverse=True)
+    ids = []
+    for t in terms:
+        # a byte-level BPE (RoBERTa's) spells a word after a space otherwise ("Ġman"): both are searched;
+        # a WordPiece tokenizer ignores the space, so its terms are the authors' ids unchanged
+        for form in (t.strip(), " " + t.strip()):
+            got = tokenizer(form, add_special_tokens=False)["input_ids"]
+            if got and got not in ids:
+                ids.append(got)
+    return sorted(ids, key=lambda i: len(" ".join(map(str, i))), reverse=True)
 
 
 def _mask_one_word(ids, length, term_ids, tokenizer):

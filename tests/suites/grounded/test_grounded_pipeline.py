@@ -429,6 +429,20 @@ def test_the_extended_tables_have_a_flava_column(project):
         assert "mean colour" in info["image_masking"] and info["token_mask"] == "word"  # the authors' protocol
 
 
+@pytest.mark.workflow
+@pytest.mark.parametrize("model,column,architecture", [("vilt", "ViLT", "ViltForMaskedLM"),
+                                                       ("bridgetower", "BridgeTower", "BridgeTowerForMaskedLM")])
+def test_the_extended_tables_have_pixel_mlm_columns(project, model, column, architecture):
+    for name in ("table3", "table5"):  # table5: T (the authors' one [MASK] per word), and I as the pixel fill
+        table = read_table(project, f"extended/{name}.csv")
+        assert all(v not in ("", NA) for v in table[f"{column} d"]), name
+    assert read_table(project, "extended/table7.csv")[f"Experiment 1 {column} tests"].ne("").all()
+    with h5py.File(project / f"results/embeddings/grounded/authors/google/{model}.h5") as f:
+        info = json.loads(f.attrs["info"])
+        assert info["architecture"] == architecture and "W/S" in info["output"]
+        assert "mean colour" in info["image_masking"] and info["token_mask"] == "word"  # the authors' protocol
+
+
 def read_table(project, name):
     return pd.read_csv(project / f"results/grounded/{name}", dtype=str, keep_default_na=False)
 

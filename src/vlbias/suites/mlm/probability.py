@@ -54,7 +54,9 @@ class Query:
 
 def entity_pieces(tokenizer, entity):
     """The vocabulary ids of ``entity``'s word pieces; an entity with an unknown piece is an error."""
-    pieces = tokenizer.tokenize(entity)
+    # the entity after a space, as in its templates: a byte-level BPE (BridgeTower's RoBERTa) spells it
+    # so ("Ġpurse"); a WordPiece tokenizer ignores the space
+    pieces = tokenizer.tokenize(" " + entity)
     ids = tokenizer.convert_tokens_to_ids(pieces)
     if not ids or tokenizer.unk_token_id in ids:
         raise InputError(f"entity '{entity}'", f"is not spelled by the model's vocabulary (pieces {pieces})")

@@ -1,0 +1,117 @@
+"""BridgeTower (Xu et al. 2023): a grounded caption-and-image model and a masked-LM model, from transformers.
+
+    encoder = build({"adapter": "bridgetower", "model_id": "BridgeTower/bridgetower-base-itm-mlm",
+                     "revision": "<commit>", "tokenizer": "BridgeTower/bridgetower-base-itm-mlm"})
+    encoder.embed(captions, regions, "S")                       # regions entries carry ``image`` (pixels)
+    encoder.mask_logprobs(["The woman is carrying a [MASK]."], [visual])   # BridgeTowerForMaskedLM's head
+
+Config entry (``adapter: bridgetower``): the keys of vlbias.models.vl (weights: random + seed + config,
+checkpoint, path, or model_id + revision; tokenizer, max_length, token_mask, ws_vector, batch_size,
+device, threads). The model is transformers' ``BridgeTowerForMaskedLM`` (the published
+``BridgeTower/bridgetower-base-itm-mlm`` is one; its image-text matching head ``itm_score``, which
+nothing here reads, is dropped: its schema's ``family: weights: unused``); the grounded vectors read
+its ``BridgeTowerModel`` (``.bridgetower``), the masked-LM probabilities its ``mlm_score`` head, as
+``BridgeTowerForMaskedLM.forward`` does. ``config`` overrides BridgeTowerConfig. The image processor
+is the model directory's (``preprocessor_config.json``), else BridgeTowerImageProcessor's defaults
+(bridgetower-base's: shorter side 288 then a centre crop to a square, CLIP's mean and std) at the
+vision config's ``image_size``.
+
+The tokenizer is RoBERTa's byte-level BPE (BridgeTower's text encoder is RoBERTa), not the
+bert-base-uncased WordPiece of the other families: ``tokenizer`` is the model's own (its hub id, or a
+directory), and the default is the published model's id. A word's pieces depend on the space before
+it ("Ġpurse" after a space): the MLM study spells an entity as it stands in its templates, after a
+space (vlbias.suites.mlm.probability). The [MASK] a caller writes is read as the tokenizer's
+``<mask>`` (which, as roberta-base's, takes the space before it).
+
+Two streams: RoBERTa's layers and a CLIP ViT's run side by side, and the last of them feed, through
+BridgeTower's bridge layers, a cross-modal text stream and a cross-modal image stream that attend to
+each other:
+
+    text stream   <s> caption </s> <pad>..    (BridgeTowerModel's ``text_features``)
+    image stream  [CLS_I] patch_1 .. patch_P  (``image_features``)
+
+    W, S  the text stream's first state (<s>): what its text pooler reads (the text half of
+          ``pooler_output``, the input of its image-text matching head); ``ws_vector:
+          language+visual`` appends the image stream's first state (the image pooler's input)
+    C     the text stream's state of the word's first piece
+    T     the text mask switches of vlbias.models.vl (``token_mask: piece | word``), with <mask>
+    I     this project's extension for models that see pixels (vlbias.models.pixels): the regions mask
+          I selects painted with the processor's mean colour before it runs. BridgeTower pre-trained on
+          whole images, never masked regions: this is not the paper's mask I.
+Every grounded pair needs its image.
+
+Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk): ``mlm_score`` on the text stream,
+with the image (lp_VL(E | g, I)). BridgeTower has no text-only input (its masked-LM pre-training is
+on image-caption pairs), so "no image" (lp_VL(E | g, -)) is a blank image: every pixel the
+processor's mean colour, which its normalisation maps to (nearly) zero, at the square ``image_size``.
+"""
+
+import torch
+from transformers import BridgeTowerConfig, BridgeTowerForMaskedLM, BridgeTowerImageProcessor
+
+from vlbias.errors import InputError
+from vlbias.models import register
+from vlbias.models.pixel_mlm import PixelMaskedLM
+
+
+@register("bridgetower")
+class BridgeTowerEncoder(PixelMaskedLM):
+    family = "bridgetower"
+    name = "BridgeTower"
+    config_class = BridgeTowerConfig
+    model_class = BridgeTowerForMaskedLM
+    processor_class = BridgeTowerImageProcessor
+    base_config = {}
+    feature_dim_key = None
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        config = self.model.config
+        # the cross-modal streams' width, which the vectors and mlm_score have (the text encoder's may differ)
+        self.dim = self.info["dim"] = int(config.hidden_size)
+        self.info["output"] = ("BridgeTowerModel's cross-modal text stream (text_features); W/S: its first state <s>"
+                               + (" + the image stream's first state" if self.ws_vector == "language+visual" else "")
+                               + ", C: first piece of the word")
+        self.info["mlm_heads"] = {"no image": f"mlm_score given {self.no_image}", "image": "mlm_score given the image"}
+        # RoBERTa's positions start after its padding index: that many fewer tokens fit
+        positions = int(config.text_config.max_position_embeddings) - int(config.text_config.pad_token_id) - 1
+        if self.max_length > positions:
+            if spec.get("max_length"):
+                raise InputError(f"max_length {self.max_length}", f"must be at most {positions}, the model's "
+                                                                   "position embeddings")
+            self.max_length = self.info["max_length"] = positions
+
+    def _text_config(self, config):
+        return config.text_config
+
+    def _visual_dim(self, config):
+        return int(config.hidden_size)
+
+    @staticmethod
+    def _image_size(config):
+        return int(config.vision_config.image_size)
+
+    @staticmethod
+    def _default_processor(config):
+        # bridgetower-base's processing (BridgeTowerImageProcessor's defaults) at the model's image size
+        size = int(config.vision_config.image_size)
+        return BridgeTowerImageProcessor(size={"shortest_edge": size}, crop_size={"shortest_edge": size},
+                                         size_divisor=int(config.vision_config.patch_size))
+
+    def _batch(self, captions, regions, first, mask, mask_terms, words):
+        # the [MASK] the MLM study writes is RoBERTa's <mask>
+        captions = [c.replace("[MASK]", self.tokenizer.mask_token) for c in captions]
+        return super()._batch(captions, regions, first, mask, mask_terms, words)
+
+    def _states(self, text, pixel_values, pixel_mask):
+        """(the text stream's states (b, L, dim), the W/S vectors (b, output_dim("S"))): BridgeTowerModel's
+        last cross-modal layer."""
+        out = self.model.bridgetower(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                                     pixel_values=pixel_values, pixel_mask=pixel_mask)
+        first = out.text_features[:, 0]
+        if self.ws_vector == "language+visual":
+            first = torch.cat([first, out.image_features[:, 0]], dim=-1)
+        return out.text_features, first
+
+    def _lm_head(self, states):
+        return self.model.mlm_score(states)

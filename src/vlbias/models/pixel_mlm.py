@@ -1,0 +1,103 @@
+"""What the masked-LM models that read pixels through one image processor (ViLT, BridgeTower) share.
+
+A family (vlbias.models.vilt, vlbias.models.bridgetower) subclasses ``PixelMaskedLM``: each distinct
+image of a batch processed once by the model's image processor (``pixel_values`` and ``pixel_mask``,
+padded to the batch's largest), mask I as the pixel fill of vlbias.models.pixels, and "no image" as a
+blank image of the processor's mean colour: neither model has a text-only input. W/S, C and the
+masked-LM logits are read from the states the family's ``_states`` gives. docs/pixel-mlm.md.
+"""
+
+import numpy as np
+import torch
+
+from vlbias.errors import InputError
+from vlbias.models.hf import load_model
+from vlbias.models.pixels import fill_regions, mean_colour
+from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import VLEncoder
+from vlbias.visual import Visual, visual_field
+
+# what an image processor does to the pixels the model reads
+PROCESSOR_KEYS = ("size", "size_divisor", "crop_size", "do_resize", "do_center_crop", "resample", "do_rescale",
+                  "rescale_factor", "do_normalize", "image_mean", "image_std", "do_pad")
+
+
+class PixelMaskedLM(VLEncoder):
+    """What the one-processor pixel models (ViLT, BridgeTower) share: each distinct image of a batch
+    processed once (``pixel_values`` and ``pixel_mask``), mask I's pixel fill, a blank image for
+    "no image". A family sets ``processor_class`` and ``name`` and implements ``_default_processor(config)``
+    (the processor of a model folder without one), ``_image_size(config)`` (the blank image's side),
+    ``_states(text, pixel_values, pixel_mask)`` (the caption's states (b, L, dim) and the W/S vectors
+    (b, output_dim("S"))) and ``_lm_head(states)``."""
+
+    processor_class = None
+    needs_pixels = True
+    supports_image_masking = True
+    name = None  # the family's name in messages
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.fill = mean_colour(self.processor.image_mean)
+        size = self._image_size(self.model.config)
+        self.blank = Visual(np.zeros((0, 0), np.float32), image_size=(size, size),
+                            image=np.full((size, size, 3), self.fill, np.uint8))
+        self.no_image = f"a blank {size}x{size} image (the processor's mean colour {self.fill.tolist()})"
+        self.image_masking = (f"the regions' boxes painted with the processor's mean colour {self.fill.tolist()} "
+                              "before it runs (this project's extension: vlbias.models.pixels)")
+        self.info.update({"image_masking": self.image_masking, "needs_pixels": True, "no_image": self.no_image,
+                          "processor": {k: v for k, v in self.processor.to_dict().items() if k in PROCESSOR_KEYS}})
+
+    def _load(self, spec):
+        model, source, model_dir = load_model(spec, self.family, self.model_class, self.config_class,
+                                              self.base_config, map_state=self._checkpoint_state)
+        if model_dir is not None and (model_dir / "preprocessor_config.json").is_file():
+            self.processor = self.processor_class.from_pretrained(model_dir, local_files_only=True,
+                                                                  trust_remote_code=False)
+        else:
+            self.processor = self._default_processor(model.config)
+        return model, source
+
+    def embed(self, captions, regions, level, mask=None, mask_terms=None, words=None):
+        if regions is None or any(r is None for r in regions):
+            raise InputError("regions", f"{self.name}'s grounded vectors read the caption with its image: every "
+                                        "caption needs its image")
+        return super().embed(captions, regions, level, mask, mask_terms, words)
+
+    def _image(self, entry, index, mask):
+        """The caption's image, uint8 RGB (H, W, 3), with mask I's regions filled."""
+        image = visual_field(entry, "image")
+        if image is None or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+            raise InputError(f"regions[{index}]", f"{self.name} reads the image's pixels: it needs image, uint8 RGB "
+                                                  "(H, W, 3)")
+        if mask == "I":
+            image = fill_regions(image, visual_field(entry, "boxes_norm"), visual_field(entry, "is_person"), self.fill)
+        return image
+
+    def _batch(self, captions, regions, first, mask, mask_terms, words):
+        """(TextBatch, pixel values (b, 3, H, W), pixel mask (b, H, W)): each caption's image (a blank
+        one for None), each distinct image processed once, padded to the batch's largest."""
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
+        images, which, seen = [], [], {}
+        for j, entry in enumerate(regions):
+            entry = self.blank if entry is None else entry
+            if id(entry) not in seen:
+                seen[id(entry)] = len(images)
+                images.append(self._image(entry, first + j, mask if entry is not self.blank else None))
+            which.append(seen[id(entry)])
+        processed = self.processor(images=images, return_tensors="pt")
+        which = torch.tensor(which)
+        text.input_ids = text.input_ids.to(self.device)
+        text.attention_mask = text.attention_mask.to(self.device)
+        return (text, processed["pixel_values"][which].to(self.device),
+                processed["pixel_mask"][which].to(self.device))
+
+    def _level_vectors(self, text, visual, level):
+        states, pooled = self._states(text, *visual)
+        if level != "C":
+            return pooled
+        rows = torch.arange(len(states), device=states.device)
+        return states[rows, torch.from_numpy(text.positions).to(states.device)]
+
+    def _mask_logits(self, text, visual, is_mask):
+        states, _ = self._states(text, *visual)
+        return [self._lm_head(states[j, is_mask[j]]) for j in range(len(states))]

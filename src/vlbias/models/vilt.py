@@ -1,0 +1,89 @@
+"""ViLT (Kim et al. 2021): a grounded caption-and-image model and a masked-LM model, from transformers.
+
+    encoder = build({"adapter": "vilt", "model_id": "dandelin/vilt-b32-mlm", "revision": "<commit>"})
+    encoder.embed(captions, regions, "S")                       # regions entries carry ``image`` (pixels)
+    encoder.mask_logprobs(["The woman is carrying a [MASK]."], [visual])   # ViltForMaskedLM's head
+
+Config entry (``adapter: vilt``): the keys of vlbias.models.vl (weights: random + seed + config,
+checkpoint, path, or model_id + revision; tokenizer, max_length, token_mask, batch_size, device,
+threads). The model is transformers' ``ViltForMaskedLM`` (the published ``dandelin/vilt-b32-mlm``,
+ViLT's pre-trained MLM+ITM model, is one); the grounded vectors read its ``ViltModel`` (``.vilt``),
+the masked-LM probabilities its ``mlm_score`` head, as ``ViltForMaskedLM.forward`` does. ``config``
+overrides ViltConfig. The image processor is the model directory's (``preprocessor_config.json``),
+else ViltImageProcessor's defaults (vilt-b32-mlm's: shorter side 384, mean and std 0.5) with the
+shorter side at the config's ``image_size`` and sizes multiples of its ``patch_size``. The caption
+tokenizer is bert-base-uncased's WordPiece, ViLT's own; captions are at most 40 tokens (ViLT's
+position embeddings, ``max_position_embeddings``).
+
+One stream: ViltModel embeds the caption's tokens and the image's patches (each image at its own
+aspect ratio, its position embeddings interpolated; the patches of a smaller image padded to the
+batch's largest are masked out) and runs one transformer over
+
+    [CLS] caption [SEP] [PAD]..  [CLS_I] patch_1 .. patch_P [pad patches]..
+    0 ..................... L-1  L ..
+
+    W, S  the state of [CLS] (index 0): what ViLT's pooler, and so its image-text matching head, reads
+    C     the state of the word's first sub-token at its position (the caption comes first)
+    T     the text mask switches of vlbias.models.vl (``token_mask: piece | word``)
+    I     this project's extension for models that see pixels (vlbias.models.pixels): the regions mask
+          I selects painted with the processor's mean colour before it runs. ViLT pre-trained on
+          whole images, never masked regions: this is not the paper's mask I.
+Every grounded pair needs its image. ``max_image_length`` (a cap on the patches read, which ViLT
+meets by drawing patches at random) is set to -1: every patch, so that a vector is reproducible
+(``info["max_image_length"]`` records the checkpoint's value); the order ViltModel shuffles the
+patches into (which moves a vector by float rounding only) is drawn from a fixed seed, so that a
+vector is bit-reproducible.
+
+Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk): ``mlm_score`` on the caption's
+states, with its image (lp_VL(E | g, I) of S_L and S_V). ViLT has no text-only input (it pre-trained
+on image-caption pairs only), so "no image" (lp_VL(E | g, -) of S_PT, S_V and B_L) is a blank image:
+every pixel the processor's mean colour, which its normalisation maps to (nearly) zero, at the
+config's square ``image_size``. S_V then compares one head with and without the image's content.
+"""
+
+import torch
+from transformers import ViltConfig, ViltForMaskedLM, ViltImageProcessor
+
+from vlbias.models import register
+from vlbias.models.pixel_mlm import PixelMaskedLM
+
+@register("vilt")
+class ViltEncoder(PixelMaskedLM):
+    family = "vilt"
+    name = "ViLT"
+    config_class = ViltConfig
+    model_class = ViltForMaskedLM
+    processor_class = ViltImageProcessor
+    base_config = {}
+    feature_dim_key = None
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        config = self.model.config
+        self.info["max_image_length"] = {"checkpoint": config.max_image_length, "used": -1}
+        config.max_image_length = -1  # every patch: a cap draws patches at random (ViltEmbeddings.visual_embed)
+        self.info["output"] = ("ViltModel's states (caption tokens, then image patches); W/S: [CLS] (index 0), "
+                               "C: first sub-token of the word")
+        self.info["mlm_heads"] = {"no image": f"mlm_score given {self.no_image}", "image": "mlm_score given the image"}
+
+    @staticmethod
+    def _image_size(config):
+        return int(config.image_size)
+
+    @staticmethod
+    def _default_processor(config):
+        # vilt-b32-mlm's processing (ViltImageProcessor's defaults) at the model's image and patch size
+        return ViltImageProcessor(size={"shortest_edge": int(config.image_size)}, size_divisor=int(config.patch_size))
+
+    def _states(self, text, pixel_values, pixel_mask):
+        """(the caption's states (b, L, dim), [CLS]'s state (b, dim)): ViltModel's last layer."""
+        # ViltEmbeddings shuffles an image's patches (torch.multinomial, on the CPU generator), which moves
+        # the vectors by float rounding (~1e-9): a fixed draw makes them bit-reproducible, the caller's RNG untouched
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            states = self.model.vilt(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                                     pixel_values=pixel_values, pixel_mask=pixel_mask).last_hidden_state
+        return states[:, :text.input_ids.shape[1]], states[:, 0]
+
+    def _lm_head(self, states):
+        return self.model.mlm_score(states)
