@@ -21,7 +21,8 @@ grounded family's pairs/s, and the detectors' share its 12,185 distinct images a
     python benchmarks/gpu_check.py --out DIR                  # the device check (exit 0, "no CUDA", without one)
     python benchmarks/gpu_check.py --out DIR --device cpu --tiny   # the code paths, tiny models, CPU vs CPU
 
-Writes DIR/gpu_check.json (every figure) and DIR/gpu_check.txt (the table printed). Exit status 1
+Writes DIR/gpu_check.json (every figure) and DIR/gpu_check.txt (the table printed), rewritten after
+each adapter, so a run cut short keeps what it measured. Exit status 1
 when a comparison fails or an adapter raises (each is recorded, the others still run). Base sizes:
 the published architectures (the config classes' defaults; iGPT-S's 512 x 24 layers at 32 x 32
 tokens, as benchmarks/image_encoders.py; SimCLRv2 r152_3x_sk1, the paper's; bua and detectron_fpn at
@@ -324,12 +325,18 @@ def main(argv=None):
                 row, failed = {"adapter": name, "kind": CASES[name][0], "error": f"{type(e).__name__}: {e}"}, True
             rows.append(row)
             print(json.dumps(row), flush=True)
+            text = write(out, meta, rows)  # after every adapter: a run cut short keeps what it measured
+    print(text)
+    return 1 if failed else 0
+
+
+def write(out, meta, rows):
+    """Write gpu_check.json and gpu_check.txt of ``rows``; returns the text."""
     hours = projection(rows)
     text = table(meta, rows, hours)
     (out / "gpu_check.json").write_text(json.dumps({**meta, "rows": rows, "projected_hours": hours}, indent=1))
     (out / "gpu_check.txt").write_text(text + "\n")
-    print(text)
-    return 1 if failed else 0
+    return text
 
 
 if __name__ == "__main__":
