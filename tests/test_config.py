@@ -189,7 +189,8 @@ def test_sweep_entries_become_named_models():
                                  "tiny-siglip", "siglip-random2", "rn50-random0"]  # the seed: the schema's default
     # the adapter's defaults filled in by the check (vlbias/schemas/models/open_clip.yaml and its includes)
     assert models["rn"] == {"source": "images", "adapter": "open_clip", "arch": "RN50", "weights": "random",
-                            "name": "rn", "seed": 0, "batch_size": 32, "device": "auto"}
+                            "name": "rn", "seed": 0, "batch_size": 32, "device": "auto",
+                            "precision": "fp32"}
     names = table_models(models)
     assert names["igpt-l/logits"] == ("igpt-l", "logits") and names["rn"] == ("rn", None) and "igpt-l" not in names
     # the schema's defaults are copied, never shared between configs

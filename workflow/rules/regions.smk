@@ -67,7 +67,8 @@ rule regions_tsv:
     conda:
         "../../environment.yml"
     resources:
-        mem_mb=8000,
+        # the reader streams (each image written as it is parsed): ~100 MiB whatever the file's size
+        mem_mb=1000,
     params:
         spec=lambda w: {k: v for k, v in REGION_TSV[w.source].items() if k != "files"},
         cache=config["cache"],

@@ -56,7 +56,7 @@ Config entry keys (``adapter: hf_dual``):
                     ``weights: random`` and ``checkpoint``
     padding         ``longest`` or ``max_length`` (default: see above)
     lowercase       true or false (default: true for siglip2 models): lower-case the texts (see above)
-    batch_size, device, threads   see vlbias.runtime
+    batch_size, device, threads, precision   see vlbias.runtime
 
 Offline (tests, smoke runs, benchmarks), ``write_processor`` writes a processor directory of the
 family's image processor and a tokenizer built without the hub: CLIP's own (OpenAI's BPE, which
@@ -87,7 +87,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.tokenization import load_tokenizer
-from vlbias.runtime import runtime
+from vlbias.runtime import autocast, precision, runtime
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,7 @@ PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json", "tokeniz
 class DualEncoder:
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
+        self.precision = precision(spec)
         architecture = spec.get("architecture")
         if architecture is not None and architecture not in ARCHITECTURES:
             raise InputError(f"architecture '{architecture}'", f"must be one of {', '.join(ARCHITECTURES)}")
@@ -169,6 +170,7 @@ class DualEncoder:
             "normalized": isinstance(self.model, BlipForImageTextRetrieval),
             "dim": self.dim,
             "device": str(self.device),
+            "precision": self.precision,
             "dtype": "float32",
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         }
@@ -200,7 +202,7 @@ class DualEncoder:
         """float32 (n, dim) image embeddings (the docstring says which) of uint8 (n, H, W, 3) square RGB images."""
         pixels = square_images(pixels)
         out = np.empty((len(pixels), self.dim), dtype=np.float32)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(pixels), self.batch_size):
                 images = [Image.fromarray(p) for p in pixels[start:start + self.batch_size]]
                 inputs = self.processor(images=images, return_tensors="pt").to(self.device)
@@ -214,7 +216,7 @@ class DualEncoder:
         texts = list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         vocab = getattr(self.text_config, "vocab_size", None)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 batch = texts[start:start + self.batch_size]
                 if self.lowercase:

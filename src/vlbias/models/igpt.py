@@ -35,7 +35,7 @@ Config entry keys (``adapter: igpt``):
                     (x / sqrt(var(x) + eps) * g, the standard deviation about the mean, x itself not
                     centred), or ``rms``, iGPT's own (x / sqrt(mean(x²) + eps) * g: OpenAI's code and
                     transformers' ImageGPT). The published vectors came from ``std``.
-    batch_size, device, threads   see vlbias.runtime
+    batch_size, device, threads, precision   see vlbias.runtime
 """
 
 import json
@@ -55,7 +55,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.plan import outputs
-from vlbias.runtime import runtime
+from vlbias.runtime import autocast, precision, runtime
 from vlbias.schemas import defaults
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class StdLayerNorm(ImageGPTLayerNorm):
 class IGPTEncoder:
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
+        self.precision = precision(spec)
         output = spec["output"]
         self.kinds = output if isinstance(output, list) else [output]
         if not self.kinds or not set(self.kinds) <= set(OUTPUTS) or len(set(self.kinds)) != len(self.kinds):
@@ -117,6 +118,7 @@ class IGPTEncoder:
                           f"nearest of {len(self.clusters)} colour clusters",
             "dim": self.dim or self.dims,
             "device": str(self.device),
+            "precision": self.precision,
             "dtype": "float32",
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         }
@@ -138,7 +140,7 @@ class IGPTEncoder:
         pixels = self._check(pixels)
         out = {name: np.empty((len(pixels), self.dims[name]), dtype=np.float32) for name in self.outputs}
         sos = self.model.config.vocab_size - 1
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(pixels), self.batch_size):
                 batch = torch.from_numpy(self.tokens(pixels[start:start + self.batch_size])).to(self.device)
                 context = torch.cat([torch.full_like(batch[:, :1], sos), batch[:, :-1]], dim=1)

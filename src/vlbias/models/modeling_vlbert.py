@@ -243,7 +243,8 @@ class VLBertForPretraining(nn.Module):
                 rows = box_mask.any(dim=1)
                 region = self.image_feature_extractor.region_features(
                     images, [b[m, :4] for b, m in zip(boxes[rows], box_mask[rows])])
-            reps[box_mask] = self.image_feature_extractor(region, boxes[box_mask])
+            # .to: under bf16 autocast the extractor gives bfloat16 (a no-op in fp32)
+            reps[box_mask] = self.image_feature_extractor(region, boxes[box_mask]).to(reps.dtype)
         # every caption token sees the whole-image box's feature; a text-only row the text-corpus embedding
         text_visual = self.aux_text_visual_embedding.weight[0].expand(len(input_ids), -1)
         if box_mask.shape[1]:

@@ -21,7 +21,7 @@ Config entry keys:
                   (default: ``arch``'s own; OpenAI's BPE ships with open_clip, Hugging Face
                   tokenizers of other archs need the network or the Hugging Face cache: they are
                   not fetched ahead by vlbias.weights)
-    batch_size, device, threads   see vlbias.runtime
+    batch_size, device, threads, precision   see vlbias.runtime
     model_id, revision            recorded in ``.info`` (default: arch, and the tag's source)
 """
 
@@ -45,7 +45,7 @@ from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.registry import one_weights_source
-from vlbias.runtime import runtime
+from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class OpenClipEncoder:
         one_weights_source(spec, f"arch '{arch}'", "pretrained", "an open_clip tag")
         tag, checkpoint, random_init = spec.get("pretrained"), spec.get("checkpoint"), spec.get("weights") == "random"
         self.device, self.batch_size = runtime(spec)
+        self.precision = precision(spec)
         create = dict(force_preprocess_cfg=spec.get("preprocess"), **model_kwargs)
 
         seed, path, revision, commit = None, None, spec.get("revision"), None
@@ -143,6 +144,7 @@ class OpenClipEncoder:
             "context_length": int(self.model.context_length),
             "dim": self.dim,
             "device": str(self.device),
+            "precision": self.precision,
             "dtype": "float32",
             "versions": {"open_clip": open_clip.__version__, "torch": torch.__version__,
                          "torchvision": torchvision.__version__},
@@ -164,7 +166,7 @@ class OpenClipEncoder:
         """float32 (n, dim) unnormalised image embeddings of uint8 (n, H, W, 3) square RGB images."""
         pixels = square_images(pixels)
         out = np.empty((len(pixels), self.dim), dtype=np.float32)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(pixels), self.batch_size):
                 batch = torch.from_numpy(np.ascontiguousarray(pixels[start:start + self.batch_size]))
                 emb = self.model.encode_image(self.preprocess(batch.to(self.device)))
@@ -188,7 +190,7 @@ class OpenClipEncoder:
             except Exception as e:  # unknown names, hub errors: the tokenizer is not to be had
                 raise InputError(f"tokenizer '{self.tokenizer_name}'", f"open_clip could not build it ({e})") from e
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 tokens = self._tokenizer(texts[start:start + self.batch_size]).to(self.device)
                 vocab = getattr(self.model, "vocab_size", None)

@@ -20,7 +20,7 @@ Config entry keys:
     normalize   L2-normalise the embeddings; default: whether modules.json has a Normalize step
     max_length  tokens per text (longer texts are truncated); default: sentence_bert_config.json's
                 max_seq_length, else what the tokenizer and position embeddings allow
-    batch_size, device, threads   see vlbias.runtime
+    batch_size, device, threads, precision   see vlbias.runtime
     model_id    recorded in ``.info`` (default: the Hugging Face id, or the id the model's README loads)
 """
 
@@ -42,7 +42,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.bert_layers import BertModel
 from vlbias.models.hf import from_folder, local_folder, without_unused
-from vlbias.runtime import runtime
+from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class SentenceEncoder:
         self.normalize = "Normalize" in st_modules if normalize is None else bool(normalize)
         self.lowercase = bool(st_cfg.get("do_lower_case", False))
         self.device, self.batch_size = runtime(spec)
+        self.precision = precision(spec)
 
         config = _read_json(model_dir / "config.json")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
@@ -98,6 +99,7 @@ class SentenceEncoder:
             "max_length": self.max_length,
             "dim": self.dim,
             "device": str(self.device),
+            "precision": self.precision,
             "dtype": "float32",
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         }
@@ -115,7 +117,7 @@ class SentenceEncoder:
         # batches of texts of similar length: padding (to a batch's longest text) is work thrown away
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]]
         order = np.argsort(lengths, kind="stable")
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 rows = order[start:start + self.batch_size]
                 batch = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,
@@ -124,6 +126,7 @@ class SentenceEncoder:
                     hidden = self.model(**batch).last_hidden_state  # (b, tokens, dim)
                 else:
                     hidden = self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+                hidden = hidden.float()  # pooled in float32 (under bf16 autocast the states are bfloat16)
                 if self.pooling == "cls":
                     emb = hidden[:, 0]
                 else:

@@ -28,7 +28,7 @@ Config entry keys (``adapter: simclr``):
       weights: random  random initialisation, with ``seed`` (default 0)
     image_size         the side the network sees (default 224, the authors')
     model_id, revision recorded in ``.info``
-    batch_size, device, threads   see vlbias.runtime
+    batch_size, device, threads, precision   see vlbias.runtime
 """
 
 import argparse
@@ -49,7 +49,7 @@ from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.registry import one_weights_source
-from vlbias.runtime import runtime
+from vlbias.runtime import autocast, precision, runtime
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +181,7 @@ class SimCLRv2ResNet(nn.Module):
 class SimCLREncoder:
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
+        self.precision = precision(spec)
         depth, width, sk = spec["depth"], spec["width"], spec["sk"]
         if depth not in LAYERS or width not in (1, 2, 3) or sk not in (0, 1):
             raise InputError("depth/width/sk", f"SimCLRv2 has depth 50, 101 or 152, width 1-3, sk 0 or 1; got "
@@ -218,6 +219,7 @@ class SimCLREncoder:
             "preprocess": f"square RGB shrunk to {self.image_size}x{self.image_size} (OpenCV INTER_AREA), x / 255",
             "dim": self.dim,
             "device": str(self.device),
+            "precision": self.precision,
             "dtype": "float32",
             "versions": {"torch": torch.__version__},
         }
@@ -228,7 +230,7 @@ class SimCLREncoder:
         """float32 (n, dim) representations of uint8 (n, H, W, 3) square RGB images."""
         pixels = square_images(pixels, self.image_size)
         out = np.empty((len(pixels), self.dim), dtype=np.float32)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(pixels), self.batch_size):
                 batch = pixels[start:start + self.batch_size]
                 if batch.shape[1] != self.image_size:

@@ -56,7 +56,7 @@ the schema's, vlbias/schemas/models/_vl.yaml and the fragments it includes):
                         stream's first state, as the authors' code did (scripts/models/modeling.py:72-76);
                         C stays the language state (protocol switch, docs/grounded.md row 3).
                         ``output_dim(level)`` gives the size.
-    batch_size, device, threads   see vlbias.runtime
+    batch_size, device, threads, precision   see vlbias.runtime
 """
 
 import logging
@@ -69,7 +69,7 @@ from vlbias.errors import InputError
 from vlbias.models import plan
 from vlbias.models.hf import load_model
 from vlbias.models.tokenization import TOKEN_MASKS, encode_text, load_tokenizer
-from vlbias.runtime import runtime
+from vlbias.runtime import autocast, precision, runtime
 from vlbias.visual import visual_field
 from vlbias.weights import as_written, fetched
 
@@ -104,6 +104,7 @@ class VLEncoder:
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
+        self.precision = precision(spec)
         self.tokenizer, vocab_sha256 = self._load_tokenizer(spec)
         tokenizer = fetched(spec, "tokenizer")
         model, source = self._load(spec)
@@ -157,6 +158,7 @@ class VLEncoder:
             "dim": self.dim,
             "device": str(self.device),
             "dtype": "float32",
+            "precision": self.precision,
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         }
         log.info("%s: %s (%s weights%s), dim %d, on %s", self.family, self.info["model_id"], source["weights"],
@@ -300,7 +302,7 @@ class VLEncoder:
         if words is not None and len(words) != len(captions):
             raise InputError("words", f"{len(words)} words for {len(captions)} captions")
         out = np.empty((len(captions), self.output_dim(level)), dtype=np.float32)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(captions), self.batch_size):
                 stop = min(start + self.batch_size, len(captions))
                 text, *visual = self._batch(captions[start:stop], regions[start:stop], start, mask, mask_terms,
@@ -347,7 +349,7 @@ class VLEncoder:
                 raise InputError("tokens", f"not single vocabulary entries: {unknown}")
             columns = torch.tensor(ids, device=self.device)
         out = []
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(captions), self.batch_size):
                 stop = min(start + self.batch_size, len(captions))
                 text, *visual = self._batch(captions[start:stop], regions[start:stop], start, mask, mask_terms, None)

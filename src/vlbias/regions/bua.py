@@ -133,7 +133,7 @@ class BottomUpAttention:
     def __init__(self, spec):
         one_weights_source(spec, "bua detector", "model_id", "with `revision`")
         model_id, checkpoint, weights = spec.get("model_id"), spec.get("checkpoint"), spec.get("weights")
-        self.device, _ = runtime(spec)
+        self.device, _ = runtime(spec, precisions=("fp32",))  # boxes by thresholds: fp32 only
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
         self.selection = spec["selection"]
         if self.selection not in SELECTIONS:

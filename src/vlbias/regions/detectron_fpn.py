@@ -166,7 +166,7 @@ class DetectronFPNDetector:
     def __init__(self, spec):
         one_weights_source(spec, "detectron_fpn detector", "url", "with `sha256`")
         url, checkpoint, weights = spec.get("url"), spec.get("checkpoint"), spec.get("weights")
-        self.device, _ = runtime(spec)
+        self.device, _ = runtime(spec, precisions=("fp32",))  # boxes by thresholds: fp32 only
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
         self.min_size, self.max_size = int(spec["min_size"]), int(spec["max_size"])
         self.post_nms_topk = int(spec["post_nms_topk"])

@@ -21,7 +21,9 @@ Layout (ragged: image i owns rows start[i] : start[i] + count[i] of every /regio
     attrs   detector (config name), adapter, model, settings (JSON), weights (sha256 or "random"),
             min_boxes, max_boxes, conf, feature_dim, n_images, n_regions, n_skipped, manifest_sha256
 
-Rows are appended per batch to resizable datasets, so writing takes memory for one batch only.
+Rows are appended per batch to resizable datasets, so writing takes memory for one batch only. The
+/regions rows of an image are where it was added (a TSV's order, vlbias.regions.tsv); /images is
+sorted by id when the store is closed.
 """
 
 import json
@@ -63,6 +65,8 @@ class RegionWriter:
         if self.attrs:
             f.create_dataset("attributes", data=list(detector.attribute_names), dtype=_STR)
         self.n_images = self.n_regions = self.n_skipped = 0
+        # attributes known only once every image is written (a TSV file's sha256, read in the same pass)
+        self.provenance = {}
 
     def _append(self, name, values):
         ds = self.f[name]
@@ -107,6 +111,16 @@ class RegionWriter:
         self.n_images += len(batch)
         self.n_regions += int(sum(counts))
 
+    def sort_images(self):
+        """Order /images by id, the store's layout, whatever order the images were added in (their
+        /regions rows stay where they are: ``start`` and ``count`` find them)."""
+        g = self.f["images"]
+        ids = g["id"][()]  # UTF-8 bytes, whose order is the ids' code point order, as sorted() of str
+        order = np.argsort(ids, kind="stable")
+        if (order != np.arange(len(order))).any():
+            for name in g:
+                g[name][...] = g[name][()][order]
+
     def skip(self, image_id, reason):
         self._append("skipped/id", [image_id])
         self._append("skipped/reason", [reason])
@@ -130,7 +144,8 @@ def write_region_store(path, detector, provenance=None):
     with atomic_hdf5(path) as f:
         writer = RegionWriter(f, detector)
         yield writer
-        f.attrs.update(attrs | {"n_images": writer.n_images, "n_regions": writer.n_regions,
+        writer.sort_images()
+        f.attrs.update(attrs | writer.provenance | {"n_images": writer.n_images, "n_regions": writer.n_regions,
                                 "n_skipped": writer.n_skipped})
 
 

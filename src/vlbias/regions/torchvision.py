@@ -75,7 +75,7 @@ class TorchvisionFasterRCNN:
         if (weights is not None) == (checkpoint is not None):
             raise InputError(f"arch '{arch}'", "set exactly one of `weights: COCO_V1`, `weights: random` "
                                                "or `checkpoint: <file>`")
-        self.device, _ = runtime(spec)
+        self.device, _ = runtime(spec, precisions=("fp32",))  # boxes by thresholds: fp32 only
         self.min_boxes, self.max_boxes, self.conf = box_rule(spec)
         min_size, max_size = int(spec["min_size"]), int(spec["max_size"])
         nms_thresh = float(spec["nms_thresh"])
