@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, TINY_VL, VL_CAPTIONS, random_visual
+from helpers import REPO
+from helpers.tiny import TINY_VL, VL_CAPTIONS, random_visual
 
 from vlbias.errors import InputError
 from vlbias.io.cache import fingerprint

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from vlbias.errors import InputError
 from vlbias.regions import store as region_store
