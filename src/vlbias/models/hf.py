@@ -69,7 +69,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
     source = {"model_id": spec.get("model_id"), "weights_file": None, "weights_sha256": None,
               "revision": spec.get("revision"), "commit": None, "seed": None}
     if spec.get("weights") == "random":
-        base = _merged(RANDOM_BASE.get(config_class.model_type, {}), base_config)
+        base = _merged(RANDOM_BASE.get(getattr(config_class, "model_type", None), {}), base_config)
         config = build_config(config_class, base, spec.get("config") or {})
         seed = int(spec["seed"])
         # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
@@ -131,10 +131,10 @@ def from_folder(model_class, folder, family, kind="models"):
     weights = weights_file(folder)
     declares = _declared_class(folder)
     auto = model_class is transformers.AutoModel
-    model_type = _model_type(folder)
-    if not auto and model_type not in (None, model_class.config_class.model_type):  # another family's config
+    model_type, expected = _model_type(folder), getattr(model_class.config_class, "model_type", None)
+    if not auto and expected and model_type not in (None, expected):  # another family's config
         raise InputError(folder, f"does not hold a {model_class.__name__} (its config.json declares {declares}, "
-                                 f"model_type {model_type}, not {model_class.config_class.model_type})")
+                                 f"model_type {model_type}, not {expected})")
     try:
         config = (transformers.AutoConfig if auto else model_class.config_class).from_pretrained(
             folder, local_files_only=True, trust_remote_code=False)
