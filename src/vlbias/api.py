@@ -111,6 +111,7 @@ def settings(config: Mapping[str, Any] | None = None, *, n_samples: int | None =
     problems = stats_problems(stats, schema_path())
     if problems:
         raise UsageError("; ".join(problems))
+    stats.pop("mleat", None)  # the settings of the workflow's ML-EAT files (docs/mleat.md), not of a test's row
     return stats
 
 

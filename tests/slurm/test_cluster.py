@@ -129,7 +129,8 @@ def test_the_workflow_on_slurm_gives_the_local_tables(slurm_cluster, tmp_path):
 
     # the download rules and the figures ran on this node, every other job in a SLURM job of its own
     submitted = set(re.findall(r"submitted with SLURM jobid \d+ \(log: \S*/slurm_logs/rule_(\w+)/", proc.stderr))
-    assert submitted == {"ieat_embed_images", "ieat_table", "seat_embed", "seat_table", "ieat_specificity"}
+    assert submitted == {"ieat_embed_images", "ieat_table", "seat_embed", "seat_table", "ieat_specificity",
+                         "ieat_mleat", "seat_mleat"}
     # the GPU stage asked for its GPU (VLBIAS_SLURM_GPUS)
     assert re.search(r"rule ieat_embed_images:\n(?:    .*\n)*?    resources: [^\n]*, gpu=1\n", proc.stderr)
     assert "rule seat_embed:" in proc.stderr and "weights_fetch" not in proc.stderr  # fetched before

@@ -65,7 +65,6 @@ def main(args):
     config = load_config(args.config or CONFIG) if args.model or args.config else None
     settings = settings_of(args, config)
     ci = settings.pop("ci")
-    settings.pop("mleat", None)  # the settings of the workflow's ML-EAT files (docs/mleat.md), not of this row
     with tempfile.TemporaryDirectory() as tmp:
         if args.store:
             store, model = Path(args.store), args.name or Path(args.store).stem

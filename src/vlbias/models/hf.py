@@ -131,8 +131,9 @@ def from_folder(model_class, folder, family, kind="models"):
     weights = weights_file(folder)
     declares = _declared_class(folder)
     auto = model_class is transformers.AutoModel
-    model_type, expected = _model_type(folder), getattr(model_class.config_class, "model_type", None)
-    if not auto and expected and model_type not in (None, expected):  # another family's config
+    model_type = _model_type(folder)
+    expected = None if auto else getattr(model_class.config_class, "model_type", None)
+    if expected and model_type not in (None, expected):  # another family's config
         raise InputError(folder, f"does not hold a {model_class.__name__} (its config.json declares {declares}, "
                                  f"model_type {model_type}, not {expected})")
     try:

@@ -396,7 +396,7 @@ def test_the_extended_tables_put_blip_beside_the_paper_models(project):
     t6, t7 = read_table(project, "extended/table6.csv"), read_table(project, "extended/table7.csv")
     assert t6.loc[0, "Experiment 3 (masking) BLIP d"] not in ("", NA) and t7["Experiment 1 BLIP tests"].ne("").all()
     page = (project / "results/grounded/extended/table3.html").read_text()
-    assert "extended with BLIP, FLAVA, CLIP" in page and "n/a: dual encoder" in page
+    assert "extended with BLIP, FLAVA, ViLT, BridgeTower, CLIP" in page and "n/a: dual encoder" in page
     # mask I painted the boxes of the regions labelled person (the authors' image_mask: labels): exactly the
     # pairs whose image has one changed (the random toy detector may label none: tests/models/test_blip.py shows the fill)
     from vlbias.visual import visual_from_store

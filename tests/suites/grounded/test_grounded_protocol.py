@@ -71,5 +71,6 @@ def test_each_feed_a_family_declares_is_a_protocol_switch_with_its_values():
     for family, options in declared.items():
         for name, values in options.items():
             assert SWITCHES[name].values == values, (family, name)
-    assert [a for a in adapters("models") if len(ws_vectors(a)) > 1] == ["lxmert", "vilbert"]
-    assert all(ws_vectors(a) == SWITCHES["ws_vector"].values for a in ("lxmert", "vilbert"))
+    two_streams = ["bridgetower", "lxmert", "vilbert"]
+    assert [a for a in adapters("models") if len(ws_vectors(a)) > 1] == two_streams
+    assert all(ws_vectors(a) == SWITCHES["ws_vector"].values for a in two_streams)
