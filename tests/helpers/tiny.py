@@ -231,3 +231,29 @@ def tiny_bpe_tokenizer(folder):
     assert len(tokenizer) == 400
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+# What the pixel-reading families (FLAVA, ViLT, BridgeTower: tests/models/test_{flava,vilt,bridgetower}.py) are fed
+def picture(seed, persons=(), height=40, width=56):
+    """A Visual with random pixels and two boxes (left half, bottom-right quarter), ``persons`` of them persons."""
+    rng = np.random.default_rng(seed)
+    boxes = np.float32([[0, 0, 0.5, 1], [0.5, 0.5, 1, 1]])
+    return Visual(np.zeros((2, 0), np.float32), boxes, np.isin([0, 1], persons), (height, width),
+                  rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def assert_pixels_batch_independent(encoder, images):
+    """A pixel-reading encoder's vectors of VL_CAPTIONS on ``images`` at W/S and C, with mask T and mask I,
+    do not depend on their batch (assert_batch_independent)."""
+    cases = [("S", {}), ("C", {"words": VL_WORDS}), ("S", {"mask": "T", "mask_terms": VL_WORDS}),
+             ("C", {"mask": "I", "words": VL_WORDS})]
+    assert_batch_independent(encoder, VL_CAPTIONS, images, cases, batch_size=3)
+
+
+def assert_the_image_reaches_every_level(encoder, regions):
+    """Other pictures change every caption's vector at S and at C."""
+    other = [picture(7), picture(8), picture(9)]
+    for level, words in (("S", None), ("C", VL_WORDS)):
+        a = encoder.embed(VL_CAPTIONS, regions, level, words=words)
+        b = encoder.embed(VL_CAPTIONS, other, level, words=words)
+        assert np.abs(a - b).max(axis=1).min() > 1e-4

@@ -7,27 +7,17 @@ mask I paints the person boxes; what it refuses. A tiny random BridgeTowerConfig
 import numpy as np
 import pytest
 import torch
-from helpers.tiny import TINY_BRIDGETOWER, assert_batch_independent, tiny_bpe_tokenizer
+from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_the_image_reaches_every_level, picture
+from helpers.tiny import TINY_BRIDGETOWER, assert_pixels_batch_independent, tiny_bpe_tokenizer
 from transformers import (AutoTokenizer, BridgeTowerConfig, BridgeTowerImageProcessor, BridgeTowerModel,
                           BridgeTowerProcessor, ViltConfig, ViltForMaskedLM)
 
 from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.suites.mlm.probability import Query, entity_logprobs
-from vlbias.visual import Visual
 
-CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
-WORDS = ["Lakisha", "man", "woman"]
-TERMS = ["Lakisha", "man", "woman"]
+CAPTIONS, WORDS, TERMS = VL_CAPTIONS, VL_WORDS, VL_WORDS
 MASKED = ["The woman is carrying a [MASK].", "The person is carrying a [MASK] [MASK].", "A [MASK] rides."]
-
-
-def picture(seed, persons=(), height=40, width=56):
-    """A Visual with random pixels and two boxes (left half, bottom-right quarter), ``persons`` of them persons."""
-    rng = np.random.default_rng(seed)
-    boxes = np.float32([[0, 0, 0.5, 1], [0.5, 0.5, 1, 1]])
-    return Visual(np.zeros((2, 0), np.float32), boxes, np.isin([0, 1], persons), (height, width),
-                  rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
 IMAGES = [picture(0, persons=[0]), picture(1, persons=[1], height=33, width=64), picture(2, height=60, width=36)]
@@ -144,17 +134,11 @@ def test_image_mask_paints_the_person_boxes_with_the_processors_mean(encoder, pr
 
 
 def test_batching_does_not_change_vectors(encoder):
-    cases = [("S", {}), ("C", {"words": WORDS}), ("S", {"mask": "T", "mask_terms": TERMS}),
-             ("C", {"mask": "I", "words": WORDS})]
-    assert_batch_independent(encoder, CAPTIONS, IMAGES, cases, batch_size=3)
+    assert_pixels_batch_independent(encoder, IMAGES)
 
 
 def test_the_image_reaches_every_level(encoder):
-    other = [picture(7), picture(8), picture(9)]
-    for level, words in (("S", None), ("C", WORDS)):
-        a = encoder.embed(CAPTIONS, REGIONS, level, words=words)
-        b = encoder.embed(CAPTIONS, other, level, words=words)
-        assert np.abs(a - b).max(axis=1).min() > 1e-4
+    assert_the_image_reaches_every_level(encoder, REGIONS)
 
 
 # --- masked-LM log-probabilities ----------------------------------------------------------------

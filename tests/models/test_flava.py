@@ -6,7 +6,8 @@ and the real bert-base-uncased vocabulary."""
 import numpy as np
 import pytest
 import torch
-from helpers.tiny import TINY_FLAVA as TINY, assert_batch_independent
+from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_the_image_reaches_every_level, picture
+from helpers.tiny import TINY_FLAVA as TINY, assert_pixels_batch_independent
 from transformers import FlavaImageProcessor
 
 from vlbias.errors import InputError
@@ -14,17 +15,7 @@ from vlbias.models import build
 from vlbias.models.tokenization import load_tokenizer
 from vlbias.visual import Visual
 
-CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
-WORDS = ["Lakisha", "man", "woman"]
-TERMS = ["Lakisha", "man", "woman"]
-
-
-def picture(seed, persons=(), height=40, width=56):
-    """A Visual with random pixels and two boxes (left half, bottom-right quarter), ``persons`` of them persons."""
-    rng = np.random.default_rng(seed)
-    boxes = np.float32([[0, 0, 0.5, 1], [0.5, 0.5, 1, 1]])
-    return Visual(np.zeros((2, 0), np.float32), boxes, np.isin([0, 1], persons), (height, width),
-                  rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+CAPTIONS, WORDS, TERMS = VL_CAPTIONS, VL_WORDS, VL_WORDS
 
 
 IMAGES = [picture(0, persons=[0]), picture(1, persons=[1], height=33), picture(2)]
@@ -110,17 +101,11 @@ def test_image_mask_paints_the_person_boxes_with_the_processors_mean(encoder, to
 
 
 def test_batching_does_not_change_vectors(encoder):
-    cases = [("S", {}), ("C", {"words": WORDS}), ("S", {"mask": "T", "mask_terms": TERMS}),
-             ("C", {"mask": "I", "words": WORDS})]
-    assert_batch_independent(encoder, CAPTIONS, [IMAGES[0], IMAGES[1], IMAGES[2]], cases, batch_size=3)
+    assert_pixels_batch_independent(encoder, [IMAGES[0], IMAGES[1], IMAGES[2]])
 
 
 def test_the_image_reaches_every_level(encoder):
-    other = [picture(7), picture(8), picture(9)]
-    for level, words in (("S", None), ("C", WORDS)):
-        a = encoder.embed(CAPTIONS, REGIONS, level, words=words)
-        b = encoder.embed(CAPTIONS, other, level, words=words)
-        assert np.abs(a - b).max(axis=1).min() > 1e-4
+    assert_the_image_reaches_every_level(encoder, REGIONS)
 
 
 # --- masked-LM log-probabilities ----------------------------------------------------------------

@@ -6,8 +6,9 @@ person boxes; what it refuses. A tiny random ViltConfig (helpers.tiny.TINY_VILT)
 import numpy as np
 import pytest
 import torch
+from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_the_image_reaches_every_level, picture
 from helpers.tiny import TINY_VILT as TINY
-from helpers.tiny import assert_batch_independent
+from helpers.tiny import assert_pixels_batch_independent
 from transformers import ViltConfig, ViltForMaskedLM, ViltImageProcessor, ViltModel, ViltProcessor
 
 from vlbias.errors import InputError
@@ -15,18 +16,8 @@ from vlbias.models import build
 from vlbias.models.tokenization import load_tokenizer
 from vlbias.visual import Visual
 
-CAPTIONS = ["Lakisha is a nurse.", "A man rides a horse across a wide field near the old farm.", "woman"]
-WORDS = ["Lakisha", "man", "woman"]
-TERMS = ["Lakisha", "man", "woman"]
+CAPTIONS, WORDS, TERMS = VL_CAPTIONS, VL_WORDS, VL_WORDS
 MASKED = ["The woman is carrying a [MASK].", "The person is carrying a [MASK] [MASK].", "A [MASK] rides."]
-
-
-def picture(seed, persons=(), height=40, width=56):
-    """A Visual with random pixels and two boxes (left half, bottom-right quarter), ``persons`` of them persons."""
-    rng = np.random.default_rng(seed)
-    boxes = np.float32([[0, 0, 0.5, 1], [0.5, 0.5, 1, 1]])
-    return Visual(np.zeros((2, 0), np.float32), boxes, np.isin([0, 1], persons), (height, width),
-                  rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
 # images of three sizes: the processor gives 32x32, 32x48 and 48x32 pixels, padded to the batch's largest
@@ -105,17 +96,11 @@ def test_image_mask_paints_the_person_boxes_with_the_processors_mean(encoder, pr
 
 def test_batching_does_not_change_vectors(encoder):
     """Images of other sizes in the batch pad this one's patches (masked out) and its caption's tokens."""
-    cases = [("S", {}), ("C", {"words": WORDS}), ("S", {"mask": "T", "mask_terms": TERMS}),
-             ("C", {"mask": "I", "words": WORDS})]
-    assert_batch_independent(encoder, CAPTIONS, IMAGES, cases, batch_size=3)
+    assert_pixels_batch_independent(encoder, IMAGES)
 
 
 def test_the_image_reaches_every_level(encoder):
-    other = [picture(7), picture(8), picture(9)]
-    for level, words in (("S", None), ("C", WORDS)):
-        a = encoder.embed(CAPTIONS, REGIONS, level, words=words)
-        b = encoder.embed(CAPTIONS, other, level, words=words)
-        assert np.abs(a - b).max(axis=1).min() > 1e-4
+    assert_the_image_reaches_every_level(encoder, REGIONS)
 
 
 # --- masked-LM log-probabilities ----------------------------------------------------------------
