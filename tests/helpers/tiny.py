@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import torch
+from PIL import Image
 from transformers import CLIPConfig, CLIPModel, SiglipConfig, SiglipModel
 
 from helpers import REPO
@@ -257,3 +258,22 @@ def assert_the_image_reaches_every_level(encoder, regions):
         a = encoder.embed(VL_CAPTIONS, regions, level, words=words)
         b = encoder.embed(VL_CAPTIONS, other, level, words=words)
         assert np.abs(a - b).max(axis=1).min() > 1e-4
+
+
+def assert_logprobs_batch_independent(encoder, captions, regions, fill):
+    """mask_logprobs of ``captions`` (one [MASK] left each after ``fill``) is the same in one batch and one by one."""
+    try:
+        together = encoder.mask_logprobs(captions, regions, fill=fill)
+        encoder.batch_size = 1
+        alone = encoder.mask_logprobs(captions, regions, fill=fill)
+    finally:
+        encoder.batch_size = 32
+    assert [a.shape[0] for a in alone] == [1] * len(captions)
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def noise_images(seed, shapes):
+    """PIL images of uniform random pixels, one per (height, width) of ``shapes``."""
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in shapes]

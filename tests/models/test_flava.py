@@ -6,7 +6,7 @@ and the real bert-base-uncased vocabulary."""
 import numpy as np
 import pytest
 import torch
-from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_the_image_reaches_every_level, picture
+from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_logprobs_batch_independent, assert_the_image_reaches_every_level, picture
 from helpers.tiny import TINY_FLAVA as TINY, assert_pixels_batch_independent
 from transformers import FlavaImageProcessor
 
@@ -155,16 +155,7 @@ def test_no_image_blank_reads_the_multimodal_head_on_a_mean_colour_image(tokeniz
 
 
 def test_log_probabilities_do_not_depend_on_the_batch(encoder):
-    regions = [REGIONS[0], None, IMAGES[1]]
-    try:
-        together = encoder.mask_logprobs(MASKED, regions, fill=[[], [2023], []])
-        encoder.batch_size = 1
-        alone = encoder.mask_logprobs(MASKED, regions, fill=[[], [2023], []])
-    finally:
-        encoder.batch_size = 32
-    assert [a.shape[0] for a in alone] == [1, 1, 1]
-    for a, b in zip(together, alone):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert_logprobs_batch_independent(encoder, MASKED, [REGIONS[0], None, IMAGES[1]], fill=[[], [2023], []])
 
 
 # --- loading and refusals ---------------------------------------------------------------------

@@ -6,7 +6,7 @@ person boxes; what it refuses. A tiny random ViltConfig (helpers.tiny.TINY_VILT)
 import numpy as np
 import pytest
 import torch
-from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_the_image_reaches_every_level, picture
+from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_logprobs_batch_independent, assert_the_image_reaches_every_level, picture
 from helpers.tiny import TINY_VILT as TINY
 from helpers.tiny import assert_pixels_batch_independent
 from transformers import ViltConfig, ViltForMaskedLM, ViltImageProcessor, ViltModel, ViltProcessor
@@ -135,16 +135,7 @@ def test_no_image_is_a_blank_mean_colour_image(encoder, processor):
 
 
 def test_log_probabilities_do_not_depend_on_the_batch(encoder):
-    regions = [REGIONS[0], None, IMAGES[2]]
-    try:
-        together = encoder.mask_logprobs(MASKED, regions, fill=[[], [2023], []])
-        encoder.batch_size = 1
-        alone = encoder.mask_logprobs(MASKED, regions, fill=[[], [2023], []])
-    finally:
-        encoder.batch_size = 32
-    assert [a.shape[0] for a in alone] == [1, 1, 1]
-    for a, b in zip(together, alone):
-        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert_logprobs_batch_independent(encoder, MASKED, [REGIONS[0], None, IMAGES[2]], fill=[[], [2023], []])
 
 
 # --- loading and refusals ---------------------------------------------------------------------

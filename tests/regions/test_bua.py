@@ -27,6 +27,7 @@ import safetensors.torch
 import torch
 from PIL import Image, ImageDraw
 
+from helpers.tiny import noise_images
 from helpers.tiny import BUA_SMALL as SMALL
 from helpers.tiny import write_vocab
 
@@ -39,11 +40,6 @@ from vlbias.regions.extract import detector_fingerprint
 from vlbias.weights import prepare
 
 DEMO = {**SMALL, "selection": "demo"}
-
-
-def noise_images(seed, shapes):
-    rng = np.random.default_rng(seed)
-    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in shapes]
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ import safetensors.torch
 import torch
 from PIL import Image
 
+from helpers.tiny import noise_images
 from vlbias.errors import InputError
 from vlbias.images.blob import image_scale
 from vlbias.regions import build
@@ -42,11 +43,6 @@ from vlbias.regions.modeling_detectron_fpn import _c2_name
 
 SMALL = {"adapter": "detectron_fpn", "weights": "random", "seed": 0, "device": "cpu", "min_size": 96,
          "max_size": 160, "post_nms_topk": 60, "min_boxes": 10, "max_boxes": 100, "conf": 0.2}
-
-
-def noise_images(seed, shapes):
-    rng = np.random.default_rng(seed)
-    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in shapes]
 
 
 @pytest.fixture(scope="module")
