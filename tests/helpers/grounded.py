@@ -2,6 +2,9 @@
 grounded stimulus files of two images per set, their images in a mirror (one missing), tiny random
 models of the paper's four families and of the extended tables, tiny detectors; on ``make_project``'s."""
 
+import json
+
+import h5py
 import numpy as np
 import yaml
 from PIL import Image
@@ -150,3 +153,15 @@ TINY_VLBERT_E2E = {"adapter": "vlbert", "weights": "random", "seed": 0, "device"
                    "scales": [48, 80], "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                                                   "intermediate_size": 37, "visual_region_classes": 11,
                                                   "image_feat_precomputed": False}}
+
+
+def write_grounded(path, sets, column="LXMERT", dataset="google"):
+    """An embed_tests file (vlbias.suites.grounded.jobs) of one test 'toy' at level S, unmasked."""
+    with h5py.File(path, "w") as f:
+        f.attrs.update({"protocol": "authors", "dataset": dataset, "model": "lxmert", "column": column,
+                        "model_id": "tiny", "revision": "r", "detector": "frcnn", "info": json.dumps({})})
+        t = f.create_group("toy")
+        t.attrs.update({"test": "toy", "name": "Toy"})
+        for role, v in sets.items():
+            t.create_group(f"S/none/{role}").create_dataset("embeddings", data=v)
+    return path

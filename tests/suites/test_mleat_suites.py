@@ -2,13 +2,13 @@
 grounded tests of an embedding file, a table's ML-EAT files (vlbias.report.mleat.write_mleat) and its
 settings. The workflow runs them in tests/workflow/test_workflow.py (iEAT, SEAT) and test_grounded_pipeline.py."""
 
-import json
 
-import h5py
 import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+
+from helpers.grounded import write_grounded
 
 from vlbias.associate import run_mleat, run_mleats, run_test
 from vlbias.io.store import write_embeddings
@@ -86,18 +86,6 @@ def test_a_tables_files(store, tmp_path):
 def test_map_paths_are_one_folder_per_test_whatever_the_names():
     assert map_path("m", "google/toy-a/W", "VL-BERT").as_posix() == "m/google_toy-a_W/VL-BERT.png"
     assert map_path("m", "../up", "a b").as_posix() == "m/_up/a_b.png"
-
-
-def write_grounded(path, sets, column="LXMERT", dataset="google"):
-    """An embed_tests file (vlbias.suites.grounded.jobs) of one test 'toy' at level S, unmasked."""
-    with h5py.File(path, "w") as f:
-        f.attrs.update({"protocol": "authors", "dataset": dataset, "model": "lxmert", "column": column,
-                        "model_id": "tiny", "revision": "r", "detector": "frcnn", "info": json.dumps({})})
-        t = f.create_group("toy")
-        t.attrs.update({"test": "toy", "name": "Toy"})
-        for role, v in sets.items():
-            t.create_group(f"S/none/{role}").create_dataset("embeddings", data=v)
-    return path
 
 
 def test_grounded_mleat_pools_the_attributes_over_both_image_categories(tmp_path):

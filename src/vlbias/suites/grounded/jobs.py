@@ -283,7 +283,8 @@ def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
     experiments 1, 2 and 3 (variant 1) on each unmasked level, experiment 3 variant 2 ("3-masked") on each
     masked one, with experiment ``masked_statistic``'s test ("2" the paper, "1" the authors' code;
     protocol switch, docs/grounded.md). A set left empty (every pair dropped) gives a row whose
-    status says so. The null each permutation samples: see vlbias.stats.grounded and docs/grounded.md.
+    status says so, and so does a target set (X, Y) of fewer than 2 pairs ("too-few"). The null each
+    permutation samples: see vlbias.stats.grounded and docs/grounded.md.
     """
     from vlbias.stats.grounded import grounded_test
 
@@ -306,6 +307,13 @@ def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
             empty = [r for r in ROLES if not len(emb[r])]
             if empty:
                 rows.append({**row, "status": f"skipped: no pairs left in {', '.join(empty)}"})
+                continue
+            # as vlbias.associate.run_test: a target set of one has no spread of its own (with one on each
+            # side d is ±√2 whatever the vectors, and experiment 3's d_x likewise): no d, no p
+            few = [f"{r} has {len(emb[r])}" for r in ("X", "Y") if len(emb[r]) < 2]
+            if few:
+                rows.append({**row, "status": f"too-few: {' and '.join(few)} pair; d and p need at least 2 in "
+                                              "each target set"})
                 continue
             try:
                 r = grounded_test(experiment, *(emb[role] for role in ROLES), n_samples=n_samples, seed=seed,
