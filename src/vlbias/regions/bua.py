@@ -25,9 +25,17 @@ Config entry keys:
     num_classes, num_attributes   classes / attributes without background (default 1600 / 400)
     min_size, max_size   the resize: shorter side to min_size unless the longer would exceed max_size
                   (default 800, 1333: the demo's config.yaml)
-    post_nms_topk  proposals kept by the RPN (default 300, the demo's; fewer only to make tests fast)
+    post_nms_topk  proposals kept by the RPN (default 300: caffe's cfg.TEST.RPN_POST_NMS_TOP_N and the
+                  demo's; fewer only to make tests fast)
     selection     which regions are kept (below): ``generate_tsv`` (default; the features every 2019-2021
                   model was trained and published with) or ``demo`` (transformers' LXMERT demo)
+    proposals     the RPN's proposal layer (vlbias.regions.modeling_bua lists every difference):
+                  ``caffe`` (default with generate_tsv) bottom-up-attention's lib/rpn/proposal_layer.py in
+                  the authors' test config, the proposals of the released features; ``demo`` (default with
+                  demo) detectron2's RPN as the demo's conversion runs it. generate_tsv with ``demo``
+                  proposals gives the generate_tsv selection on the conversion's proposals (what this
+                  adapter gave before caffe's layer was ported); ``caffe`` with demo is refused (caffe's
+                  layer needs caffe's blob: one image, one im_scale)
     min_boxes, max_boxes, conf   the box rule: generate_tsv's MIN_BOXES, MAX_BOXES, conf_thresh;
                   with ``demo``, vlbias.visual.keep_boxes
     device, threads, batch_size  see vlbias.runtime
@@ -40,7 +48,10 @@ mean, bilinear resize) runs through the network (vlbias.regions.modeling_bua: it
 (``get_detections_from_im``: jiasenlu's fork, lines 310-335, the extraction Ross et al. ran for
 ViLBERT and VL-BERT; peteanderson80's, lines 69-95; LXMERT's extract_coco_image.py, which adds the
 labels) kept them from the caffe network's raw outputs: the image resized as caffe's blob (one
-factor, vlbias.images.blob), alone in its forward pass; the boxes are the UNREGRESSED proposals
+factor, vlbias.images.blob), alone in its forward pass; its proposals by default caffe's proposal
+layer (``proposals: caffe``: anchors from generate_anchors, the +1 box transform without clamp,
+clipped at W-1 / H-1, boxes under 16 original pixels dropped before the top-6000 cut, +1-area NMS in
+numpy's order); the boxes are the UNREGRESSED proposals
 ("don't worry about the regression bbox outputs") divided by that factor; each proposal's
 ``max_conf`` is its best class score among the classes whose own NMS (IoU with "+1" areas, at
 cfg.TEST.NMS = 0.3) it survives; the proposals with max_conf >= conf are kept in proposal order,
@@ -64,9 +75,9 @@ scaled back to original-image pixels and clipped to the image.
 Differences from the reference (the demo), on purpose: images are fed in BGR order whatever their
 source (the reference's ``img_tensorize`` does so for URLs but passes local files as RGB,
 transformers issue #19601); the reference fails when fewer than MIN_DETECTIONS boxes survive NMS, we
-keep them. Differences from the caffe network that generate_tsv ran, in the network itself (the
-demo's conversion): its RPN drops no proposal below caffe's RPN_MIN_SIZE (16 pixels at the resized
-scale) and clips proposals to the resized image's edge, caffe's one pixel inside it.
+keep them. With ``proposals: demo`` (the demo's conversion), the RPN differs from caffe's as
+vlbias.regions.modeling_bua lists (it drops no proposal below caffe's RPN_MIN_SIZE, clips proposals
+to the resized image's edge, caffe's one pixel inside it, and more).
 
 The demo's config (resize 800/1333) is the default; LXMERT's own features came from the caffe
 original at 600/1000, which ``min_size: 600, max_size: 1000`` gives.
@@ -275,9 +286,9 @@ class BottomUpAttention:
         return rois, logits.softmax(-1)[:, :-1], attr_logits.softmax(-1)[:, :-1], pool5
 
     def _generate_tsv(self, x):
-        """One image's Regions as generate_tsv.py keeps them, the boxes clipped to the image (our
-        proposals reach the resized image's edge, caffe's stop a pixel inside: divided by the scale,
-        ours can pass the image's edge by up to half a resized pixel)."""
+        """One image's Regions as generate_tsv.py keeps them, the boxes clipped to the image (caffe's
+        proposals stop a pixel inside the resized image, so this changes none; the demo's reach its
+        edge: divided by the scale, they can pass the image's edge by up to half a resized pixel)."""
         regions, _ = generate_tsv_regions(*self.raw_outputs(x), x.scale, x.size, self.min_boxes, self.max_boxes,
                                           self.conf)
         regions.boxes = clip_boxes_to_image(torch.from_numpy(regions.boxes), x.size).numpy()
