@@ -239,7 +239,8 @@ def run_theirs(layer, probs, deltas, im_info):
 def rpn_outputs(seed, height, width):
     """Seeded RPN outputs where every rule matters: probabilities on a coarse grid (ties) with some
     saturated at 1.0; deltas with dw, dh past detectron2's clamp (boxes clipped to the whole image,
-    identical), very negative ones (boxes the size rule drops), and shifts off the image (clipped)."""
+    identical, or, centred left of the image, ending inside it where the clamp would end them before
+    it), very negative ones (boxes the size rule drops), and shifts off the image (clipped)."""
     rng = np.random.default_rng(seed)
     probs = np.round(rng.uniform(0, 1, (A, height, width)), 2)
     probs[rng.random(probs.shape) < 0.05] = 1.0
@@ -249,6 +250,9 @@ def rpn_outputs(seed, height, width):
     wh[big] = rng.uniform(4.5, 6, big.sum())  # past the clamp (4.135): many become the whole image, alike
     wh[small] -= 3
     xy[far] *= 20
+    # half of the widest boxes centred left of the image, their right end inside it: cut short by the clamp
+    straddle = big[:, 0] & (rng.random(big[:, 0].shape) < 0.5)
+    xy[:, 0][straddle] = -0.5 * np.exp(wh[:, 0][straddle]) + rng.uniform(0.05, 0.5, straddle.sum())
     return (torch.from_numpy(probs.astype(np.float32)),
             torch.from_numpy(deltas.astype(np.float32).reshape(4 * A, height, width)))
 
