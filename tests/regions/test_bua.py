@@ -14,7 +14,6 @@ extraction (airsplay/lxmert data/mscoco_imgfeat/extract_coco_image.py) in VLBIAS
 import base64
 import hashlib
 import importlib
-import importlib.util
 import os
 import re
 import sys
@@ -27,6 +26,9 @@ import safetensors.torch
 import torch
 from PIL import Image, ImageDraw
 
+from helpers.bottom_up import checkout as bottom_up_checkout
+from helpers.bottom_up import config as their_config
+from helpers.bottom_up import plain_module
 from helpers.tiny import noise_images
 from helpers.tiny import BUA_SMALL as SMALL
 from helpers.tiny import write_vocab
@@ -34,9 +36,9 @@ from helpers.tiny import write_vocab
 from vlbias.errors import InputError
 from vlbias.images.blob import PIXEL_MEANS_BGR, image_scale
 from vlbias.regions import build
-from vlbias.regions.bua import (generate_tsv_regions, max_conf, proposal_overlaps, resized_size,
-                                tsv_keep)
+from vlbias.regions.bua import generate_tsv_regions, max_conf, resized_size, tsv_keep
 from vlbias.regions.extract import detector_fingerprint
+from vlbias.regions.modeling_bua import proposal_overlaps
 from vlbias.weights import prepare
 
 DEMO = {**SMALL, "selection": "demo"}
@@ -386,14 +388,25 @@ def test_the_detector_keeps_generate_tsv_regions_and_records_the_selection(detec
     expected, _ = generate_tsv_regions(*detector.raw_outputs(x), x.scale, x.size, 2, 5, 0.2)
     np.testing.assert_array_equal(got.features, expected.features)
     np.testing.assert_array_equal(got.boxes, expected.boxes)
-    # 61 x 92 pixels resize by 64/61 to 64 x 97 (96.52 rounded up): proposals at the resized edge end past
-    # the image once divided by the scale; the detector clips its boxes to the image
-    every = build({**SMALL, "min_boxes": 12, "max_boxes": 12})
-    x = every.prepare(noise_images(0, [(92, 61)])[0])
-    expected, _ = generate_tsv_regions(*every.raw_outputs(x), x.scale, x.size, 12, 12, 0.2)
-    assert expected.boxes[:, 3].max() > 92
-    np.testing.assert_array_equal(every.detect([x])[0].boxes, np.minimum(expected.boxes, [61, 92, 61, 92]))
+    # 61 x 92 pixels resize by 64/61 to 64 x 97 (96.52 rounded up): caffe's proposals end at the resized
+    # image's last pixel (96), 91.5 once divided by the scale; the demo's reach its edge (97), past the
+    # image once divided by the scale: the detector clips its boxes to the image
+    image = noise_images(0, [(92, 61)])[0]
+    for proposals in ("caffe", "demo"):
+        every = build({**SMALL, "min_boxes": 12, "max_boxes": 12, "proposals": proposals})
+        x = every.prepare(image)
+        expected, _ = generate_tsv_regions(*every.raw_outputs(x), x.scale, x.size, 12, 12, 0.2)
+        if proposals == "caffe":
+            assert expected.boxes[:, 3].max() == np.float32(96) / np.float32(x.scale) < 92
+        else:
+            assert expected.boxes[:, 3].max() > 92
+        np.testing.assert_array_equal(every.detect([x])[0].boxes, np.minimum(expected.boxes, [61, 92, 61, 92]))
     assert detector.settings["selection"] == "generate_tsv" and detector.settings["nms"] == 0.3
+    assert detector.settings["proposals"] == "caffe" and demo.settings["proposals"] == "demo"
+    assert detector.settings["rpn"]["min_size"] == 16 and "min_size" not in demo.settings["rpn"]
+    assert detector_fingerprint(detector) != detector_fingerprint(build({**SMALL, "proposals": "demo"}))
+    with pytest.raises(InputError, match="proposals 'caffe': needs selection generate_tsv"):
+        build({**DEMO, "proposals": "caffe"})
     assert demo.settings["selection"] == "demo" and "nms" not in demo.settings
     assert detector_fingerprint(detector) != detector_fingerprint(demo)  # the regions' cache key
     with pytest.raises(InputError, match="selection 'nms': must be one of generate_tsv, demo"):
@@ -435,13 +448,6 @@ def scenes(seed, shapes):
     return out
 
 
-def _module(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def their_function(path):
     """The source of ``get_detections_from_im`` in ``path``: bottom-up-attention's script is Python 2
     (print statements) but the function alone is valid Python 3."""
@@ -450,31 +456,18 @@ def their_function(path):
 
 
 @pytest.fixture(scope="module")
-def bottom_up(tmp_path_factory):
-    where = os.environ.get("VLBIAS_BOTTOM_UP_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_BOTTOM_UP_REFERENCE to a checkout of jiasenlu/bottom-up-attention (or "
-                    "peteanderson80's): tools/generate_tsv.py, lib/nms/py_cpu_nms.py, lib/fast_rcnn/config.py")
-    where = Path(where)
+def bottom_up():
+    where = bottom_up_checkout("tools/generate_tsv.py", "lib/nms/py_cpu_nms.py", "lib/fast_rcnn/config.py",
+                               "experiments/cfgs/faster_rcnn_end2end_resnet.yml")
     import yaml
 
-    # their config module imports easydict (a dict with attribute access) only
-    easydict = types.ModuleType("easydict")
-    easydict.EasyDict = type("EasyDict", (dict,), {"__getattr__": dict.__getitem__, "__setattr__": dict.__setitem__})
-    saved = sys.modules.get("easydict")
-    sys.modules["easydict"] = easydict
-    try:
-        config = _module("bottom_up_config", where / "lib/fast_rcnn/config.py")
-    finally:
-        sys.modules.pop("easydict")
-        if saved is not None:
-            sys.modules["easydict"] = saved
+    config = their_config(where)
     # the config the extraction ran with (the README's --cfg) leaves TEST.NMS at its default
     ran = yaml.safe_load((where / "experiments/cfgs/faster_rcnn_end2end_resnet.yml").read_text())
     nms = ran.get("TEST", {}).get("NMS", config.cfg.TEST.NMS)
     script = (where / "tools/generate_tsv.py").read_text()
     constants = {k: int(re.search(rf"^{k} = (\d+)", script, flags=re.M).group(1)) for k in ("MIN_BOXES", "MAX_BOXES")}
-    py_cpu_nms = _module("bottom_up_py_cpu_nms", where / "lib/nms/py_cpu_nms.py").py_cpu_nms
+    py_cpu_nms = plain_module("bottom_up_py_cpu_nms", where / "lib/nms/py_cpu_nms.py").py_cpu_nms
     return {"code": their_function(where / "tools/generate_tsv.py"), "nms": nms, "constants": constants,
             "py_cpu_nms": py_cpu_nms, "cfg": types.SimpleNamespace(TEST=types.SimpleNamespace(NMS=nms))}
 

@@ -25,9 +25,17 @@ Config entry keys:
     num_classes, num_attributes   classes / attributes without background (default 1600 / 400)
     min_size, max_size   the resize: shorter side to min_size unless the longer would exceed max_size
                   (default 800, 1333: the demo's config.yaml)
-    post_nms_topk  proposals kept by the RPN (default 300, the demo's; fewer only to make tests fast)
+    post_nms_topk  proposals kept by the RPN (default 300: caffe's cfg.TEST.RPN_POST_NMS_TOP_N and the
+                  demo's; fewer only to make tests fast)
     selection     which regions are kept (below): ``generate_tsv`` (default; the features every 2019-2021
                   model was trained and published with) or ``demo`` (transformers' LXMERT demo)
+    proposals     the RPN's proposal layer (vlbias.regions.modeling_bua lists every difference):
+                  ``caffe`` (default with generate_tsv) bottom-up-attention's lib/rpn/proposal_layer.py in
+                  the authors' test config, the proposals of the released features; ``demo`` (default with
+                  demo) detectron2's RPN as the demo's conversion runs it. generate_tsv with ``demo``
+                  proposals gives the generate_tsv selection on the conversion's proposals (what this
+                  adapter gave before caffe's layer was ported); ``caffe`` with demo is refused (caffe's
+                  layer needs caffe's blob: one image, one im_scale)
     min_boxes, max_boxes, conf   the box rule: generate_tsv's MIN_BOXES, MAX_BOXES, conf_thresh;
                   with ``demo``, vlbias.visual.keep_boxes
     device, threads, batch_size  see vlbias.runtime
@@ -40,7 +48,10 @@ mean, bilinear resize) runs through the network (vlbias.regions.modeling_bua: it
 (``get_detections_from_im``: jiasenlu's fork, lines 310-335, the extraction Ross et al. ran for
 ViLBERT and VL-BERT; peteanderson80's, lines 69-95; LXMERT's extract_coco_image.py, which adds the
 labels) kept them from the caffe network's raw outputs: the image resized as caffe's blob (one
-factor, vlbias.images.blob), alone in its forward pass; the boxes are the UNREGRESSED proposals
+factor, vlbias.images.blob), alone in its forward pass; its proposals by default caffe's proposal
+layer (``proposals: caffe``: anchors from generate_anchors, the +1 box transform without clamp,
+clipped at W-1 / H-1, boxes under 16 original pixels dropped before the top-6000 cut, +1-area NMS in
+numpy's order); the boxes are the UNREGRESSED proposals
 ("don't worry about the regression bbox outputs") divided by that factor; each proposal's
 ``max_conf`` is its best class score among the classes whose own NMS (IoU with "+1" areas, at
 cfg.TEST.NMS = 0.3) it survives; the proposals with max_conf >= conf are kept in proposal order,
@@ -64,9 +75,9 @@ scaled back to original-image pixels and clipped to the image.
 Differences from the reference (the demo), on purpose: images are fed in BGR order whatever their
 source (the reference's ``img_tensorize`` does so for URLs but passes local files as RGB,
 transformers issue #19601); the reference fails when fewer than MIN_DETECTIONS boxes survive NMS, we
-keep them. Differences from the caffe network that generate_tsv ran, in the network itself (the
-demo's conversion): its RPN drops no proposal below caffe's RPN_MIN_SIZE (16 pixels at the resized
-scale) and clips proposals to the resized image's edge, caffe's one pixel inside it.
+keep them. With ``proposals: demo`` (the demo's conversion), the RPN differs from caffe's as
+vlbias.regions.modeling_bua lists (it drops no proposal below caffe's RPN_MIN_SIZE, clips proposals
+to the resized image's edge, caffe's one pixel inside it, and more).
 
 The demo's config (resize 800/1333) is the default; LXMERT's own features came from the caffe
 original at 600/1000, which ``min_size: 600, max_size: 1000`` gives.
@@ -89,8 +100,9 @@ from vlbias.io.checkpoints import read_state_dict
 from vlbias.io.fetch import sha256_file
 from vlbias.regions import register
 from vlbias.regions.genome import PERSON_CLASSES, read_vocab
-from vlbias.regions.modeling_bua import (FEATURE_DIM, FEATURE_STRIDE, POOLER_RESOLUTION, ROI_BOX_WEIGHTS, RPN_NMS,
-                                         RPN_PRE_NMS_TOPK, SCALE_CLAMP, BottomUpRCNN, load, random_init_)
+from vlbias.regions.modeling_bua import (CAFFE_ANCHOR_SCALES, FEATURE_DIM, FEATURE_STRIDE, POOLER_RESOLUTION,
+                                         PROPOSALS, ROI_BOX_WEIGHTS, RPN_MIN_SIZE, RPN_NMS, RPN_PRE_NMS_TOPK,
+                                         SCALE_CLAMP, BottomUpRCNN, caffe_nms, load, random_init_)
 from vlbias.registry import one_weights_source
 from vlbias.runtime import runtime
 from vlbias.visual import Regions, box_rule, keep_boxes
@@ -138,6 +150,13 @@ class BottomUpAttention:
         self.selection = spec["selection"]
         if self.selection not in SELECTIONS:
             raise InputError(f"selection '{self.selection}'", f"must be one of {', '.join(SELECTIONS)}")
+        # the proposal layer: by default caffe's for generate_tsv (the released features), the demo's for demo
+        self.proposals = spec.get("proposals") or ("caffe" if self.selection == "generate_tsv" else "demo")
+        if self.proposals not in PROPOSALS:
+            raise InputError(f"proposals '{self.proposals}'", f"must be one of {', '.join(PROPOSALS)}")
+        if self.proposals == "caffe" and self.selection != "generate_tsv":
+            raise InputError("proposals 'caffe'", "needs selection generate_tsv: caffe's proposal layer runs on "
+                                                  "caffe's image blob (one image, one im_scale)")
         self.min_size, self.max_size = int(spec["min_size"]), int(spec["max_size"])
         num_classes, num_attributes = int(spec["num_classes"]), int(spec["num_attributes"])
         post_nms_topk = int(spec["post_nms_topk"])
@@ -158,7 +177,7 @@ class BottomUpAttention:
             if not path.is_file():
                 raise InputError(checkpoint, "checkpoint file not found")
             state = read_state_dict(path)  # before building the model: a refused file fails fast
-        model = BottomUpRCNN(num_classes, num_attributes, post_nms_topk)
+        model = BottomUpRCNN(num_classes, num_attributes, post_nms_topk, self.proposals)
         if state is None:
             seed = int(spec["seed"])
             random_init_(model, seed)
@@ -177,7 +196,8 @@ class BottomUpAttention:
             "objects_vocab": as_written(spec, "objects_vocab"), "objects_vocab_sha256": objects_sha,
             "attributes_vocab": as_written(spec, "attributes_vocab"), "attributes_vocab_sha256": attributes_sha,
             "min_size": self.min_size, "max_size": self.max_size,
-            "rpn": {"pre_nms_topk": RPN_PRE_NMS_TOPK, "post_nms_topk": post_nms_topk, "nms": RPN_NMS},
+            "proposals": self.proposals, "rpn": {"pre_nms_topk": RPN_PRE_NMS_TOPK, "post_nms_topk": post_nms_topk,
+                                                 "nms": RPN_NMS, **RPN_SETTINGS[self.proposals]},
             "pooler": f"RoIPool {POOLER_RESOLUTION}x{POOLER_RESOLUTION}",
             "min_boxes": self.min_boxes, "max_boxes": self.max_boxes, "conf": self.conf,
             "selection": self.selection, **SELECTION_SETTINGS[self.selection],
@@ -260,15 +280,15 @@ class BottomUpAttention:
         (caffe's first, our network's last: the class and attribute ids count without it)."""
         m = self.model
         features = m.backbone(x.image[None].to(self.device))
-        rois = m.proposal_generator(features, [tuple(x.image.shape[-2:])])[0]
+        rois = m.proposal_generator(features, [tuple(x.image.shape[-2:])], [x.scale])[0]
         pool5 = m.roi_heads(features, [rois])
         logits, _, attr_logits = m.roi_heads.box_predictor(pool5)  # the regressed boxes are not used
         return rois, logits.softmax(-1)[:, :-1], attr_logits.softmax(-1)[:, :-1], pool5
 
     def _generate_tsv(self, x):
-        """One image's Regions as generate_tsv.py keeps them, the boxes clipped to the image (our
-        proposals reach the resized image's edge, caffe's stop a pixel inside: divided by the scale,
-        ours can pass the image's edge by up to half a resized pixel)."""
+        """One image's Regions as generate_tsv.py keeps them, the boxes clipped to the image (caffe's
+        proposals stop a pixel inside the resized image, so this changes none; the demo's reach its
+        edge: divided by the scale, they can pass the image's edge by up to half a resized pixel)."""
         regions, _ = generate_tsv_regions(*self.raw_outputs(x), x.scale, x.size, self.min_boxes, self.max_boxes,
                                           self.conf)
         regions.boxes = clip_boxes_to_image(torch.from_numpy(regions.boxes), x.size).numpy()
@@ -297,6 +317,14 @@ class BottomUpAttention:
 # generate_tsv's selection (bottom-up-attention tools/generate_tsv.py get_detections_from_im)
 # ---------------------------------------------------------------------------------------------
 
+RPN_SETTINGS = {
+    "caffe": {"layer": "bottom-up-attention lib/rpn/proposal_layer.py", "min_size": RPN_MIN_SIZE,
+              "anchors": f"generate_anchors, base 16, scales {list(CAFFE_ANCHOR_SCALES)}",
+              "nms_areas": "+1", "box_transform": "bbox_transform_inv (+1 widths, no clamp)", "clip": "W-1, H-1"},
+    "demo": {"layer": "detectron2's RPN (the demo's)", "anchors": "detectron2, sizes 64-512, offset 0",
+             "nms_areas": "torchvision", "box_transform": "BoxCoder (dw, dh clamped)", "clip": "W, H"},
+}
+
 SELECTION_SETTINGS = {
     "generate_tsv": {"resize": "caffe's blob: one factor, cv2.resize (vlbias.images.blob); one image a pass",
                      "nms": TSV_NMS, "selection_rule": "unregressed proposals; max_conf = best class score "
@@ -309,42 +337,20 @@ SELECTION_SETTINGS = {
 }
 
 
-def proposal_overlaps(boxes):
-    """(R, R) float32 IoU of ``boxes`` (R, 4) float32 with py-faster-rcnn's "+1" pixel areas, in the
-    arithmetic of its NMS (lib/nms/cpu_nms.pyx, py_cpu_nms.py: float32 throughout,
-    inter / (area_i + area_j - inter)); symmetric, as float addition commutes."""
-    x1, y1, x2, y2 = boxes.unbind(1)
-    areas = (x2 - x1 + 1) * (y2 - y1 + 1)
-    w = (torch.minimum(x2[:, None], x2[None]) - torch.maximum(x1[:, None], x1[None]) + 1).clamp(min=0)
-    h = (torch.minimum(y2[:, None], y2[None]) - torch.maximum(y1[:, None], y1[None]) + 1).clamp(min=0)
-    inter = w * h
-    return inter / (areas[:, None] + areas[None] - inter)
-
-
 def max_conf(boxes, scores, threshold=TSV_NMS):
     """float64 (R,): generate_tsv's ``max_conf`` of each proposal, the highest of its class scores
     among the classes whose NMS it survives, 0 if none.
 
     ``boxes`` float32 (R, 4) in the image's pixels, ``scores`` float32 (R, C) class probabilities
-    without background. Per class, greedy NMS in the order of numpy's ``argsort()[::-1]`` of its
-    scores (ties as theirs), a box suppressing every later one it overlaps by ``ovr >= threshold``
-    compared in double (cpu_nms.pyx, the NMS of the config they ran, USE_GPU_NMS: False). All classes
-    at once: each step takes every class's next box in its order.
+    without background. Per class, cpu_nms.pyx (the NMS of the config they ran, USE_GPU_NMS: False) as
+    vlbias.regions.modeling_bua.caffe_nms runs it: greedy in the order of numpy's ``argsort()[::-1]``
+    of its scores (ties as theirs), a box suppressing every later one it overlaps by ``ovr >=
+    threshold`` compared in double.
     """
-    num, classes = scores.shape
-    device = scores.device
-    suppresses = proposal_overlaps(boxes).double() >= threshold
-    probs = scores.cpu().numpy()
-    order = torch.from_numpy(np.stack([np.argsort(probs[:, c])[::-1] for c in range(classes)])).to(device)
-    kept = torch.zeros((classes, num), dtype=torch.bool, device=device)
-    gone = torch.zeros((classes, num), dtype=torch.bool, device=device)
-    rows = torch.arange(classes, device=device)
-    for rank in range(num):
-        box = order[:, rank]
-        alive = ~gone[rows, box]
-        kept[rows, box] |= alive
-        gone |= suppresses[box] & alive[:, None]
-    return torch.where(kept.T, scores, 0).amax(dim=1).double().cpu().numpy() if num else np.zeros(0)
+    if not len(scores):
+        return np.zeros(0)
+    kept, _ = caffe_nms(boxes, scores, threshold)
+    return torch.where(kept.T, scores, 0).amax(dim=1).double().cpu().numpy()
 
 
 def tsv_keep(conf_scores, min_boxes, max_boxes, conf):
