@@ -61,7 +61,8 @@ from regions import make_images  # noqa: E402
 from vlbias.stats.grounded import grounded_test  # noqa: E402
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus  # noqa: E402
 
-CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
+LOADER, DUMPER = getattr(yaml, "CSafeLoader", yaml.SafeLoader), getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+CONFIG = yaml.load((REPO / "config/config.yaml").read_text(), Loader=LOADER)
 # every family of the grounded models (the paper's columns and the extended tables'), in the config's order
 FAMILIES = list(dict.fromkeys(m["adapter"] for m in CONFIG["grounded"]["models"].values()))
 TINY = {**{f: TINY_VL[f] for f in ("visualbert", "lxmert", "vilbert", "vlbert")}, "blip": TINY_BLIP,
@@ -114,17 +115,16 @@ class ModelClock:
             h.remove()
 
 
-def mini_stimulus(source, per_set, folder):
-    """A stimulus file in ``folder``: ``source`` with the first ``per_set`` images of each image set at
-    each level, each keeping its own caption indices (captions, words and mask terms unchanged)."""
-    doc = yaml.safe_load(Path(source).read_text())
-    for level in doc["levels"].values():
-        for role in ROLES:
-            pairs = level["images"][role]["pairs"]
-            level["images"][role]["pairs"] = dict(list(pairs.items())[:per_set])
-    path = Path(folder, "stimulus", Path(source).name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+def mini_stimulus(doc, per_set, path):
+    """A stimulus file at ``path``: ``doc`` (a stimulus file's contents) with the first ``per_set`` images
+    of each image set at each level, each keeping its own caption indices (captions, words and mask
+    terms unchanged)."""
+    levels = {name: {**level, "images": {role: {**level["images"][role],
+                                                "pairs": dict(list(level["images"][role]["pairs"].items())[:per_set])}
+                                         for role in ROLES}}
+              for name, level in doc["levels"].items()}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.dump({**doc, "levels": levels}, Dumper=DUMPER, sort_keys=False))
     return load_grounded_stimulus(path)
 
 
@@ -224,12 +224,13 @@ def bench_embed(args):
     from vlbias.models import build
 
     rows = []
+    doc = yaml.load(args.stimulus.read_text(), Loader=LOADER)
     with tempfile.TemporaryDirectory(prefix="grounded-embed-") as tmp:
         tmp = Path(tmp)
         for size, n_images in zip(args.sizes, args.images):
             per_set = max(1, n_images // len(ROLES))
-            stimulus = mini_stimulus(args.stimulus, per_set, tmp / size)
-            warm = mini_stimulus(args.stimulus, 1, tmp / size / "warm-up")
+            stimulus = mini_stimulus(doc, per_set, tmp / size / args.stimulus.name)
+            warm = mini_stimulus(doc, 1, tmp / size / "warm-up" / args.stimulus.name)
             ids = stimulus.image_ids()
             manifest = write_images(ids, tmp / size / "images")
             stores = {}
