@@ -16,7 +16,8 @@ grid of grounded tests through the statistics engine.
                 another is not counted twice; a vision tower the adapter calls on its own is counted), so
                 the figure holds whatever the adapter does around its modules. Reported as pairs per
                 model-second, and the stage's overhead, 1 - model / stage: tokenizing, image decoding and
-                processing, region reads, batching, the cache and the HDF5 writes.
+                processing, region reads, batching, the cache and the HDF5 writes. The hooks cost some
+                microseconds per module call, in both figures: nothing at base size, a little at tiny.
 
    The mini-job: a real stimulus (``--stimulus``, resources/stimuli/grounded/google/weat6.yaml), its
    first ``--images`` // 6 images of each of the six image sets, each with its own captions (8 per image
@@ -25,8 +26,11 @@ grid of grounded tests through the statistics engine.
    images). The images are generated 640x480 JPEGs (benchmarks/regions.py's) the pixel-reading
    families decode as the job does; the region store holds 36 regions per image (random features of the
    family's width, 2048 where it reads none; boxes; about a fifth persons, mask I's). Each figure is the
-   fastest of ``--repeats`` runs, after a warm-up job of one image per set. ``/proc/loadavg`` is
-   recorded before and after each row: the machine may be shared.
+   fastest of ``--repeats`` runs, after a warm-up job of one image per set (its seconds, and the
+   model's build, are recorded beside: what a run of the benchmark costs beyond the figures). ``/proc/loadavg`` is
+   recorded before and after each row: the machine may be shared (there, ``--threads 1``: torch's
+   threads wait on each other when the cores are busy). ``vlbias`` is imported from PYTHONPATH, so the
+   same command measures two source trees (``PYTHONPATH=<tree>/src``; the first line names the tree).
 
 2. Statistics (``--only grid``): every (test, model, level, experiment[, mask]) of the stimulus files,
    i.e. the paper's four models and BLIP x the levels of config/config.yaml (grounded.levels, W/S/C) x
@@ -190,7 +194,7 @@ def measure(encoder, stimulus, warm, store, manifest, repeats):
     sync = torch.cuda.synchronize if encoder.device.type == "cuda" else None
     best = None
     with tempfile.TemporaryDirectory(prefix="run-") as folder:
-        stage(encoder, warm, store, manifest, Path(folder, "warm-up.h5"), Path(folder, "cache-warm-up"))
+        warm_up = stage(encoder, warm, store, manifest, Path(folder, "warm-up.h5"), Path(folder, "cache-warm-up"))[0]
         for r in range(repeats):
             with ModelClock(sync) as clock:
                 seconds, pairs = stage(encoder, stimulus, store, manifest, Path(folder, f"{r}.h5"),
@@ -198,7 +202,7 @@ def measure(encoder, stimulus, warm, store, manifest, repeats):
             if best is None or seconds < best[0]:
                 best = seconds, clock.seconds, clock.calls, pairs
     seconds, model, calls, pairs = best
-    return {"status": "ok", "pairs": pairs, "stage_s": seconds, "model_s": model, "module_calls": calls,
+    return {"status": "ok", "warm_up_s": warm_up, "pairs": pairs, "stage_s": seconds, "model_s": model, "module_calls": calls,
             "stage_pairs_s": pairs / seconds, "model_pairs_s": pairs / model if model else None,
             "overhead": 1 - model / seconds}
 
@@ -240,7 +244,9 @@ def bench_embed(args):
                         row = {"family": family, "size": size, "precision": precision, "batch": bs,
                                "threads": args.threads, "device": args.device, "loadavg_start": loadavg()}
                         try:
+                            t = time.perf_counter()
                             encoder = build(entry(family, size, precision, bs, args, tmp))
+                            row["build_s"] = time.perf_counter() - t
                         except InputError as e:  # e.g. a precision the runtime refuses
                             print(f"{family} {size} {precision}: not run ({e})", flush=True)
                             rows.append({**row, "status": f"not run: {e}"})

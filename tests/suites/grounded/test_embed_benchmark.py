@@ -62,6 +62,7 @@ def test_stage_and_model_alone_of_a_region_and_a_pixel_family(bench, tmp_path, c
         # the mini-job: each of the 6 images read by many pairs (W, S, C, T and I of its captions)
         assert row["pairs"] > 10 * row["images"] and row["pairs_per_image"] == row["pairs"] / 6
         assert 0 < row["model_s"] <= row["stage_s"] and row["module_calls"] > 0
+        assert row["build_s"] > 0 and row["warm_up_s"] > 0 and row["parameters"] > 0
         assert row["stage_pairs_s"] == pytest.approx(row["pairs"] / row["stage_s"])
         assert row["model_pairs_s"] == pytest.approx(row["pairs"] / row["model_s"])
         assert row["overhead"] == pytest.approx(1 - row["model_s"] / row["stage_s"])
