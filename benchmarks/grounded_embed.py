@@ -333,7 +333,8 @@ def main(argv=None):
                     help="distinct images of the mini-job, one number per size (whole images per image set)")
     ap.add_argument("--families", default=",".join(FAMILIES), type=names)
     ap.add_argument("--batch-sizes", default="32", type=numbers)
-    ap.add_argument("--precisions", default="fp32", type=names, help="fp32, bf16 (torch.autocast to bfloat16)")
+    ap.add_argument("--precisions", "--precision", default="fp32", type=names,
+                    help="fp32, bf16 (the entry's precision: torch.autocast to bfloat16)")
     ap.add_argument("--threads", type=int, default=CONFIG["grounded"]["experiments"]["threads"],
                     help="torch's threads, as the entry's `threads` (default: the config's grounded.experiments)")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each mini-job; the fastest counts")
