@@ -26,7 +26,7 @@ grid of grounded tests through the statistics engine.
    images). The images are generated 640x480 JPEGs (benchmarks/regions.py's) the pixel-reading
    families decode as the job does; the region store holds 36 regions per image (random features of the
    family's width, 2048 where it reads none; boxes; about a fifth persons, mask I's). Each figure is the
-   fastest of ``--repeats`` runs, after a warm-up job of one image per set (its seconds, and the
+   fastest of ``--repeats`` runs, after a warm-up job of one image per set at level S (its seconds, and the
    model's build, are recorded beside: what a run of the benchmark costs beyond the figures). ``/proc/loadavg`` is
    recorded before and after each row: the machine may be shared (there, ``--threads 1``: torch's
    threads wait on each other when the cores are busy). ``vlbias`` is imported from PYTHONPATH, so the
@@ -164,20 +164,21 @@ def write_store(path, image_ids, dim, seed=0):
     return path
 
 
-def stage(encoder, stimulus, store_path, manifest, out, cache_dir):
+def stage(encoder, stimulus, store_path, manifest, out, cache_dir, levels=None, masks=None):
     """Wall seconds of the grounded embedding job (workflow/scripts/grounded_embed.py's embed_tests call,
-    on a fresh cache), and the pairs it embedded."""
+    on a fresh cache; at the config's levels and masks unless given), and the pairs it embedded."""
     import h5py
 
     from vlbias.io.cache import RecordCache
     from vlbias.regions.store import RegionStore
     from vlbias.suites.grounded.jobs import embed_tests
 
-    grounded = CONFIG["grounded"]
+    levels = levels or CONFIG["grounded"]["levels"]
+    masks = CONFIG["grounded"]["masks"] if masks is None else masks
     t = time.perf_counter()
     with RegionStore(store_path) as store, RecordCache(cache_dir) as cache:
-        embed_tests([stimulus], encoder, store, out, grounded["levels"], grounded["masks"], manifest_rows=manifest,
-                    cache=cache, image_mask="persons", mask_labels=None, label_offset=0,
+        embed_tests([stimulus], encoder, store, out, levels, masks, manifest_rows=manifest, cache=cache,
+                    image_mask="persons", mask_labels=None, label_offset=0,
                     attrs={"protocol": "benchmark", "dataset": stimulus.dataset, "model": encoder.info["adapter"]})
     seconds = time.perf_counter() - t
     with h5py.File(out, "r") as f:
@@ -187,14 +188,15 @@ def stage(encoder, stimulus, store_path, manifest, out, cache_dir):
 
 
 def measure(encoder, stimulus, warm, store, manifest, repeats):
-    """The fastest of ``repeats`` stage runs on ``stimulus`` (after one on ``warm``: each first input
-    shape, lazy initialisation), with the model's own seconds in that run."""
+    """The fastest of ``repeats`` stage runs on ``stimulus`` (after one on ``warm``'s sentence captions
+    unmasked: the first calls' lazy initialisation), with the model's own seconds in that run."""
     import torch
 
     sync = torch.cuda.synchronize if encoder.device.type == "cuda" else None
     best = None
     with tempfile.TemporaryDirectory(prefix="run-") as folder:
-        warm_up = stage(encoder, warm, store, manifest, Path(folder, "warm-up.h5"), Path(folder, "cache-warm-up"))[0]
+        warm_up = stage(encoder, warm, store, manifest, Path(folder, "warm-up.h5"), Path(folder, "cache-warm-up"),
+                        levels=["S"], masks={})[0]
         for r in range(repeats):
             with ModelClock(sync) as clock:
                 seconds, pairs = stage(encoder, stimulus, store, manifest, Path(folder, f"{r}.h5"),
@@ -202,8 +204,8 @@ def measure(encoder, stimulus, warm, store, manifest, repeats):
             if best is None or seconds < best[0]:
                 best = seconds, clock.seconds, clock.calls, pairs
     seconds, model, calls, pairs = best
-    return {"status": "ok", "warm_up_s": warm_up, "pairs": pairs, "stage_s": seconds, "model_s": model, "module_calls": calls,
-            "stage_pairs_s": pairs / seconds, "model_pairs_s": pairs / model if model else None,
+    return {"status": "ok", "warm_up_s": warm_up, "pairs": pairs, "stage_s": seconds, "model_s": model,
+            "module_calls": calls, "stage_pairs_s": pairs / seconds, "model_pairs_s": pairs / model if model else None,
             "overhead": 1 - model / seconds}
 
 
