@@ -1,139 +1,282 @@
-"""Benchmark: the grounded embedding stage, and the whole grid of grounded tests through the engine.
+"""Benchmark: the grounded embedding stage against the model alone, every grounded family; and the whole
+grid of grounded tests through the statistics engine.
 
-1. Embedding: (caption, image) pairs per second of each VL adapter (visualbert, lxmert, vilbert,
-   vlbert, and blip of the extended tables) with random weights, tiny (hidden 32, 2 layers) and
-   base-sized (the published architectures: the config classes' default sizes, 768 hidden,
-   VisualBERT 12 layers, LXMERT 9/5/5 layers, ViLBERT bert_base_6layer_6conect: 12 language
-   layers, 6 vision layers of 1024, 6 co-attention layers; VL-BERT base with precomputed features:
-   12 layers over caption and boxes; BLIP: BlipConfig's, blip-itm-base's ViT-B/16 at 384 pixels
-   under a 12-layer text encoder with cross-attention), on real captions of a grounded stimulus
-   (sentence level) paired with images of 36 regions of 2048-d random features (and boxes; VL-BERT
-   adds the whole-image box, ViLBERT the global token; BLIP reads the 640x480 RGB pixels instead,
-   through its processor, each distinct image of a batch once: 16 images cycle over the pairs),
-   levels S ([CLS]; BLIP [ENC]) and C (first sub-token of a contextual word), at each of
-   ``--batch-sizes``, with the speed-up over batch size 1. The fastest of ``--repeats`` (the
-   first pass also warms up each new input shape).
-2. Statistics: every (test, model, level, experiment[, mask]) of the stimulus files, i.e. all
-   models x the levels of config/config.yaml (grounded.levels, W/S/C) x experiments 1, 2, 3, and
-   3-masked with T (all models) and I (all but VisualBERT) at the levels grounded.masks lists (the
-   paper: S), on random embeddings with each test's real set sizes, through vlbias.stats.grounded
-   with ``n_samples`` from the config (stats.n_samples): total seconds and tests/s (numba's
-   compile time is excluded by a warm-up test).
+1. Embedding (``--only embed``): for each family of config/config.yaml's grounded models (visualbert,
+   lxmert, vilbert, vlbert; blip, flava, vilt, bridgetower of the extended tables), tiny (tests/helpers/
+   tiny.py's models) and base (the published architectures: the config classes' defaults, e.g. BLIP's
+   ViT-B/16 at 384 pixels under a 12-layer text encoder, FLAVA flava-full's, LXMERT 9/5/5 layers), with
+   random weights, at each of ``--precisions`` and ``--batch-sizes``:
 
-    python benchmarks/grounded_embed.py [--sizes tiny,base] [--batch-sizes 1,8,32] [--pairs 256,32]
-        [--repeats 2] [--threads N] [--device cpu] [--datasets google,coco,concap] [--n-samples N]
-        [--models visualbert,lxmert,vilbert,vlbert,blip] [--only embed|grid]
+   stage        the grounded embedding job as workflow/scripts/grounded_embed.py runs it, less the model's
+                loading: the region store and a fresh embedding cache opened, then
+                ``vlbias.suites.grounded.jobs.embed_tests`` with the keyword arguments that script passes,
+                into a new HDF5 file; pairs/s = the pairs the file holds / wall seconds.
+   model alone  the seconds spent inside the model's torch modules during that same run: global module
+                forward pre/post hooks time each outermost ``nn.Module`` call (a module called inside
+                another is not counted twice; a vision tower the adapter calls on its own is counted), so
+                the figure holds whatever the adapter does around its modules. Reported as pairs per
+                model-second, and the stage's overhead, 1 - model / stage: tokenizing, image decoding and
+                processing, region reads, batching, the cache and the HDF5 writes. The hooks cost some
+                microseconds per module call, in both figures: nothing at base size, a little at tiny.
+
+   The mini-job: a real stimulus (``--stimulus``, resources/stimuli/grounded/google/weat6.yaml), its
+   first ``--images`` // 6 images of each of the six image sets, each with its own captions (8 per image
+   at the sentence level), at the config's levels and masks (grounded.levels W/S/C, grounded.masks T and
+   I at S): each image is read by many pairs, as in the real Google job (225,496 pairs over 12,185
+   images). The images are generated 640x480 JPEGs (benchmarks/regions.py's) the pixel-reading
+   families decode as the job does; the region store holds 36 regions per image (random features of the
+   family's width, 2048 where it reads none; boxes; about a fifth persons, mask I's). Each figure is the
+   fastest of ``--repeats`` runs, after a warm-up job of one image per set at level S (its seconds, and the
+   model's build, are recorded beside: what a run of the benchmark costs beyond the figures). ``/proc/loadavg`` is
+   recorded before and after each row: the machine may be shared (there, ``--threads 1``: torch's
+   threads wait on each other when the cores are busy). ``vlbias`` is imported from PYTHONPATH, so the
+   same command measures two source trees (``PYTHONPATH=<tree>/src``; the first line names the tree).
+
+2. Statistics (``--only grid``): every (test, model, level, experiment[, mask]) of the stimulus files,
+   i.e. the paper's four models and BLIP x the levels of config/config.yaml (grounded.levels, W/S/C) x
+   experiments 1, 2, 3, and 3-masked with T (all models) and I (all but VisualBERT) at the levels
+   grounded.masks lists (the paper: S), on random embeddings with each test's real set sizes, through
+   vlbias.stats.grounded with ``n_samples`` from the config (stats.n_samples): total seconds and tests/s
+   (numba's compile time is excluded by a warm-up test).
+
+    python benchmarks/grounded_embed.py [--only embed|grid] [--sizes tiny,base] [--images 24,12]
+        [--families visualbert,lxmert,vilbert,vlbert,blip,flava,vilt,bridgetower] [--batch-sizes 32]
+        [--precisions fp32,bf16] [--threads 2] [--repeats 1] [--device cpu] [--stimulus PATH] [--out FILE]
+        [--datasets google,coco,concap] [--n-samples N]
 """
 
 import argparse
-import os
+import json
+import sys
+import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import yaml
 
-from vlbias.errors import InputError
-from vlbias.models import build
-from vlbias.models.tokenization import find_word
-from vlbias.visual import Visual
-from vlbias.stats.grounded import grounded_test
-from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests"), str(Path(__file__).parent)]
+from helpers.tiny import (  # noqa: E402  (the tests' tiny models; the benchmarks' image generator)
+    TINY_BLIP, TINY_BRIDGETOWER, TINY_FLAVA, TINY_VILT, TINY_VL, tiny_bpe_tokenizer)
+from regions import make_images  # noqa: E402
 
-SIZES = {
-    "tiny": {
-        "visualbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37},
-        "lxmert": {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 37, "l_layers": 2,
-                   "x_layers": 1, "r_layers": 1, "num_qa_labels": 10},
-        "vilbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37,
-                    "v_hidden_size": 32, "v_num_hidden_layers": 2, "v_num_attention_heads": 2,
-                    "v_intermediate_size": 37, "bi_hidden_size": 32, "bi_num_attention_heads": 2,
-                    "v_biattention_id": [0, 1], "t_biattention_id": [0, 1]},
-        "vlbert": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37},
-        "blip": {"text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                 "intermediate_size": 37, "encoder_hidden_size": 32},
-                 "vision_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                   "intermediate_size": 37, "image_size": 64, "patch_size": 16}},
-    },
-    # the config classes' defaults (+ VisualBERT's 2048-d features)
-    "base": {"visualbert": {}, "lxmert": {}, "vilbert": {}, "vlbert": {}, "blip": {}},
-}
-# the masks each model takes (VisualBERT was never pre-trained with masked regions: no I; BLIP's I: the pixel fill)
-MODELS = {"visualbert": ("T",), "lxmert": ("T", "I"), "vilbert": ("T", "I"), "vlbert": ("T", "I"), "blip": ("T", "I")}
+from vlbias.stats.grounded import grounded_test  # noqa: E402
+from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus  # noqa: E402
+
+LOADER, DUMPER = getattr(yaml, "CSafeLoader", yaml.SafeLoader), getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+CONFIG = yaml.load((REPO / "config/config.yaml").read_text(), Loader=LOADER)
+# every family of the grounded models (the paper's columns and the extended tables'), in the config's order
+FAMILIES = list(dict.fromkeys(m["adapter"] for m in CONFIG["grounded"]["models"].values()))
+TINY = {**{f: TINY_VL[f] for f in ("visualbert", "lxmert", "vilbert", "vlbert")}, "blip": TINY_BLIP,
+        "flava": TINY_FLAVA, "vilt": TINY_VILT, "bridgetower": TINY_BRIDGETOWER}
+# base: the config classes' defaults, the published architectures. BridgeTower's RoBERTa tokenizer is
+# no package's: the tests' 400-entry byte-level BPE stands in, so its vocabulary (embedding table) is
+# 400 rows, not roberta-base's 50,265, and its captions split into more tokens
+BASE = {f: {"config": {}} for f in FAMILIES} | {"bridgetower": {"config": {"text_config": {"vocab_size": 400}}}}
+STIMULUS = REPO / "resources/stimuli/grounded/google/weat6.yaml"
+N_REGIONS, FEATURE_DIM, IMAGE_SIZE = 36, 2048, (480, 640)  # (height, width)
 LEVELS = {"W": "word", "S": "sentence", "C": "sentence"}  # embedding level -> stimulus level
-CAPTIONS_FROM = REPO / "resources/stimuli/grounded/google/weat6.yaml"
-N_REGIONS, FEATURE_DIM, GRID_DIM = 36, 2048, 768
-IMAGE_SIZE = (480, 640)  # (height, width): VL-BERT reads its boxes in pixels
+# the grid's models and the masks each takes (VisualBERT was never pre-trained with masked regions: no I)
+GRID_MODELS = {"visualbert": ("T",), "lxmert": ("T", "I"), "vilbert": ("T", "I"), "vlbert": ("T", "I"),
+               "blip": ("T", "I")}
+GRID_DIM = 768
 
 
-def images(n, rng):
-    """n images of N_REGIONS random regions: 2048-d features, boxes inside the image, some persons;
-    and random RGB pixels, for a model that reads them (BLIP)."""
-    out = []
-    for _ in range(n):
-        xy = np.sort(rng.random((N_REGIONS, 2, 2)), axis=1)
-        boxes = np.concatenate([xy[:, 0], xy[:, 1]], axis=1).astype(np.float32)  # x1, y1, x2, y2
-        out.append(Visual(features=rng.random((N_REGIONS, FEATURE_DIM), dtype=np.float32) * 4,
-                          boxes_norm=boxes, is_person=rng.random(N_REGIONS) < 0.2, image_size=IMAGE_SIZE,
-                          image=rng.integers(0, 256, (*IMAGE_SIZE, 3), dtype=np.uint8)))
-    return out
+class ModelClock:
+    """Seconds spent inside torch modules while active: global forward pre/post hooks time the outermost
+    module call of each nesting (a call made inside another module's forward is part of that one).
+    ``sync`` (torch.cuda.synchronize on a GPU) is called at both ends, so queued kernels are counted."""
+
+    def __init__(self, sync=None):
+        self.sync, self.seconds, self.calls, self.depth, self.handles = sync, 0.0, 0, 0, []
+
+    def _pre(self, module, args):
+        if self.depth == 0:
+            if self.sync:
+                self.sync()
+            self.start = time.perf_counter()
+        self.depth += 1
+
+    def _post(self, module, args, output):
+        self.depth -= 1
+        if self.depth == 0:
+            if self.sync:
+                self.sync()
+            self.seconds += time.perf_counter() - self.start
+            self.calls += 1
+
+    def __enter__(self):
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self.handles = [register_module_forward_pre_hook(self._pre),
+                        register_module_forward_hook(self._post, always_call=True)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
 
 
-def captions_and_words(n):
-    """n sentence captions of a real stimulus (cycled), each with the first contextual word it contains."""
-    stimulus = load_grounded_stimulus(CAPTIONS_FROM)
-    level = stimulus.levels["sentence"]
-    pairs = []
-    for caption in (c for s in "XYAB" for c in level["captions"][s]):
-        for word in level["contextual_words"]:
-            try:
-                find_word(caption, word)
-            except InputError:
-                continue
-            pairs.append((caption, word))
-            break
-    pairs = [pairs[i % len(pairs)] for i in range(n)]
-    return [c for c, _ in pairs], [w for _, w in pairs]
+def mini_stimulus(doc, per_set, path):
+    """A stimulus file at ``path``: ``doc`` (a stimulus file's contents) with the first ``per_set`` images
+    of each image set at each level, each keeping its own caption indices (captions, words and mask
+    terms unchanged)."""
+    levels = {name: {**level, "images": {role: {**level["images"][role],
+                                                "pairs": dict(list(level["images"][role]["pairs"].items())[:per_set])}
+                                         for role in ROLES}}
+              for name, level in doc["levels"].items()}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.dump({**doc, "levels": levels}, Dumper=DUMPER, sort_keys=False))
+    return load_grounded_stimulus(path)
+
+
+def write_images(image_ids, folder):
+    """Acquisition-manifest rows (test, role, file, path, status ok) of a generated JPEG per image id."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    paths = make_images(Path(folder), len(image_ids), IMAGE_SIZE[1], IMAGE_SIZE[0])
+    return [dict(zip(("test", "role", "file"), i.split("/")), path=str(p), status="ok")
+            for i, p in zip(image_ids, paths)]
+
+
+def write_store(path, image_ids, dim, seed=0):
+    """A region store as the regions rule writes it, from a stand-in detector: N_REGIONS random boxes of
+    ``dim``-d random features per image, about a fifth of them persons (at least one)."""
+    from vlbias.regions.store import write_region_store
+    from vlbias.visual import Regions
+
+    rng = np.random.default_rng(seed)
+    detector = SimpleNamespace(name="random", feature_dim=dim, class_names=["person", "thing"], attribute_names=None,
+                               person_classes=frozenset({"person"}), weights="random",
+                               settings={"adapter": "random", "min_boxes": N_REGIONS, "max_boxes": N_REGIONS,
+                                         "conf": 0.0})
+    h, w = IMAGE_SIZE
+    with write_region_store(path, detector, {"detector": "random"}) as store:
+        for image_id in image_ids:
+            xy = np.sort(rng.random((N_REGIONS, 2, 2)), axis=1) * [w, h]  # [:, 0] <= [:, 1]
+            boxes = np.concatenate([xy[:, 0], xy[:, 1]], axis=1).astype(np.float32)  # x1, y1, x2, y2
+            classes = (rng.random(N_REGIONS) >= 0.2).astype(np.int64)
+            classes[0] = 0
+            store.add([(image_id, Regions(boxes=boxes, features=rng.random((N_REGIONS, dim), dtype=np.float32) * 4,
+                                          class_ids=classes, class_scores=np.ones(N_REGIONS, np.float32),
+                                          image_size=IMAGE_SIZE))])
+    return path
+
+
+def stage(encoder, stimulus, store_path, manifest, out, cache_dir, levels=None, masks=None):
+    """Wall seconds of the grounded embedding job (workflow/scripts/grounded_embed.py's embed_tests call,
+    on a fresh cache; at the config's levels and masks unless given), and the pairs it embedded."""
+    import h5py
+
+    from vlbias.io.cache import RecordCache
+    from vlbias.regions.store import RegionStore
+    from vlbias.suites.grounded.jobs import embed_tests
+
+    levels = levels or CONFIG["grounded"]["levels"]
+    masks = CONFIG["grounded"]["masks"] if masks is None else masks
+    t = time.perf_counter()
+    with RegionStore(store_path) as store, RecordCache(cache_dir) as cache:
+        embed_tests([stimulus], encoder, store, out, levels, masks, manifest_rows=manifest, cache=cache,
+                    image_mask="persons", mask_labels=None, label_offset=0,
+                    attrs={"protocol": "benchmark", "dataset": stimulus.dataset, "model": encoder.info["adapter"]})
+    seconds = time.perf_counter() - t
+    with h5py.File(out, "r") as f:
+        pairs = [0]
+        f.visititems(lambda name, g: pairs.append(g.attrs["n"]) if "n" in g.attrs else None)
+    return seconds, int(sum(pairs))
+
+
+def measure(encoder, stimulus, warm, store, manifest, repeats):
+    """The fastest of ``repeats`` stage runs on ``stimulus`` (after one on ``warm``'s sentence captions
+    unmasked: the first calls' lazy initialisation), with the model's own seconds in that run."""
+    import torch
+
+    sync = torch.cuda.synchronize if encoder.device.type == "cuda" else None
+    best = None
+    with tempfile.TemporaryDirectory(prefix="run-") as folder:
+        warm_up = stage(encoder, warm, store, manifest, Path(folder, "warm-up.h5"), Path(folder, "cache-warm-up"),
+                        levels=["S"], masks={})[0]
+        for r in range(repeats):
+            with ModelClock(sync) as clock:
+                seconds, pairs = stage(encoder, stimulus, store, manifest, Path(folder, f"{r}.h5"),
+                                       Path(folder, f"cache-{r}"))
+            if best is None or seconds < best[0]:
+                best = seconds, clock.seconds, clock.calls, pairs
+    seconds, model, calls, pairs = best
+    return {"status": "ok", "warm_up_s": warm_up, "pairs": pairs, "stage_s": seconds, "model_s": model,
+            "module_calls": calls, "stage_pairs_s": pairs / seconds, "model_pairs_s": pairs / model if model else None,
+            "overhead": 1 - model / seconds}
+
+
+def loadavg():
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return ""
+
+
+def entry(family, size, precision, batch_size, args, folder):
+    """The adapter entry of ``family`` at ``size``, as the workflow builds it (+ its threads)."""
+    spec = TINY[family] if size == "tiny" else {"adapter": family, "weights": "random", "seed": 0, **BASE[family]}
+    spec = {**spec, "device": args.device, "precision": precision, "batch_size": batch_size, "threads": args.threads}
+    if family == "bridgetower":
+        spec["tokenizer"] = str(folder / "bpe") if (folder / "bpe").is_dir() else tiny_bpe_tokenizer(folder / "bpe")
+    return spec
 
 
 def bench_embed(args):
-    rng = np.random.default_rng(0)
-    pool = images(16, rng)
+    from vlbias.errors import InputError
+    from vlbias.models import build
+
     rows = []
-    for size, n in zip(args.sizes, args.pairs):
-        captions, words = captions_and_words(n)
-        regions = [pool[i % len(pool)] for i in range(n)]
-        for family in args.models:
-            t = time.perf_counter()
-            encoder = build({"adapter": family, "weights": "random", "seed": 0, "device": args.device,
-                             "config": SIZES[size][family]})
-            built = time.perf_counter() - t
-            params = sum(p.numel() for p in encoder.model.parameters())
-            print(f"{family} {size}: {params / 1e6:.1f} M parameters, dim {encoder.dim}, built in {built:.1f} s",
-                  flush=True)
-            for level in ("S", "C"):
-                kwargs = {"words": words} if level == "C" else {}
-                base = None
-                for bs in args.batch_sizes:
-                    encoder.batch_size = bs
-                    encoder.embed(captions[:bs], regions[:bs], level, **({"words": words[:bs]} if kwargs else {}))
-                    best = min(timed(encoder.embed, captions, regions, level, **kwargs) for _ in range(args.repeats))
-                    rate = n / best
-                    base = rate if bs == 1 else base
-                    rows.append({"model": family, "size": size, "level": level, "batch": bs, "pairs": n,
-                                 "seconds": best, "pairs_s": rate, "speedup": rate / base if base else float("nan")})
-                    print(f"  {level} batch {bs:>3}: {rate:9.1f} pairs/s ({best:.2f} s for {n})"
-                          + (f", x{rate / base:.2f} vs batch 1" if base and bs != 1 else ""), flush=True)
-            del encoder
+    doc = yaml.load(args.stimulus.read_text(), Loader=LOADER)
+    with tempfile.TemporaryDirectory(prefix="grounded-embed-") as tmp:
+        tmp = Path(tmp)
+        for size, n_images in zip(args.sizes, args.images):
+            per_set = max(1, n_images // len(ROLES))
+            stimulus = mini_stimulus(doc, per_set, tmp / size / args.stimulus.name)
+            warm = mini_stimulus(doc, 1, tmp / size / "warm-up" / args.stimulus.name)
+            ids = stimulus.image_ids()
+            manifest = write_images(ids, tmp / size / "images")
+            stores = {}
+            for family in args.families:
+                for precision in args.precisions:
+                    for bs in args.batch_sizes:
+                        row = {"family": family, "size": size, "precision": precision, "batch": bs,
+                               "threads": args.threads, "device": args.device, "loadavg_start": loadavg()}
+                        try:
+                            t = time.perf_counter()
+                            encoder = build(entry(family, size, precision, bs, args, tmp))
+                            row["build_s"] = time.perf_counter() - t
+                        except InputError as e:  # e.g. a precision the runtime refuses
+                            print(f"{family} {size} {precision}: not run ({e})", flush=True)
+                            rows.append({**row, "status": f"not run: {e}"})
+                            continue
+                        dim = encoder.feature_dim or FEATURE_DIM
+                        if dim not in stores:
+                            stores[dim] = write_store(tmp / size / f"regions-{dim}.h5", ids, dim)
+                        row |= measure(encoder, stimulus, warm, stores[dim], manifest, args.repeats)
+                        row |= {"images": len(ids), "pairs_per_image": row["pairs"] / len(ids),
+                                "parameters": sum(p.numel() for p in encoder.model.parameters()),
+                                "loadavg_end": loadavg()}
+                        rows.append(row)
+                        print_row(row)
+                        del encoder
     return rows
 
 
-def timed(fn, *a, **kw):
-    t = time.perf_counter()
-    fn(*a, **kw)
-    return time.perf_counter() - t
+HEADER = (f"{'family':<12}{'size':<5}{'prec':<5}{'batch':>6}{'thr':>4}{'pairs':>7}{'images':>7}{'stage s':>9}"
+          f"{'model s':>9}{'stage/s':>9}{'model/s':>9}{'overhead':>9}  loadavg start -> end")
+
+
+def print_row(row):
+    if row.get("status") != "ok":
+        return
+    print(f"{row['family']:<12}{row['size']:<5}{row['precision']:<5}{row['batch']:>6}{row['threads']:>4}"
+          f"{row['pairs']:>7}{row['images']:>7}{row['stage_s']:>9.2f}{row['model_s']:>9.2f}"
+          f"{row['stage_pairs_s']:>9.1f}{row['model_pairs_s'] or 0:>9.1f}{row['overhead']:>8.1%}"
+          f"  {row['loadavg_start']} -> {row['loadavg_end']}", flush=True)
 
 
 def grid_cells(datasets, levels, masks):
@@ -147,7 +290,7 @@ def grid_cells(datasets, levels, masks):
                 if LEVELS[level] not in stimulus.levels:
                     continue
                 sizes = tuple(len(stimulus.pairs(LEVELS[level], r)) for r in ROLES)
-                for model, model_masks in MODELS.items():
+                for model, model_masks in GRID_MODELS.items():
                     runs = [("1", None), ("2", None), ("3", None)]
                     runs += [("3-masked", m) for m in model_masks if level in masks.get(m, [])]
                     cells += [(f"{dataset}/{stimulus.id}", model, level, e, m, sizes) for e, m in runs]
@@ -155,9 +298,8 @@ def grid_cells(datasets, levels, masks):
 
 
 def bench_grid(args):
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    n_samples = args.n_samples or config["stats"]["n_samples"]
-    grounded = config.get("grounded") or {}
+    n_samples = args.n_samples or CONFIG["stats"]["n_samples"]
+    grounded = CONFIG.get("grounded") or {}
     levels, masks = grounded.get("levels", list(LEVELS)), grounded.get("masks", {"T": ["S"], "I": ["S"]})
     cells = grid_cells(args.datasets, levels, masks)
     rng = np.random.default_rng(0)
@@ -174,7 +316,7 @@ def bench_grid(args):
         seconds[cell[3]] = seconds.get(cell[3], 0.0) + run(cell)
     total = sum(seconds.values())
     sizes = [sum(c[5][:2]) for c in cells]
-    print(f"grid: {len(cells)} tests ({len({c[0] for c in cells})} stimulus files, {len(MODELS)} models, "
+    print(f"grid: {len(cells)} tests ({len({c[0] for c in cells})} stimulus files, {len(GRID_MODELS)} models, "
           f"levels {'/'.join(levels)}, experiments 1, 2, 3, 3-masked {masks}; |X|+|Y| {min(sizes)}..{max(sizes)}), "
           f"n_samples {n_samples}, dim {GRID_DIM}: {total:.1f} s, {len(cells) / total:.1f} tests/s", flush=True)
     for experiment, s in seconds.items():
@@ -184,34 +326,48 @@ def bench_grid(args):
 
 
 def main(argv=None):
+    numbers = lambda s: [int(x) for x in s.split(",")]
+    names = lambda s: s.split(",")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="tiny,base", type=lambda s: s.split(","))
-    ap.add_argument("--pairs", default="256,32", type=lambda s: [int(x) for x in s.split(",")],
-                    help="pairs embedded per measurement, one number per size")
-    ap.add_argument("--batch-sizes", default="1,8,32", type=lambda s: [int(x) for x in s.split(",")])
-    ap.add_argument("--models", default=",".join(MODELS), type=lambda s: s.split(","),
-                    help="adapters whose embedding speed is measured")
-    ap.add_argument("--repeats", type=int, default=2,
-                    help="the fastest counts: on a shared machine, a busy core stalls every multi-threaded op")
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--datasets", default="google,coco,concap", type=lambda s: s.split(","))
-    ap.add_argument("--n-samples", type=int, default=None, help="default: stats.n_samples of config/config.yaml")
     ap.add_argument("--only", choices=["embed", "grid"])
+    ap.add_argument("--sizes", default="tiny,base", type=names)
+    ap.add_argument("--images", default="24,12", type=numbers,
+                    help="distinct images of the mini-job, one number per size (whole images per image set)")
+    ap.add_argument("--families", default=",".join(FAMILIES), type=names)
+    ap.add_argument("--batch-sizes", default="32", type=numbers)
+    ap.add_argument("--precisions", "--precision", default="fp32", type=names,
+                    help="fp32, bf16 (the entry's precision: torch.autocast to bfloat16)")
+    ap.add_argument("--threads", type=int, default=CONFIG["grounded"]["experiments"]["threads"],
+                    help="torch's threads, as the entry's `threads` (default: the config's grounded.experiments)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each mini-job; the fastest counts")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--stimulus", default=STIMULUS, type=Path, help="the grounded stimulus the mini-job cuts")
+    ap.add_argument("--out", type=Path, help="a JSON file of every figure (rows, grid, settings)")
+    ap.add_argument("--datasets", default="google,coco,concap", type=names)
+    ap.add_argument("--n-samples", type=int, default=None, help="default: stats.n_samples of config/config.yaml")
     args = ap.parse_args(argv)
-    if len(args.pairs) != len(args.sizes) or set(args.sizes) - set(SIZES):
-        ap.error(f"--sizes from {sorted(SIZES)}, and one --pairs number per size")
-    if args.batch_sizes[0] != 1:
-        args.batch_sizes = [1, *args.batch_sizes]  # the reference
+    if len(args.images) != len(args.sizes) or set(args.sizes) - {"tiny", "base"}:
+        ap.error("--sizes from tiny, base, and one --images number per size")
+    if set(args.families) - set(FAMILIES):
+        ap.error(f"--families from {', '.join(FAMILIES)}")
     import torch
 
-    torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}; "
-          f"{N_REGIONS} regions x {FEATURE_DIM}-d per image", flush=True)
+    import vlbias
+
+    report = {"argv": sys.argv[1:] if argv is None else list(argv), "torch": torch.__version__,
+              "vlbias": str(Path(vlbias.__file__).parent), "loadavg_start": loadavg(), "rows": [], "grid": None}
+    print(f"torch {torch.__version__}, {args.threads} threads, device {args.device}; vlbias from "
+          f"{report['vlbias']}; loadavg {report['loadavg_start']}", flush=True)
     if args.only != "grid":
-        bench_embed(args)
+        print(HEADER, flush=True)
+        report["rows"] = bench_embed(args)
     if args.only != "embed":
-        bench_grid(args)
+        report["grid"] = bench_grid(args)
+    report["loadavg_end"] = loadavg()
+    print(f"loadavg {report['loadavg_start']} -> {report['loadavg_end']}", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1, default=str))
+    return report
 
 
 if __name__ == "__main__":
