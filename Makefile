@@ -26,7 +26,8 @@ $(VENV)/.installed-test: $(VENV)/.installed
 run: setup
 	$(BIN)/snakemake --cores $(CORES) --keep-going
 
-# a test module per worker (pytest-xdist): its module fixtures (tiny workflows) are built once
+# a test module per worker (pytest-xdist): its module fixtures (tiny workflows) are built once, a project
+# several modules read once per session (tests/conftest.py)
 test: setup-test
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 

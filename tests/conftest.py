@@ -20,6 +20,16 @@ def mirror():
 
 
 @pytest.fixture(scope="session")
+def built_project(tmp_path_factory):
+    """``make_project``'s project with its default target built (helpers.project.build_default), once per
+    session for all the modules that read it (test_workflow, the CLI); read it only: a module works on
+    its own copy (helpers.project.copy_project)."""
+    from helpers.project import build_default, build_once
+
+    return build_once(tmp_path_factory, "default", build_default)
+
+
+@pytest.fixture(scope="session")
 def browser():
     """A headless Chromium (tests/browser.py) to render HTML as a reader sees it; skips without one."""
     from browser import Browser
@@ -120,7 +130,8 @@ def http_server():
 # iEAT 700, MLM 470, the CLI 380, on a machine loaded 7-fold), then the bottom-up detector and the
 # property and coverage simulations. With `--dist loadfile` (make test) each module runs whole on one
 # worker; pytest-xdist would start the modules with the most tests first (the MLM and regions
-# workflows, 5 and 3 tests, among the last), so one long module ran alone at the end.
+# workflows, 5 and 3 tests, among the last), so one long module ran alone at the end. test_workflow
+# builds the session's ``built_project`` (it comes before the CLI, which copies it and builds none).
 SLOWEST_FIRST = ["test_grounded_pipeline.py", "test_workflow.py", "test_ieat_workflow.py", "test_mlm_workflow.py",
                  "test_cli.py", "test_regions_workflow.py", "test_grounded_workflow.py", "test_weights.py",
                  "test_sources.py", "test_regions_tsv.py", "test_bua.py", "test_hostile_inputs.py",

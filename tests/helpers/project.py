@@ -1,12 +1,15 @@
 """The tiny generated project the real Snakefile runs on (tests/workflow and the modules that plan or
 run a workflow): tiny images, a tiny random open_clip model, tiny published embeddings, two SEAT tests
 on the real MiniLM encoder (from its package, or served by a Hugging Face hub on the loopback address:
-tests/hub.py); and Snakemake run on it in a subprocess."""
+tests/hub.py); and Snakemake run on it in a subprocess. A project several modules read is built once
+per test session (``build_once``) and copied into each (``copy_project``)."""
 
 import copy
+import fcntl
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,14 +115,56 @@ def make_project(root):
     return config
 
 
-def snakemake(root, *args, check=True, env=None):
-    """Snakemake on the project in ``root``; ``env`` default: this environment, offline (no model hub)."""
+def snakemake(root, *args, check=True, env=None, umask=None):
+    """Snakemake on the project in ``root``; ``env`` default: this environment, offline (no model hub);
+    ``umask``: the run's, else this process's."""
     env = env or {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(root), "--cores", "2", *args],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env=env,
+                          preexec_fn=None if umask is None else lambda: os.umask(umask))
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
+
+
+BUILT_UMASK = 0o007  # the shared build's umask (tests/workflow/test_workflow.py checks its files' modes)
+
+
+def build_default(root):
+    """``make_project``'s project with its default target built, under the umask BUILT_UMASK."""
+    make_project(root)
+    snakemake(root, umask=BUILT_UMASK)
+
+
+def build_once(tmp_path_factory, name, build):
+    """The folder ``build(folder)`` fills, made once per test session: pytest-xdist's workers share the
+    session's base temporary folder, the first to ask builds under a file lock, the others wait and
+    reuse it (a failed build is tried again by the next). Read it only; ``copy_project`` for one to
+    change."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's
+    root = base / "built" / name  # built in place: its jobs' parameters hold its absolute paths
+    root.parent.mkdir(exist_ok=True)
+    with open(root.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root.parent / f"{name}.done").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            build(root)
+            (root.parent / f"{name}.done").touch()
+    return root
+
+
+def copy_project(built, root):
+    """A copy in ``root`` of the built project ``built`` that Snakemake finds up to date: every file
+    with its times and modes (the metadata in .snakemake too), and ``mirror`` a link to the built
+    one's: the jobs reading it take its resolved path as a parameter, so a copy of it would rerun them."""
+    shutil.copytree(built, root, symlinks=True, dirs_exist_ok=True,
+                    ignore=lambda folder, names: ["mirror"] if Path(folder) == built else [])
+    if (built / "mirror").is_dir():
+        (root / "mirror").symlink_to((built / "mirror").resolve(), target_is_directory=True)
+    return root
 
 
 def job_counts(out):

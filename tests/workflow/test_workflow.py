@@ -15,8 +15,8 @@ import yaml
 from PIL import Image
 
 from helpers import REPO
-from helpers.project import (HUB_MINILM, SNAKEMAKE, hub_env, job_counts, make_project, planned_jobs,
-                             seat_from_hub, serve_minilm, sha, snakemake, write_yaml)
+from helpers.project import (BUILT_UMASK, HUB_MINILM, SNAKEMAKE, copy_project, hub_env, job_counts, make_project,
+                             planned_jobs, seat_from_hub, serve_minilm, sha, snakemake, write_yaml)
 from hub import Hub
 
 from vlbias.io.stimuli import load_stimulus
@@ -30,11 +30,9 @@ from vlbias.weights import package_dir, provenance, read_record, record_path
 pytestmark = pytest.mark.workflow
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("project")
-    make_project(root)
-    snakemake(root)
-    return root
+def project(tmp_path_factory, built_project):
+    """make_project's project with its default target built: a copy of the session's (tests/conftest.py)."""
+    return copy_project(built_project, tmp_path_factory.mktemp("project"))
 
 
 def test_tables_are_built(project):
@@ -361,26 +359,26 @@ def test_specificity_naming_an_unknown_test_is_named_by_its_key(tmp_path):
     assert "key 'ieat/specificity/test': 'flower-insects' is not a stimulus file" in proc.stdout + proc.stderr
 
 
-def test_outputs_follow_the_umask(tmp_path):
-    make_project(tmp_path)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2"],
-                          capture_output=True, text=True, env=env, preexec_fn=lambda: os.umask(0o007))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    files = [p for p in (tmp_path / "results").rglob("*") if p.is_file()]
+def test_outputs_follow_the_umask(built_project):
+    # the session's build: the default target run under umask 007 (helpers.project.build_default)
+    assert BUILT_UMASK == 0o007
+    files = [p for p in (built_project / "results").rglob("*") if p.is_file()]
     assert any(p.suffix == ".h5" for p in files) and any("cache" in p.parts for p in files)
-    modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777) for p in files}
+    modes = {p.relative_to(built_project).as_posix(): oct(p.stat().st_mode & 0o777) for p in files}
     assert set(modes.values()) == {"0o660"}, {k: v for k, v in modes.items() if v != "0o660"}
 
 
-def test_a_hard_kill_then_the_readme_command_recovers(tmp_path):
-    config = make_project(tmp_path)
+def test_a_hard_kill_then_the_readme_command_recovers(built_project, tmp_path):
+    # the built project: the specificity job, made long, reruns alone (its parameter changed)
+    copy_project(built_project, tmp_path)
+    config = yaml.safe_load((tmp_path / "config/config.yaml").read_text())
     config["ieat"]["specificity"]["n_tests"] = 100_000  # a long job to kill in the middle of
     write_yaml(tmp_path / "config/config.yaml", config)
+    log = tmp_path / "results/logs/ieat_specificity.log"
+    log.unlink()  # the build's: the wait below is for this run's job
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.Popen([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-    log = tmp_path / "results/logs/ieat_specificity.log"
     deadline = time.monotonic() + 300
     while not (log.exists() and "re-partitions" in log.read_text()) and time.monotonic() < deadline:
         time.sleep(0.5)

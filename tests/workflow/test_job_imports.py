@@ -1,0 +1,46 @@
+"""What a rule's job imports before it starts: every `script:` job is a Python process of its own, so
+each module its script imports at the top costs every job of the rule (torch with transformers: about
+3 s of CPU). The model jobs load their framework when they build the model; the rest never load it."""
+
+import ast
+import json
+import subprocess
+import sys
+
+from helpers import REPO
+
+SCRIPTS = sorted((REPO / "workflow/scripts").glob("*.py"))
+FRAMEWORKS = ("torch", "transformers", "open_clip", "torchvision")
+# the jobs that run no permutation test nor ML-EAT: numba (the permutation kernels) stays out too
+NO_STATISTICS = ("grounded_embed", "grounded_experiment", "grounded_figures", "grounded_images", "grounded_table",
+                 "embed_images", "ieat_images", "ieat_output_store", "ieat_published_embeddings", "mlm_logprobs",
+                 "regions", "regions_tsv", "seat_embed", "suite_figures", "vectors_store", "weights_fetch")
+
+
+def first_importers(scripts, watched):
+    """{watched module: the first of ``scripts`` whose module-level imports load it}, the scripts' imports
+    run one script after another in one fresh interpreter."""
+    steps = [(path.stem, "\n".join(ast.unparse(node) for node in ast.parse(path.read_text()).body
+                                   if isinstance(node, (ast.Import, ast.ImportFrom)))) for path in scripts]
+    code = f"""
+import json, sys
+found = {{}}
+for name, imports in {steps!r}:
+    exec(imports, {{}})
+    found.update({{m: name for m in {watched!r} if m in sys.modules and m not in found}})
+print(json.dumps(found))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def test_no_job_imports_a_model_framework_before_it_builds_a_model():
+    assert first_importers(SCRIPTS, FRAMEWORKS) == {}
+
+
+def test_the_jobs_without_statistics_import_no_numba():
+    scripts = [REPO / f"workflow/scripts/{name}.py" for name in NO_STATISTICS]
+    assert first_importers(scripts, FRAMEWORKS + ("numba",)) == {}
+    # the check sees numba where a statistic's job loads it
+    assert first_importers([REPO / "workflow/scripts/ieat_table.py"], ("numba",)) == {"numba": "ieat_table"}
