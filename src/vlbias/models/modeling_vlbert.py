@@ -226,23 +226,20 @@ class VLBertForPretraining(nn.Module):
         if not config.image_feat_precomputed:
             _init_resnet(self.image_feature_extractor)
 
-    def encode(self, input_ids, text_mask, boxes, box_mask, masked, features=None, images=None):
+    def encode(self, input_ids, text_mask, boxes, box_mask, masked, features):
         """Final text (b, L, hidden) and object (b, K, hidden) states.
 
         ``boxes`` (b, K, 6): x1, y1, x2, y2 in the resized image's pixels and its w, h, the
         whole-image box first; ``box_mask`` (b, K) bool, a row without boxes is text only;
-        ``masked`` (b, K) bool, masked regions. Region features: ``features`` (b, K, 2048)
-        (precomputed), or ``images``, per row with boxes its (3, h, w) normalised pixels (end to end).
+        ``masked`` (b, K) bool, masked regions; ``features`` (b, K, 2048) the boxes' region features:
+        precomputed (a masked one replaced here by the learned mask embedding), or end to end the
+        RoI features ``image_feature_extractor.region_features`` gives (a masked box's pixels blanked).
         """
         reps = boxes.new_zeros((*box_mask.shape, self.config.hidden_size))
         if box_mask.any():
+            region = features[box_mask]
             if self.config.image_feat_precomputed:
-                region = torch.where(masked[box_mask][:, None], self.object_mask_visual_embedding.weight[0],
-                                     features[box_mask])
-            else:
-                rows = box_mask.any(dim=1)
-                region = self.image_feature_extractor.region_features(
-                    images, [b[m, :4] for b, m in zip(boxes[rows], box_mask[rows])])
+                region = torch.where(masked[box_mask][:, None], self.object_mask_visual_embedding.weight[0], region)
             reps[box_mask] = self.image_feature_extractor(region, boxes[box_mask])
         # every caption token sees the whole-image box's feature; a text-only row the text-corpus embedding
         text_visual = self.aux_text_visual_embedding.weight[0].expand(len(input_ids), -1)
@@ -253,9 +250,9 @@ class VLBertForPretraining(nn.Module):
                                  self.object_linguistic_embeddings.weight[0])
         return self.vlbert(input_ids, text_mask, text_visual, reps, linguistic, box_mask)
 
-    def forward(self, input_ids, text_mask, boxes, box_mask, masked, features=None, images=None):
+    def forward(self, input_ids, text_mask, boxes, box_mask, masked, features):
         """Masked-word logits (b, L, vocab_size) and masked-region class logits (b, K, visual_region_classes)."""
-        text, objects = self.encode(input_ids, text_mask, boxes, box_mask, masked, features, images)
+        text, objects = self.encode(input_ids, text_mask, boxes, box_mask, masked, features)
         return self.vlbert.mlm_head.predictions(text), self.vlbert.mvrc_head(objects)
 
 
