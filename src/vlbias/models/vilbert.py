@@ -160,8 +160,8 @@ class ViLBertEncoder(VLEncoder):
         feats[person[:AUTHORS_ROWS]] = 0  # row i for region i: one row early (bias_dataset.py:386-392)
         return feats, boxes
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
-        text, feats, boxes, vmask = super()._batch(captions, regions, first, mask, mask_terms, words)
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
+        text, feats, boxes, vmask = super()._batch(captions, regions, index, mask, mask_terms, words)
         count = vmask.sum(dim=1)
         if self.masks_every_run:  # their collate divides the image-masked run's sum by one row more (line 174)
             count = count + (mask == "I")

@@ -438,13 +438,15 @@ def test_vlbert_fed_as_the_authors_loader(reference, tmp_path, capsys):
     diffs, expected = {}, {}
     for mask in (None, "I"):
         seen = captured(encoder, "encode", lambda: encoder.embed(captions, visuals, "S", mask=mask))
-        ours = {k: [] for k in ("ids", "boxes", "features")}
-        for (ids, text_mask, boxes, box_mask, masked), kw in seen:
+        # our batches (by joint length, copies after a pair alone): each row back to its pair
+        order = [i for batch in encoder._batches(*encoder._check(captions, visuals, mask, None)) for i in batch]
+        ours = {k: [None] * len(captions) for k in ("ids", "boxes", "features")}
+        rows = ((args, kw, j) for args, kw in seen for j in range(len(args[0])))
+        for i, ((ids, text_mask, boxes, box_mask, masked), kw, j) in zip(order, rows, strict=True):
             assert not masked.any()
-            for j in range(len(ids)):
-                ours["ids"].append(ids[j][text_mask[j]])
-                ours["boxes"].append(boxes[j][box_mask[j]])
-                ours["features"].append(kw["features"][j][box_mask[j]])
+            ours["ids"][i] = ids[j][text_mask[j]]
+            ours["boxes"][i] = boxes[j][box_mask[j]]
+            ours["features"][i] = kw["features"][j][box_mask[j]]
         states = []
         for b, (batch, boxes_masked) in enumerate(ref):
             ref_boxes = boxes_masked if mask == "I" else batch["boxes"]
