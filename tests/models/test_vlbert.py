@@ -29,6 +29,7 @@ from vlbias.models import build
 from vlbias.models.sentence import resolve
 from vlbias.models.modeling_vlbert import VLBertConfig, coordinate_embeddings
 from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import LENGTH_BUCKET
 from vlbias.models.vlbert import _boxes_kept, resized_size
 from vlbias.visual import Visual
 
@@ -161,9 +162,12 @@ def test_truncation_to_seq_len():
 
 def test_no_image_is_the_text_only_pre_training_input(prec):
     vl = prec.model.vlbert
-    # one batch per caption (each of its own shape), in order: each batch's first row
-    calls = captured(vl, lambda: prec.embed(CAPTIONS, [REGIONS[0], None, REGIONS[2]], "S"))
-    text_visual, object_mask = ([args[i][0] for args in calls] for i in (2, 5))
+    regions = [REGIONS[0], None, REGIONS[2]]
+    calls = captured(vl, lambda: prec.embed(CAPTIONS, regions, "S"))
+    # each pair's row, by our batches (by joint length; copies after a pair alone)
+    order = [i for batch in prec._batches(CAPTIONS, regions) for i in batch]
+    rows = dict(zip(order, ((args, j) for args in calls for j in range(len(args[0])))))
+    text_visual, object_mask = ([rows[p][0][i][rows[p][1]] for p in range(3)] for i in (2, 5))
     aux = prec.model.aux_text_visual_embedding.weight[0]
     assert not object_mask[1].any() and object_mask[0].sum() == 4 and object_mask[2].sum() == 2
     torch.testing.assert_close(text_visual[1], aux.expand(text_visual[1].shape[0], -1))
@@ -171,7 +175,7 @@ def test_no_image_is_the_text_only_pre_training_input(prec):
     # its sequence: [CLS] caption [SEP] [END], [END] at the position after the next
     seen = captured(vl.embedding_LayerNorm, lambda: prec.embed(CAPTIONS[1:2], None, "S"))
     n = len(encode_text(prec.tokenizer, CAPTIONS[1:2], 512).tokens[0])
-    assert seen[0][0].shape[1] == n + 1
+    assert seen[0][0].shape[1] == -(-(n + 1) // LENGTH_BUCKET) * LENGTH_BUCKET  # padded to its joint length's bucket
     alone = prec.mask_logprobs(["[MASK] is here."], None)[0]
     mixed = prec.mask_logprobs(["[MASK] is here.", "x [MASK]"], [None, REGIONS[1]])[0]
     np.testing.assert_allclose(alone, mixed, atol=1e-5)
