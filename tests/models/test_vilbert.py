@@ -26,6 +26,7 @@ from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.modeling_vilbert import ViLBertConfig
 from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import LENGTH_BUCKET
 from vlbias.models.vilbert import vilbert_inputs
 from vlbias.visual import Visual
 from vlbias.weights import prepare, unused
@@ -237,7 +238,8 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
         logp = multi.mask_logprobs(["[MASK] is a nurse."], REGIONS[:1])
     finally:
         hook.remove()
-    assert seen[0][1] == encode_text(multi.tokenizer, CAPTIONS[:1], 512).input_ids.shape[1] + 1  # its own batch
+    # its own batch, padded to its length bucket
+    assert seen[0][1] == encode_text(multi.tokenizer, CAPTIONS[:1], 512, multiple=LENGTH_BUCKET).input_ids.shape[1] + 1
     text = encode_text(multi.tokenizer, CAPTIONS, 512)
     _, feats, boxes, vmask, _ = multi._batch(CAPTIONS, REGIONS, range(len(CAPTIONS)), None, None, None)
     features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
