@@ -26,6 +26,7 @@ from vlbias.errors import InputError
 from vlbias.models import build
 from vlbias.models.modeling_vilbert import ViLBertConfig
 from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import LENGTH_BUCKET
 from vlbias.models.vilbert import vilbert_inputs
 from vlbias.visual import Visual
 from vlbias.weights import prepare, unused
@@ -92,40 +93,38 @@ def test_state_dict_has_the_checkpoint_layout(encoder):
 
 
 def test_global_token_and_five_d_positions(encoder):
-    seen = captured_inputs(encoder, lambda: encoder.embed(CAPTIONS, REGIONS, "S"))
-    (features, locations), = seen
-    for j, r in enumerate(REGIONS):
-        k = len(r.features)
+    for caption, r in zip(CAPTIONS, REGIONS):  # one pair per call: the pairs differ in shape, so in batch
+        (features, locations), = captured_inputs(encoder, lambda: encoder.embed([caption], [r], "S"))
+        j, k = 0, len(r.features)
         np.testing.assert_allclose(features[j, 0].numpy(), r.features.mean(axis=0), atol=1e-5)
         np.testing.assert_array_equal(features[j, 1:k + 1].numpy(), r.features)
         np.testing.assert_array_equal(locations[j, 0].numpy(), [0, 0, 1, 1, 1])
         x1, y1, x2, y2 = r.boxes_norm.T
         np.testing.assert_allclose(locations[j, 1:k + 1].numpy(),
                                    np.stack([x1, y1, x2, y2, (x2 - x1) * (y2 - y1)], axis=1), atol=1e-6)
-        assert not features[j, k + 1:].any() and not locations[j, k + 1:].any()  # padding
+        assert features.shape[1] == k + 1  # nothing padded
 
 
 def test_regions_are_capped_at_max_regions(encoder):
     many = random_visual(50, 3)[0]
     capped = build({**TINY, "max_regions": 4})
     (features, locations), = captured_inputs(capped, lambda: capped.embed(["a dog"], [many], "S"))
-    assert features.shape == (1, 5, 2048)  # the global token and the 4 best regions
+    assert features.shape[1:] == (5, 2048)  # the global token and the 4 best regions
     np.testing.assert_allclose(features[0, 0].numpy(), many.features[:4].mean(axis=0), atol=1e-5)
     (features, _), = captured_inputs(encoder, lambda: encoder.embed(["a dog"], [many], "S"))
-    assert features.shape == (1, 37, 2048)  # default: 36, as ViLBERT's pre-training and Ross et al.'s loader
+    assert features.shape[1:] == (37, 2048)  # default: 36, as ViLBERT's pre-training and Ross et al.'s loader
     with pytest.raises(InputError, match="max_regions: must be a positive integer"):
         build({**TINY, "max_regions": 0})
 
 
 def test_image_masking_zeroes_person_regions_before_the_global_mean(encoder):
-    plain, masked = captured_inputs(encoder, lambda: (encoder.embed(CAPTIONS, REGIONS, "S"),
-                                                      encoder.embed(CAPTIONS, REGIONS, "S", mask="I")))
-    for j, r in enumerate(REGIONS):
-        k = len(r.features)
+    for caption, r in zip(CAPTIONS, REGIONS):  # one pair per call: the pairs differ in shape, so in batch
+        plain, masked = captured_inputs(encoder, lambda: (encoder.embed([caption], [r], "S"),
+                                                          encoder.embed([caption], [r], "S", mask="I")))
         expected = np.where(r.is_person[:, None], 0, r.features)
-        np.testing.assert_array_equal(masked[0][j, 1:k + 1].numpy(), expected)
-        np.testing.assert_allclose(masked[0][j, 0].numpy(), expected.mean(axis=0), atol=1e-5)
-    np.testing.assert_array_equal(plain[1].numpy(), masked[1].numpy())  # positions kept
+        np.testing.assert_array_equal(masked[0][0, 1:].numpy(), expected)
+        np.testing.assert_allclose(masked[0][0, 0].numpy(), expected.mean(axis=0), atol=1e-5)
+        np.testing.assert_array_equal(plain[1].numpy(), masked[1].numpy())  # positions kept
     assert REGIONS[0].features[0].any()  # the caller's arrays are untouched
     s, i = encoder.embed(CAPTIONS, REGIONS, "S"), encoder.embed(CAPTIONS, REGIONS, "S", mask="I")
     assert np.abs(s[:2] - i[:2]).max(axis=1).min() > 1e-4
@@ -147,7 +146,7 @@ def test_no_image_is_a_zero_region_on_the_whole_image(encoder):
 def streams(encoder, captions, regions):
     """Both streams' final states for the captions, straight from the model."""
     text = encode_text(encoder.tokenizer, captions, 512)
-    _, feats, boxes, vmask, _ = encoder._batch(captions, regions, 0, None, None, None)
+    _, feats, boxes, vmask, _ = encoder._batch(captions, regions, range(len(captions)), None, None, None)
     features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
     with torch.inference_mode():
         return encoder.model.bert(text.input_ids, features, locations, text.attention_mask, image_mask)
@@ -239,9 +238,10 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
         logp = multi.mask_logprobs(["[MASK] is a nurse."], REGIONS[:1])
     finally:
         hook.remove()
+    # its own batch, padded to its length bucket
+    assert seen[0][1] == encode_text(multi.tokenizer, CAPTIONS[:1], 512, multiple=LENGTH_BUCKET).input_ids.shape[1] + 1
     text = encode_text(multi.tokenizer, CAPTIONS, 512)
-    assert seen[0][1] == text.input_ids.shape[1] + 1
-    _, feats, boxes, vmask, _ = multi._batch(CAPTIONS, REGIONS, 0, None, None, None)
+    _, feats, boxes, vmask, _ = multi._batch(CAPTIONS, REGIONS, range(len(CAPTIONS)), None, None, None)
     features, locations, image_mask = vilbert_inputs(feats, boxes, vmask)
     with torch.inference_mode():
         language, _ = multi.model.bert(text.input_ids, features, locations, text.attention_mask, image_mask,

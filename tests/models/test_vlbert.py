@@ -29,6 +29,7 @@ from vlbias.models import build
 from vlbias.models.sentence import resolve
 from vlbias.models.modeling_vlbert import VLBertConfig, coordinate_embeddings
 from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import LENGTH_BUCKET
 from vlbias.models.vlbert import _boxes_kept, resized_size
 from vlbias.visual import Visual
 
@@ -130,20 +131,18 @@ def test_resize_and_coordinate_embeddings_on_hand_checked_cases():
 
 
 def test_boxes_the_whole_image_first_in_the_resized_frame(prec):
-    (region, boxes), = captured(prec.model.image_feature_extractor, lambda: prec.embed(CAPTIONS, REGIONS, "S"))
-    start = 0
-    for r in REGIONS:
+    for caption, r in zip(CAPTIONS, REGIONS):  # one pair per call: pairs of other shapes run in other batches
+        (region, boxes), = captured(prec.model.image_feature_extractor, lambda: prec.embed([caption], [r], "S"))
         h, w = r.image_size
         w1, h1 = resized_size(w, h, 600, 1000)
         k = len(r.features)
-        got = boxes[start:start + 1 + k].numpy()
+        got = boxes[:1 + k].numpy()  # the pair's boxes (copies of it may follow: MIN_ROWS)
         np.testing.assert_allclose(got[0], [0, 0, (w - 1) * w1 / w, (h - 1) * h1 / h, w1, h1], rtol=1e-6)
         np.testing.assert_allclose(got[1:, :4], np.minimum(r.boxes_norm * [w1, h1, w1, h1], [w1 - 1, h1 - 1] * 2),
                                    rtol=1e-5)
-        np.testing.assert_allclose(region[start].numpy(), r.features.mean(axis=0), atol=1e-5)
-        np.testing.assert_array_equal(region[start + 1:start + 1 + k].numpy(), r.features)
-        start += 1 + k
-    assert start == len(region)
+        np.testing.assert_allclose(region[0].numpy(), r.features.mean(axis=0), atol=1e-5)
+        np.testing.assert_array_equal(region[1:1 + k].numpy(), r.features)
+        assert len(region) % (1 + k) == 0
 
 
 def test_truncation_to_seq_len():
@@ -153,7 +152,7 @@ def test_truncation_to_seq_len():
     many = visual(80, 5)[0]
     short = build({**PREC, "seq_len": 16})
     (region, _), = captured(short.model.image_feature_extractor, lambda: short.embed(["a dog runs."], [many], "S"))
-    assert len(region) == 16 - 6  # [CLS] a dog runs . [SEP]: 6 tokens
+    assert len(region) == 2 * (16 - 6)  # [CLS] a dog runs . [SEP]: 6 tokens; the pair and its copy (MIN_ROWS)
     with pytest.raises(InputError, match="caption 'A man rides a horse across a wide field near the old farm.': "
                                          "with 81 boxes, is too long for seq_len 16"):
         short.embed(CAPTIONS[1:2], [many], "S")
@@ -163,16 +162,20 @@ def test_truncation_to_seq_len():
 
 def test_no_image_is_the_text_only_pre_training_input(prec):
     vl = prec.model.vlbert
-    (args,) = captured(vl, lambda: prec.embed(CAPTIONS, [REGIONS[0], None, REGIONS[2]], "S"))
-    input_ids, text_mask, text_visual, object_visual, linguistic, object_mask = args
+    regions = [REGIONS[0], None, REGIONS[2]]
+    calls = captured(vl, lambda: prec.embed(CAPTIONS, regions, "S"))
+    # each pair's row, by our batches (by joint length; copies after a pair alone)
+    order = [i for batch in prec._batches(CAPTIONS, regions) for i in batch]
+    rows = dict(zip(order, ((args, j) for args in calls for j in range(len(args[0])))))
+    text_visual, object_mask = ([rows[p][0][i][rows[p][1]] for p in range(3)] for i in (2, 5))
     aux = prec.model.aux_text_visual_embedding.weight[0]
     assert not object_mask[1].any() and object_mask[0].sum() == 4 and object_mask[2].sum() == 2
-    torch.testing.assert_close(text_visual[1], aux.expand(text_visual.shape[1], -1))
-    assert not torch.allclose(text_visual[0, 0], aux)
+    torch.testing.assert_close(text_visual[1], aux.expand(text_visual[1].shape[0], -1))
+    assert not torch.allclose(text_visual[0][0], aux)
     # its sequence: [CLS] caption [SEP] [END], [END] at the position after the next
     seen = captured(vl.embedding_LayerNorm, lambda: prec.embed(CAPTIONS[1:2], None, "S"))
     n = len(encode_text(prec.tokenizer, CAPTIONS[1:2], 512).tokens[0])
-    assert seen[0][0].shape[1] == n + 1
+    assert seen[0][0].shape[1] == -(-(n + 1) // LENGTH_BUCKET) * LENGTH_BUCKET  # padded to its joint length's bucket
     alone = prec.mask_logprobs(["[MASK] is here."], None)[0]
     mixed = prec.mask_logprobs(["[MASK] is here.", "x [MASK]"], [None, REGIONS[1]])[0]
     np.testing.assert_allclose(alone, mixed, atol=1e-5)
@@ -181,14 +184,14 @@ def test_no_image_is_the_text_only_pre_training_input(prec):
 
 def test_image_masking_precomputed(prec):
     fe = prec.model.image_feature_extractor
-    (region, _), = captured(fe, lambda: prec.embed(CAPTIONS, REGIONS, "S", mask="I"))
-    (args,) = captured(prec.model.vlbert, lambda: prec.embed(CAPTIONS, REGIONS, "S", mask="I"))
-    linguistic = args[4]
+    # one batch per caption (each of its own shape), in order; each batch's first pair
+    regions = [region for region, _ in captured(fe, lambda: prec.embed(CAPTIONS, REGIONS, "S", mask="I"))]
+    linguistic = [args[4][0] for args in captured(prec.model.vlbert,
+                                                   lambda: prec.embed(CAPTIONS, REGIONS, "S", mask="I"))]
     mask_visual = prec.model.object_mask_visual_embedding.weight[0]
-    start = 0
     for j, r in enumerate(REGIONS):
         k = len(r.features)
-        rows = region[start:start + 1 + k]
+        rows = regions[j][:1 + k]
         # the mean of the unmasked regions, as VL-BERT's pre-training loader computed it (with its 1e-5)
         unmasked = r.features[~r.is_person]
         whole = unmasked.sum(axis=0) / (len(unmasked) + 1e-5) if r.is_person.any() else unmasked.mean(axis=0)
@@ -197,8 +200,7 @@ def test_image_masking_precomputed(prec):
             expected = mask_visual if r.is_person[i] else torch.from_numpy(r.features[i])
             torch.testing.assert_close(rows[1 + i], expected)
             word = prec.model.object_mask_word_embedding if r.is_person[i] else prec.model.object_linguistic_embeddings
-            torch.testing.assert_close(linguistic[j, 1 + i], word.weight[0])
-        start += 1 + k
+            torch.testing.assert_close(linguistic[j][1 + i], word.weight[0])
     s, i = prec.embed(CAPTIONS, REGIONS, "S"), prec.embed(CAPTIONS, REGIONS, "S", mask="I")
     assert np.abs(s[:2] - i[:2]).max(axis=1).min() > 1e-4
     np.testing.assert_array_equal(s[2], i[2])  # no person in the third image
@@ -223,6 +225,7 @@ def test_image_masking_end_to_end_blanks_the_pixels(e2e):
 
 def test_end_to_end_runs_the_backbone_once_per_image_of_a_batch(e2e):
     shared = REGIONS[1]
+    e2e._memo.clear()  # once per image across the call's batches (one per caption's shape)
     seen = captured(e2e.model.image_feature_extractor.backbone,
                     lambda: e2e.embed(CAPTIONS, [shared, REGIONS[0], shared], "S"))
     assert len(seen) == 2
@@ -234,10 +237,10 @@ def test_end_to_end_runs_the_backbone_once_per_image_of_a_batch(e2e):
 
 def test_levels_take_the_caption_tokens(prec):
     out = captured(prec.model.vlbert, lambda: prec.embed(CAPTIONS, REGIONS, "S"), pre=False)
-    text_states = out[0][0]
-    np.testing.assert_allclose(prec.embed(CAPTIONS, REGIONS, "S"), text_states[:, 0].numpy(), atol=1e-6)
+    text_states = [o[0][0] for o in out]  # one batch per caption, in order: its first row
+    np.testing.assert_allclose(prec.embed(CAPTIONS, REGIONS, "S"), np.stack([t[0] for t in text_states]), atol=1e-6)
     np.testing.assert_allclose(prec.embed(CAPTIONS, REGIONS, "C", words=WORDS),
-                               text_states[np.arange(3), [1, 2, 1]].numpy(), atol=1e-6)
+                               np.stack([t[p] for t, p in zip(text_states, [1, 2, 1])]), atol=1e-6)
     assert prec.output_dim("S") == prec.dim == 32
 
 

@@ -18,8 +18,13 @@ attention_mask)``, as transformers runs it: the vision model's last hidden state
 its [CLS]), every one attended (a mask of ones), are the cross-attention input of each layer of the
 text encoder, which reads the caption bidirectionally (its padding masked). Its output
 (``question_embeds``) are the language states: W and S the first token's state (the one the ITM
-head reads), C the first sub-token of the word in context. An image shared by several captions of
-a batch runs through the vision model once.
+head reads), C the first sub-token of the word in context.
+
+Image-only work once per (image, mask): the vision model's states of an image, and each text layer's
+cross-attention keys and values over them (they depend on the image alone), are computed once
+however many captions read it (vlbias.models.vl ``_once``) and handed to transformers' text encoder
+in place of its key and value projections; the vectors are bit-identical to the per-caption path
+(tests/test_image_once.py).
 
 Masks: T sets the terms to [MASK] (the token mask switches of vlbias.models.vl); BLIP never
 trained with [MASK] (it has no masked-language objective), so the token is an input it reads
@@ -31,6 +36,8 @@ InputError (the MLM suite does not apply). No visual input does not apply either
 image-grounded encoder always reads an image.
 """
 
+import contextlib
+
 import numpy as np
 import torch
 from transformers import BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor
@@ -40,7 +47,7 @@ from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.pixels import fill_regions, mean_colour
 from vlbias.models.tokenization import encode_text
-from vlbias.models.vl import VLEncoder
+from vlbias.models.vl import LENGTH_BUCKET, Given, VLEncoder, replaced
 from vlbias.visual import visual_field
 
 FIRST_TOKENS = ("enc", "cls")
@@ -58,6 +65,7 @@ class BlipEncoder(VLEncoder):
     needs_pixels = True
     supports_image_masking = True
     no_image = None
+    image_memo = 16  # per image its states and every layer's cross-attention keys and values: 44 MB at base size
 
     def __init__(self, spec):
         self.first_token = spec["first_token"]
@@ -129,32 +137,44 @@ class BlipEncoder(VLEncoder):
             raise InputError(where, "image masking needs boxes_norm and is_person")
         return fill_regions(image, boxes, person, self.fill)
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
-        """(TextBatch, pixel values (u, 3, s, s) of the batch's u distinct images, each caption's image index)."""
-        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
+        """(TextBatch, per caption its image's work: (vision states (1, P, D), per text layer the
+        cross-attention (keys, values) (1, P, H)))."""
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
+                           LENGTH_BUCKET)
         text.input_ids[:, 0] = self.first_id
         for tokens in text.tokens:
             tokens[0] = self.first_token_name
-        distinct, index = {}, []
-        for j, entry in enumerate(regions):
-            if id(entry) not in distinct:
-                distinct[id(entry)] = (len(distinct), self._pixels(entry, first + j, mask))
-            index.append(distinct[id(entry)][0])
-        pixels = self.processor(images=[image for _, image in distinct.values()], return_tensors="pt")["pixel_values"]
+        images = [self._once(entry, mask, lambda entry=entry, i=i: self._image(entry, i, mask))
+                  for i, entry in zip(index, regions)]
         text.input_ids = text.input_ids.to(self.device)
         text.attention_mask = text.attention_mask.to(self.device)
-        return text, pixels.to(self.device), torch.tensor(index, device=self.device)
+        return text, images
+
+    def _image(self, entry, index, mask):
+        """One image's vision states and each text layer's cross-attention keys and values over them."""
+        pixels = self.processor(images=[self._pixels(entry, index, mask)], return_tensors="pt")["pixel_values"]
+        states = self.model.vision_model(pixel_values=pixels.to(self.device)).last_hidden_state
+        return states, [(layer.crossattention.self.key(states), layer.crossattention.self.value(states))
+                        for layer in self.model.text_encoder.encoder.layer]
+
+    def _shape(self, length, entry):
+        return (self._bucket(length),), (self._bucket(length),)  # every image is the same number of patches
 
     # --- outputs ------------------------------------------------------------------------------
 
-    def _language_states(self, text, pixels, index):
+    def _language_states(self, text, images):
         """The text encoder's states with cross-attention over each caption's image (BlipForImageTextRetrieval
-        with use_itm_head: its question_embeds)."""
-        image = self.model.vision_model(pixel_values=pixels).last_hidden_state[index]
-        out = self.model.text_encoder(input_ids=text.input_ids, attention_mask=text.attention_mask,
-                                      encoder_hidden_states=image,
-                                      encoder_attention_mask=torch.ones(image.shape[:2], dtype=torch.long,
-                                                                        device=image.device))
+        with use_itm_head: its question_embeds), the image's keys and values as computed ahead."""
+        image = torch.cat([states for states, _ in images])
+        with contextlib.ExitStack() as stack:
+            for i, layer in enumerate(self.model.text_encoder.encoder.layer):
+                stack.enter_context(replaced(layer.crossattention.self, key=Given([kv[i][0] for _, kv in images]),
+                                             value=Given([kv[i][1] for _, kv in images])))
+            out = self.model.text_encoder(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                                          encoder_hidden_states=image,
+                                          encoder_attention_mask=torch.ones(image.shape[:2], dtype=torch.long,
+                                                                            device=image.device))
         return out.last_hidden_state
 
     def mask_logprobs(self, *args, **kwargs):

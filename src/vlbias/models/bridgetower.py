@@ -98,10 +98,15 @@ class BridgeTowerEncoder(PixelMaskedLM):
         return BridgeTowerImageProcessor(size={"shortest_edge": size}, crop_size={"shortest_edge": size},
                                          size_divisor=int(config.vision_config.patch_size))
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
+    def _captions(self, captions):
         # the [MASK] the MLM study writes is RoBERTa's <mask>
-        captions = [c.replace("[MASK]", self.tokenizer.mask_token) for c in captions]
-        return super()._batch(captions, regions, first, mask, mask_terms, words)
+        return [c.replace("[MASK]", self.tokenizer.mask_token) for c in captions]
+
+    def _batches(self, captions, regions):
+        return super()._batches(self._captions(captions), regions)  # their token counts as _batch reads them
+
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
+        return super()._batch(self._captions(captions), regions, index, mask, mask_terms, words)
 
     def _states(self, text, pixel_values, pixel_mask):
         """(the text stream's states (b, L, dim), the W/S vectors (b, output_dim("S"))): BridgeTowerModel's

@@ -63,7 +63,7 @@ from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.pixels import fill_regions, mean_colour
 from vlbias.models.tokenization import encode_text
-from vlbias.models.vl import VLEncoder
+from vlbias.models.vl import LENGTH_BUCKET, VLEncoder
 from vlbias.visual import Visual, visual_field
 
 # what the image processor does to the pixels the model reads (the rest configures codebook targets)
@@ -148,21 +148,23 @@ class FlavaEncoder(VLEncoder):
             image = fill_regions(image, visual_field(entry, "boxes_norm"), visual_field(entry, "is_person"), self.fill)
         return image
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
-        """(TextBatch, pixel values (u, 3, S, S) of the batch's u distinct images or None, per caption
-        the index of its image among them, -1 for none (int64 (b,)))."""
-        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
-        images, which, seen = [], [], {}  # an image passed for several captions is processed and encoded once
-        for j, entry in enumerate(regions):
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
+        """(TextBatch, per caption its image's tokens as the multimodal encoder reads them (1, 1 + P, hidden),
+        or None for none); each image's computed once (``_once``) however many captions read it."""
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
+                           LENGTH_BUCKET)
+        images = []
+        for i, entry in zip(index, regions):
             entry = self.blank if entry is None else entry
-            if entry is not None and id(entry) not in seen:
-                seen[id(entry)] = len(images)
-                images.append(self._image(entry, first + j, mask))
-            which.append(-1 if entry is None else seen[id(entry)])
-        pixels = self.processor(images=images, return_tensors="pt")["pixel_values"].to(self.device) if images else None
+            images.append(None if entry is None else
+                          self._once(entry, mask, lambda entry=entry, i=i: self._image_tokens(entry, i, mask)))
         text.input_ids = text.input_ids.to(self.device)
         text.attention_mask = text.attention_mask.to(self.device)
-        return text, pixels, torch.tensor(which, device=self.device)
+        return text, images
+
+    def _shape(self, length, entry):
+        # every image is the same number of patches; a caption without one is its text alone
+        return (self._bucket(length), entry is None and self.blank is None), (self._bucket(length),)
 
     # --- outputs ------------------------------------------------------------------------------
 
@@ -170,21 +172,25 @@ class FlavaEncoder(VLEncoder):
         return self.model.flava.text_model(input_ids=text.input_ids, attention_mask=text.attention_mask,
                                            output_hidden_states=True)
 
-    def _multimodal(self, text_states, attention_mask, pixels, which):
+    def _image_tokens(self, entry, index, mask):
+        """One image as FlavaModel hands it to the multimodal encoder: the image encoder's last layer
+        before its final LayerNorm, projected."""
+        pixels = self.processor(images=[self._image(entry, index, mask)], return_tensors="pt")["pixel_values"]
+        image = self.model.flava.image_model(pixel_values=pixels.to(self.device), output_hidden_states=True)
+        return self.model.flava.image_to_mm_projection(image.hidden_states[-1])
+
+    def _multimodal(self, text_states, attention_mask, images):
         """Multimodal encoder states (b, 1 + image tokens + L, hidden) of captions whose text encoder
-        last layer is ``text_states`` (b, L, text hidden), each with image ``which`` of ``pixels``:
-        FlavaModel.forward's fusion, with each distinct image encoded once."""
+        last layer is ``text_states`` (b, L, text hidden), each with its image's tokens (``_image_tokens``):
+        FlavaModel.forward's fusion, image first."""
         flava = self.model.flava
-        image = flava.image_model(pixel_values=pixels, output_hidden_states=True)
-        # as FlavaModel: both towers' last layer before their final LayerNorm, projected; image first
-        joint = torch.cat([flava.image_to_mm_projection(image.hidden_states[-1])[which],
-                           flava.text_to_mm_projection(text_states)], dim=1)
+        joint = torch.cat([torch.cat(images), flava.text_to_mm_projection(text_states)], dim=1)
         seen = attention_mask.new_ones(len(joint), joint.shape[1] - attention_mask.shape[1] + 1)  # [CLS_M], image
         return flava.multimodal_model(joint, attention_mask=torch.cat([seen, attention_mask], dim=1)).last_hidden_state
 
     def _level_vectors(self, text, visual, level):
-        pixels, which = visual
-        states = self._multimodal(self._text(text).hidden_states[-1], text.attention_mask, pixels, which)
+        (images,) = visual
+        states = self._multimodal(self._text(text).hidden_states[-1], text.attention_mask, images)
         rows = torch.arange(len(states), device=states.device)
         if level != "C":
             return states[rows, 0]  # the multimodal [CLS]
@@ -192,15 +198,14 @@ class FlavaEncoder(VLEncoder):
         return states[rows, offset + torch.from_numpy(text.positions).to(states.device)]
 
     def _mask_logits(self, text, visual, is_mask):
-        pixels, which = visual
-        out, encoded = [None] * len(which), self._text(text)
-        alone = torch.nonzero(which < 0).flatten().tolist()
-        for j in alone:
+        (images,) = visual
+        out, encoded = [None] * len(images), self._text(text)
+        for j in (j for j, image in enumerate(images) if image is None):
             out[j] = self.model.mlm_head(encoded.last_hidden_state[j, is_mask[j]])
-        shown = torch.nonzero(which >= 0).flatten()
-        if len(shown):
-            states = self._multimodal(encoded.hidden_states[-1][shown], text.attention_mask[shown], pixels,
-                                      which[shown])[:, -text.input_ids.shape[1]:]  # the caption's positions
-            for i, j in enumerate(shown.tolist()):
+        shown = [j for j, image in enumerate(images) if image is not None]
+        if shown:
+            states = self._multimodal(encoded.hidden_states[-1][shown], text.attention_mask[shown],
+                                      [images[j] for j in shown])[:, -text.input_ids.shape[1]:]  # the caption's
+            for i, j in enumerate(shown):
                 out[j] = self.model.mmm_text_head(states[i, is_mask[j]])
         return out

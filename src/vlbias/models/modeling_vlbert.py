@@ -171,20 +171,21 @@ class VisualLinguisticBert(nn.Module):
         # masked-region classification: the Visual Genome class (1601 with background) of an object token
         self.mvrc_head = PredictionHead(h, config.visual_region_classes, "region_cls_pred", layer_norm=False)
 
-    def forward(self, input_ids, text_mask, text_visual, object_visual, object_linguistic, object_mask):
+    def forward(self, input_ids, text_mask, text_visual, object_visual, object_linguistic, object_mask, length=None):
         """Final states of the joint sequence: text (b, L, hidden), objects (b, K, hidden).
 
         ``input_ids`` (b, L) and ``text_mask`` (b, L) bool, padded at the end; ``text_visual`` (b, L,
         hidden) each token's visual feature; ``object_visual``, ``object_linguistic`` (b, K, hidden)
         and ``object_mask`` (b, K) bool, padded at the end. The sequence is each row's text, its
-        objects and [END], packed without gaps (VisualLinguisticBert.embedding).
+        objects and [END], packed without gaps (VisualLinguisticBert.embedding), padded to the longest
+        or to ``length`` if that is more.
         """
         b = len(input_ids)
         text = self.word_embeddings(input_ids) + self.visual_ln_text(text_visual)
         objects = object_linguistic + self.visual_ln_object(object_visual)
         text_end = text_mask.sum(1, keepdim=True)
         object_end = text_end + object_mask.sum(1, keepdim=True)
-        length = int(object_end.max()) + 1
+        length = max(int(object_end.max()) + 1, length or 0)
         grid = torch.arange(length, device=input_ids.device).expand(b, length)
         is_text, is_object, is_end = grid < text_end, (grid >= text_end) & (grid < object_end), grid == object_end
         x = text.new_zeros((b, length, text.shape[-1]))
@@ -226,23 +227,21 @@ class VLBertForPretraining(nn.Module):
         if not config.image_feat_precomputed:
             _init_resnet(self.image_feature_extractor)
 
-    def encode(self, input_ids, text_mask, boxes, box_mask, masked, features=None, images=None):
+    def encode(self, input_ids, text_mask, boxes, box_mask, masked, features, length=None):
         """Final text (b, L, hidden) and object (b, K, hidden) states.
 
         ``boxes`` (b, K, 6): x1, y1, x2, y2 in the resized image's pixels and its w, h, the
         whole-image box first; ``box_mask`` (b, K) bool, a row without boxes is text only;
-        ``masked`` (b, K) bool, masked regions. Region features: ``features`` (b, K, 2048)
-        (precomputed), or ``images``, per row with boxes its (3, h, w) normalised pixels (end to end).
+        ``masked`` (b, K) bool, masked regions; ``features`` (b, K, 2048) the boxes' region features:
+        precomputed (a masked one replaced here by the learned mask embedding), or end to end the
+        RoI features ``image_feature_extractor.region_features`` gives (a masked box's pixels blanked);
+        ``length``: the joint sequence's padded length, if more than the longest's (VisualLinguisticBert).
         """
         reps = boxes.new_zeros((*box_mask.shape, self.config.hidden_size))
         if box_mask.any():
+            region = features[box_mask]
             if self.config.image_feat_precomputed:
-                region = torch.where(masked[box_mask][:, None], self.object_mask_visual_embedding.weight[0],
-                                     features[box_mask])
-            else:
-                rows = box_mask.any(dim=1)
-                region = self.image_feature_extractor.region_features(
-                    images, [b[m, :4] for b, m in zip(boxes[rows], box_mask[rows])])
+                region = torch.where(masked[box_mask][:, None], self.object_mask_visual_embedding.weight[0], region)
             # .to: under bf16 autocast the extractor gives bfloat16 (a no-op in fp32)
             reps[box_mask] = self.image_feature_extractor(region, boxes[box_mask]).to(reps.dtype)
         # every caption token sees the whole-image box's feature; a text-only row the text-corpus embedding
@@ -252,11 +251,11 @@ class VLBertForPretraining(nn.Module):
         text_visual = text_visual[:, None].expand(-1, input_ids.shape[1], -1)
         linguistic = torch.where(masked[..., None], self.object_mask_word_embedding.weight[0],
                                  self.object_linguistic_embeddings.weight[0])
-        return self.vlbert(input_ids, text_mask, text_visual, reps, linguistic, box_mask)
+        return self.vlbert(input_ids, text_mask, text_visual, reps, linguistic, box_mask, length)
 
-    def forward(self, input_ids, text_mask, boxes, box_mask, masked, features=None, images=None):
+    def forward(self, input_ids, text_mask, boxes, box_mask, masked, features):
         """Masked-word logits (b, L, vocab_size) and masked-region class logits (b, K, visual_region_classes)."""
-        text, objects = self.encode(input_ids, text_mask, boxes, box_mask, masked, features, images)
+        text, objects = self.encode(input_ids, text_mask, boxes, box_mask, masked, features)
         return self.vlbert.mlm_head.predictions(text), self.vlbert.mvrc_head(objects)
 
 

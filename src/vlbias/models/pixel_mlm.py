@@ -14,7 +14,7 @@ from vlbias.errors import InputError
 from vlbias.models.hf import load_model
 from vlbias.models.pixels import fill_regions, mean_colour
 from vlbias.models.tokenization import encode_text
-from vlbias.models.vl import VLEncoder
+from vlbias.models.vl import LENGTH_BUCKET, VLEncoder
 from vlbias.visual import Visual, visual_field
 
 # what an image processor does to the pixels the model reads
@@ -73,16 +73,22 @@ class PixelMaskedLM(VLEncoder):
             image = fill_regions(image, visual_field(entry, "boxes_norm"), visual_field(entry, "is_person"), self.fill)
         return image
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
+    def _shape(self, length, entry):
+        """Its caption's bucket and its image's size (the processor pads a batch's pixels to its largest)."""
+        image = visual_field(self.blank if entry is None else entry, "image")
+        return (self._bucket(length), None if image is None else image.shape), (self._bucket(length),)
+
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
         """(TextBatch, pixel values (b, 3, H, W), pixel mask (b, H, W)): each caption's image (a blank
         one for None), each distinct image processed once, padded to the batch's largest."""
-        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
+                           LENGTH_BUCKET)
         images, which, seen = [], [], {}
-        for j, entry in enumerate(regions):
+        for i, entry in zip(index, regions):
             entry = self.blank if entry is None else entry
             if id(entry) not in seen:
                 seen[id(entry)] = len(images)
-                images.append(self._image(entry, first + j, mask if entry is not self.blank else None))
+                images.append(self._image(entry, i, mask if entry is not self.blank else None))
             which.append(seen[id(entry)])
         processed = self.processor(images=images, return_tensors="pt")
         which = torch.tensor(which)

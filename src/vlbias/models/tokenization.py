@@ -40,7 +40,7 @@ TOKEN_MASKS = ("piece", "word")
 
 @dataclass
 class TextBatch:
-    """Tokenised captions, padded to the longest."""
+    """Tokenised captions, padded to the longest (or its length bucket: ``encode_text``'s multiple)."""
 
     input_ids: torch.Tensor       # int64 (b, L), mask terms already replaced by [MASK]
     attention_mask: torch.Tensor  # int64 (b, L)
@@ -81,9 +81,16 @@ def _whole_word(term):
     return r"(?<!\w)" + re.escape(term.strip()) + r"(?!\w)"
 
 
-def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, token_mask="piece"):
-    """``captions`` tokenised as one padded batch (see the module docstring for masks and words)."""
+def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, token_mask="piece", multiple=1):
+    """``captions`` tokenised as one padded batch (see the module docstring for masks and words),
+    padded to the longest's token count rounded up to a ``multiple`` (at most ``max_length``)."""
     enc = tokenizer(list(captions), padding=True, return_offsets_mapping=True, return_tensors="pt")
+    width = enc["input_ids"].shape[1]
+    extra = max(0, min(-(-width // multiple) * multiple, max_length) - width)
+    if extra:  # [PAD] (offsets (0, 0)), not attended
+        enc = {"input_ids": torch.nn.functional.pad(enc["input_ids"], (0, extra), value=tokenizer.pad_token_id),
+               "attention_mask": torch.nn.functional.pad(enc["attention_mask"], (0, extra)),
+               "offset_mapping": torch.nn.functional.pad(enc["offset_mapping"], (0, 0, 0, extra))}
     input_ids, offsets = enc["input_ids"].clone(), enc["offset_mapping"].numpy()
     lengths = enc["attention_mask"].sum(dim=1).tolist()
     # the tokenizer's offsets are (0, 0) for [CLS], [SEP] and padding

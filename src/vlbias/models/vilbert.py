@@ -160,8 +160,19 @@ class ViLBertEncoder(VLEncoder):
         feats[person[:AUTHORS_ROWS]] = 0  # row i for region i: one row early (bias_dataset.py:386-392)
         return feats, boxes
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
-        text, feats, boxes, vmask = super()._batch(captions, regions, first, mask, mask_terms, words)
+    def _shape(self, length, entry):
+        (bucket, n), _ = super()._shape(length, entry)
+        if entry is not None:  # the rows it reads (_visual)
+            n = min(n + 1, AUTHORS_ROWS) if self.masks_every_run else min(n, self.max_regions)
+        return (bucket, n), (bucket, n)
+
+    def _bucket(self, length):
+        if self.feed["vilbert_padding"] == "attended" and length <= AUTHORS_SEQ_LEN:
+            return AUTHORS_SEQ_LEN  # every caption read as their loader padded it (_batch)
+        return super()._bucket(length)
+
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
+        text, feats, boxes, vmask = super()._batch(captions, regions, index, mask, mask_terms, words)
         count = vmask.sum(dim=1)
         if self.masks_every_run:  # their collate divides the image-masked run's sum by one row more (line 174)
             count = count + (mask == "I")

@@ -100,6 +100,11 @@ class VisualBertEncoder(VLEncoder):
     def _no_image(self):
         return Visual(np.zeros((0, self.feature_dim), dtype=np.float32))
 
+    def _shape(self, length, entry):
+        (bucket, n), _ = super()._shape(length, entry)
+        n = n if self.image_feature_cap is None else min(n, self.image_feature_cap)  # the regions it reads
+        return (bucket, n), (bucket, n)
+
     def _language_states(self, text, feats, boxes, vmask):
         visual = {}
         if feats.shape[1]:  # a batch of captions without images runs as text alone

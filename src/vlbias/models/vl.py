@@ -60,10 +60,13 @@ the schema's, vlbias/schemas/models/_vl.yaml and the fragments it includes):
 """
 
 import logging
+from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 import transformers
+from torch import nn
 
 from vlbias.errors import InputError
 from vlbias.models import plan
@@ -76,6 +79,13 @@ from vlbias.weights import as_written, fetched
 log = logging.getLogger(__name__)
 
 LEVELS = ("W", "S", "C")
+# A matmul of fewer rows than this sums each row otherwise on CPU (MKL's small-matrix kernels; 4 and 8
+# rows alike save where one 8-token caption's attention runs alone): a batch whose pairs give fewer rows
+# is filled up with copies of its first pair (see _batches)
+MIN_ROWS = 12
+# A caption is padded to its token count rounded up to a multiple of this (its bucket), whatever it is
+# batched with: its padded shape, hence its vector, is its own, and a batch holds any caption of a bucket
+LENGTH_BUCKET = 8
 MASKS = (None, "T", "I")
 
 
@@ -101,6 +111,7 @@ class VLEncoder:
     no_image = None        # what "no visual input" feeds, in words
     masks_every_run = False  # True: the regions mask I hides are masked in the unmasked runs too
     batch_dependent = False  # True: a pair's vector depends on its batch in the authors' loader (in_authors_batches)
+    image_memo = 64  # (image, mask) states kept (``_once``): a job hands the encoder this many images at a time
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
@@ -129,6 +140,8 @@ class VLEncoder:
             if self.feed[name] not in values:
                 raise InputError(f"{name} '{self.feed[name]}'", f"must be one of {', '.join(values)}")
         self.visual_dim = self._visual_dim(config)
+        self._memo = OrderedDict()  # (id(entry), masked) -> (entry, its image-only work): see _once
+        self.image_passes = 0       # image-only computations run (vlbias.suites.grounded.jobs counts them ahead)
         self.max_length = int(spec.get("max_length") or min(512, config.max_position_embeddings))
         if not 2 < self.max_length <= config.max_position_embeddings:
             raise InputError(f"max_length {self.max_length}", f"must be in 3..{config.max_position_embeddings}, "
@@ -250,13 +263,65 @@ class VLEncoder:
     def _masked_region(self, feats):
         raise NotImplementedError
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
+    def _once(self, entry, mask, compute):
+        """``compute()``, the image-only work of one regions entry under ``mask`` (vision states, their
+        projections), run once however many captions, batches and calls read that image: kept for the
+        last ``image_memo`` (entry, mask I or not) met. The entry is held with it, so its id is not reused."""
+        key = (id(entry), mask == "I")
+        if key in self._memo:
+            self._memo.move_to_end(key)
+            return self._memo[key][1]
+        value = compute()
+        self.image_passes += 1
+        self._memo[key] = (entry, value)
+        if len(self._memo) > self.image_memo:
+            self._memo.popitem(last=False)
+        return value
+
+    def _bucket(self, length):
+        """The token count a caption of ``length`` tokens is padded to: ``length`` rounded up to a multiple
+        of LENGTH_BUCKET (at most max_length; a longer caption is refused by encode_text)."""
+        return length if length > self.max_length else min(-(-length // LENGTH_BUCKET) * LENGTH_BUCKET,
+                                                           self.max_length)
+
+    def _shape(self, length, entry):
+        """(key, rows) of a pair whose caption is ``length`` tokens: ``key`` what sets the padded size of
+        its input (its caption's bucket and its number of regions), ``rows`` the rows one pair gives the
+        model's matmuls (its padded tokens, its regions). Pairs are batched only with pairs of the same
+        key, so a pair's padded input, hence its vector, is a function of the pair alone."""
+        feats = None if entry is None else visual_field(entry, "features")
+        regions = 0 if feats is None else len(feats)
+        return (self._bucket(length), regions), (self._bucket(length), regions)
+
+    def _batches(self, captions, regions):
+        """Lists of indices into ``captions``: runs of pairs of one key (``_shape``), ``batch_size`` at
+        most, each in the callers' order (a job hands the pairs of an image together). A batch that would
+        give a matmul fewer than MIN_ROWS rows is filled up with copies of its first pair
+        (their vectors are its own): its pairs' fewest ``rows`` times their number is at least MIN_ROWS."""
+        lengths = [len(ids) for ids in self.tokenizer(list(captions))["input_ids"]]
+        shapes = [self._shape(n, entry) for n, entry in zip(lengths, regions)]
+        batches, open_ = [], {}
+        for i, (key, _) in enumerate(shapes):
+            batch = open_.setdefault(key, [])
+            batch.append(i)
+            if len(batch) == self.batch_size:
+                batches.append(open_.pop(key))
+        out = []
+        for batch in batches + list(open_.values()):
+            rows, b = [min(r) for r in zip(*(shapes[i][1] for i in batch)) if min(r) > 0], len(batch)
+            while any(b * r < MIN_ROWS for r in rows):
+                b += 1
+            out.append(batch + [batch[0]] * (b - len(batch)))
+        return out
+
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
         """Padded tensors on the device: (TextBatch, features (b,K,D), boxes (b,K,4), region mask (b,K)).
 
-        ``first`` is the index of the batch's first caption in the caller's list (for error messages).
+        ``index``: each caption's index in the caller's list (for error messages).
         """
-        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
-        visual = [self._visual(entry, first + j, mask) for j, entry in enumerate(regions)]
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
+                           LENGTH_BUCKET)
+        visual = [self._visual(entry, i, mask) for i, entry in zip(index, regions)]
         k = max(len(f) for f, _ in visual)
         feats = np.zeros((len(visual), k, self.feature_dim), dtype=np.float32)
         boxes = np.zeros((len(visual), k, 4), dtype=np.float32)
@@ -303,13 +368,12 @@ class VLEncoder:
             raise InputError("words", f"{len(words)} words for {len(captions)} captions")
         out = np.empty((len(captions), self.output_dim(level)), dtype=np.float32)
         with torch.inference_mode(), autocast(self.device, self.precision):
-            for start in range(0, len(captions), self.batch_size):
-                stop = min(start + self.batch_size, len(captions))
-                text, *visual = self._batch(captions[start:stop], regions[start:stop], start, mask, mask_terms,
-                                            None if words is None else words[start:stop])
+            for batch in self._batches(captions, regions):
+                text, *visual = self._batch([captions[i] for i in batch], [regions[i] for i in batch], batch, mask,
+                                            mask_terms, None if words is None else [words[i] for i in batch])
                 vectors = self._level_vectors(text, visual, level)
-                assert vectors.shape == (stop - start, out.shape[1]), vectors.shape
-                out[start:stop] = vectors.float().cpu().numpy()
+                assert vectors.shape == (len(batch), out.shape[1]), vectors.shape
+                out[batch] = vectors.float().cpu().numpy()
         return out
 
     def _level_vectors(self, text, visual, level):
@@ -348,25 +412,51 @@ class VLEncoder:
             if unknown:
                 raise InputError("tokens", f"not single vocabulary entries: {unknown}")
             columns = torch.tensor(ids, device=self.device)
-        out = []
+        out = [None] * len(captions)
         with torch.inference_mode(), autocast(self.device, self.precision):
-            for start in range(0, len(captions), self.batch_size):
-                stop = min(start + self.batch_size, len(captions))
-                text, *visual = self._batch(captions[start:stop], regions[start:stop], start, mask, mask_terms, None)
+            for batch in self._batches(captions, regions):
+                text, *visual = self._batch([captions[i] for i in batch], [regions[i] for i in batch], batch, mask,
+                                            mask_terms, None)
                 is_mask = text.input_ids == self.tokenizer.mask_token_id
-                for j in range(stop - start):
-                    if fill is not None and len(fill[start + j]):
+                for j, i in enumerate(batch):
+                    if fill is not None and len(fill[i]):
                         at = torch.nonzero(is_mask[j]).flatten()
-                        if len(fill[start + j]) >= len(at):
-                            raise InputError(f"caption '{captions[start + j]}'", f"has {len(at)} [MASK]s; filling "
-                                                                                 f"{len(fill[start + j])} leaves none")
-                        at = at[:len(fill[start + j])]
-                        text.input_ids[j, at] = torch.as_tensor(fill[start + j], device=self.device)
+                        if len(fill[i]) >= len(at):
+                            raise InputError(f"caption '{captions[i]}'", f"has {len(at)} [MASK]s; filling "
+                                                                         f"{len(fill[i])} leaves none")
+                        at = at[:len(fill[i])]
+                        text.input_ids[j, at] = torch.as_tensor(fill[i], device=self.device)
                         is_mask[j, at] = False
                 logits = self._mask_logits(text, visual, is_mask)
-                for j in range(stop - start):
+                for j, i in enumerate(batch):
                     if not is_mask[j].any():
-                        raise InputError(f"caption '{captions[start + j]}'", "has no [MASK]")
+                        raise InputError(f"caption '{captions[i]}'", "has no [MASK]")
                     logp = torch.log_softmax(logits[j].float(), dim=-1)
-                    out.append((logp if columns is None else logp[:, columns]).cpu().numpy())
+                    out[i] = (logp if columns is None else logp[:, columns]).cpu().numpy()
         return out
+
+
+class Given(nn.Module):
+    """Stands in for a module whose output was computed ahead (``replaced``): returns it, or the
+    concatenation of its parts along the first axis (per caption its image's), whatever it is called on."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+    def forward(self, *args, **kwargs):
+        return torch.cat(self.value) if isinstance(self.value, list) else self.value
+
+
+@contextmanager
+def replaced(module, **parts):
+    """``module``'s submodules named in ``parts`` replaced by them for the ``with`` block (a transformers
+    model run with some of its image-only work done ahead: vlbias.models.blip, lxmert)."""
+    saved = {name: getattr(module, name) for name in parts}
+    try:
+        for name, part in parts.items():
+            setattr(module, name, part)
+        yield module
+    finally:
+        for name, part in saved.items():
+            setattr(module, name, part)

@@ -92,7 +92,7 @@ from vlbias.images.blob import PIXEL_MEANS_BGR
 from vlbias.models import register
 from vlbias.models.modeling_vlbert import FEATURE_DIM, VLBertConfig, VLBertForPretraining
 from vlbias.models.tokenization import encode_text
-from vlbias.models.vl import VLEncoder
+from vlbias.models.vl import LENGTH_BUCKET, VLEncoder
 from vlbias.visual import Visual, visual_field
 
 CHECKPOINTS = {
@@ -266,26 +266,58 @@ class VLBertEncoder(VLEncoder):
                        for e, f in zip(regions, self.in_authors_batches(captions, regions)[0])]
         return captions, regions
 
-    def _batch(self, captions, regions, first, mask, mask_terms, words):
-        """(TextBatch, boxes (b,K,6), box mask (b,K), masked (b,K), features (b,K,2048) or per-image pixels)."""
-        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask)
+    def _prepared(self, entry, index, mask):
+        """``_image`` of one entry, end to end with the RoI features of all its boxes in place of the
+        pixels (the backbone and the res5 head once per image: a caption reads the boxes it keeps)."""
+        boxes, masked, visual = self._image(entry, index, mask)
+        if self.needs_pixels:
+            rois = torch.from_numpy(boxes[:, :4]).to(self.device)
+            visual = self.model.image_feature_extractor.region_features([visual], [rois])
+        return boxes, masked, visual
+
+    def _shape(self, length, entry):
+        """Key: the joint sequence's length (text, object tokens, [END]) rounded up to a LENGTH_BUCKET
+        multiple, the length its batch pads it to (``_joint_length``); rows: its object tokens (the
+        boxes kept beside a caption of ``length`` tokens, or its authors' batch's under attended padding)."""
+        boxes = self._object_tokens(length, entry)
+        return (self._joint_length(length, boxes),), (self._joint_length(length, boxes), boxes)
+
+    def _object_tokens(self, length, entry):
+        if entry is None:
+            return 0
+        padded = visual_field(entry, "batch_boxes")
+        if padded is not None:
+            return int(padded)
+        n = len(visual_field(entry, "boxes_norm")) + (self.feed["vlbert_image_box"] == "whole")
+        return _boxes_kept(length, n, self.seq_len) or 0
+
+    @staticmethod
+    def _joint_length(length, boxes):
+        """The length a pair's joint sequence is padded to: its own rounded up to a LENGTH_BUCKET multiple,
+        whatever it is batched with (its objects follow its text, packed: a text's padding moves them)."""
+        return -(-(length + boxes + 1) // LENGTH_BUCKET) * LENGTH_BUCKET
+
+    def _batch(self, captions, regions, index, mask, mask_terms, words):
+        """(TextBatch, boxes (b,K,6), box mask (b,K), masked (b,K), region features (b,K,2048), the joint
+        sequence's padded length)."""
+        text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
+                           LENGTH_BUCKET)
         lengths = text.attention_mask.sum(1).tolist()
-        images, prepared = [], {}  # an image passed for several captions is prepared (and run) once
-        for j, entry in enumerate(regions):
-            if id(entry) not in prepared:
-                prepared[id(entry)] = self._image(entry, first + j, mask)
-            image = prepared[id(entry)]
+        images = []  # an image read by several captions is prepared (and end to end run) once: _once
+        for j, (i, entry) in enumerate(zip(index, regions)):
+            image = None if entry is None else self._once(entry, mask, lambda i=i, entry=entry:
+                                                          self._prepared(entry, i, mask))
             if image is not None:
                 keep = _boxes_kept(lengths[j], len(image[0]), self.seq_len)
                 if keep is None:
                     raise InputError(f"caption '{captions[j]}'", f"with {len(image[0])} boxes, is too long for "
                                                                  f"seq_len {self.seq_len} ({lengths[j]} tokens)")
-                image = (image[0][:keep], image[1][:keep], image[2] if self.needs_pixels else image[2][:keep])
+                image = (image[0][:keep], image[1][:keep], image[2][:keep])
                 if self.batch_dependent:  # zero boxes (of the image's size) to the batch's longest, taken as real
-                    pad = int(visual_field(regions[j], "batch_boxes")) - keep
+                    pad = int(visual_field(entry, "batch_boxes")) - keep
                     if pad < 0:
-                        raise InputError(f"regions[{first + j}]", f"batch_boxes {pad + keep} is fewer than the "
-                                                                  f"{keep} boxes the image keeps beside its caption")
+                        raise InputError(f"regions[{i}]", f"batch_boxes {pad + keep} is fewer than the "
+                                                          f"{keep} boxes the image keeps beside its caption")
                     image = (np.concatenate([image[0], np.zeros((pad, 6), np.float32) + [0, 0, 0, 0, *image[0][0, 4:]]]),
                              np.concatenate([image[1], np.zeros(pad, bool)]),
                              np.concatenate([image[2], np.zeros((pad, FEATURE_DIM), np.float32)]))
@@ -294,24 +326,22 @@ class VLBertEncoder(VLEncoder):
         boxes = np.zeros((len(images), k, 6), dtype=np.float32)
         box_mask = np.zeros((len(images), k), dtype=bool)
         masked = np.zeros((len(images), k), dtype=bool)
-        feats = None if self.needs_pixels else np.zeros((len(images), k, FEATURE_DIM), dtype=np.float32)
+        feats = torch.zeros((len(images), k, FEATURE_DIM), device=self.device)
         for j, im in enumerate(images):
             if im is not None:
                 n = len(im[0])
                 boxes[j, :n], box_mask[j, :n], masked[j, :n] = im[0], True, im[1]
-                if feats is not None:
-                    feats[j, :n] = im[2]
+                feats[j, :n] = torch.as_tensor(im[2], device=self.device)
         text.input_ids = text.input_ids.to(self.device)
         text.attention_mask = text.attention_mask.to(self.device)
         on = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
-        visual = on(feats) if feats is not None else [im[2] for im in images if im is not None]
-        return text, on(boxes), on(box_mask), on(masked), visual
+        joint = max(self._joint_length(n, 0 if im is None else len(im[0])) for n, im in zip(lengths, images))
+        return text, on(boxes), on(box_mask), on(masked), feats, joint
 
-    def _language_states(self, text, boxes, box_mask, masked, visual):
-        pixels = not self.model.config.image_feat_precomputed
+    def _language_states(self, text, boxes, box_mask, masked, features, joint):
         text_mask = text.attention_mask.bool() & (text.input_ids > 0)  # VL-BERT's text mask: ids > 0
-        states, _ = self.model.encode(text.input_ids, text_mask, boxes, box_mask, masked,
-                                      features=None if pixels else visual, images=visual if pixels else None)
+        states, _ = self.model.encode(text.input_ids, text_mask, boxes, box_mask, masked, features=features,
+                                      length=joint)
         return states
 
     def _lm_head(self, states):

@@ -64,7 +64,7 @@ def embedded(tmp_path_factory, encoders):
             dropped = embed_tests([stimulus], encoder, s, root / f"{name}.h5", ["W", "S", "C"],
                                   {"T": ["S"], "I": ["S"]}, attrs={"dataset": "google", "model": name, "column": name,
                                                                    "detector": "toy"},
-                                  manifest_rows=manifest, chunk=3)
+                                  manifest_rows=manifest)
         out[name] = (root / f"{name}.h5", dropped)
     return stimulus, store, out
 

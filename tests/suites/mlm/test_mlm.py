@@ -48,7 +48,7 @@ def models():
 
 def all_positions(model, caption, region, fill_at=()):
     """Manual forward pass: log-softmax over the vocabulary at every position of ``caption``."""
-    text, *visual_input = model._batch([caption], [region], 0, None, None, None)
+    text, *visual_input = model._batch([caption], [region], [0], None, None, None)
     for position, token in fill_at:
         text.input_ids[0, position] = token
     with torch.inference_mode():

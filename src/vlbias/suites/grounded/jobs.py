@@ -4,11 +4,12 @@ pairs on one vision-language model, and the experiments on them (see docs/ground
 import json
 import logging
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.io.cache import cached_vectors, digest, fingerprint
+from vlbias.io.cache import digest, fingerprint
 from vlbias.io.fetch import sha256_file
 from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
 from vlbias.logs import Progress
@@ -155,8 +156,31 @@ def cache_fingerprint(encoder):
     return fingerprint({k: v for k, v in encoder.info.items() if k not in ("token_mask", "ws_vector", "feed")})
 
 
+def vision_passes(stimuli, levels, masks, batch_size, supports_image_masking=True, images=None):
+    """How often a job's image-only work runs (a model that computes it per image: BLIP's vision model,
+    FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end), planned as
+    ``embed_tests`` plans the pairs, no model needed: {"pairs", "images" (distinct (image, mask I or
+    not)), "before" (once per distinct image of each batch of ``batch_size`` pairs of one (test, level,
+    mask, role) in the stimulus' order, as up to e10739f), "after" (once per (image, mask I or not) of
+    the job: ``embed_tests``)}. ``images``: the image ids the region store holds (default: every
+    image the stimuli name)."""
+    combos, _ = embedding_combos(levels, masks, supports_image_masking)
+    images = set(images) if images is not None else {i for s in stimuli for i in s.image_ids()}
+    pairs, before, distinct = 0, 0, set()
+    for stimulus in stimuli:
+        for level, mask in combos:
+            if LEVEL_SOURCE[level] not in stimulus.levels:
+                continue
+            for rows in plan_pairs(stimulus, level, mask, images, lambda i: "absent")[0].values():
+                keys = [(image, mask == "I") for _, image, _ in rows]
+                pairs += len(keys)
+                before += sum(len(set(keys[i:i + batch_size])) for i in range(0, len(keys), batch_size))
+                distinct.update(keys)
+    return {"pairs": pairs, "images": len(distinct), "before": before, "after": len(distinct)}
+
+
 def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), cache=None,
-                chunk=None, image_mask="persons", mask_labels=None, label_offset=0):
+                image_mask="persons", mask_labels=None, label_offset=0):
     """Embed every (caption, image) pair of each test of ``stimuli`` at each configured level and mask,
     into one HDF5 file (one per (dataset, model): one model load for all tests).
 
@@ -170,6 +194,9 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
         test group attrs  test, name, stimulus, stimulus_sha256, levels, masks, not_applicable (JSON:
                           masked pairs the model lacks)
         root attrs  ``attrs`` (dataset, model, detector, region store ... provenance), the encoder's info (JSON)
+
+    The pairs the cache lacks are embedded image-major (``image_windows``): each image's work once
+    per (image, mask) per job (vlbias.models.vl ``_once``; ``vision_passes`` counts it ahead).
 
     ``cache`` (a vlbias.io.cache.RecordCache in the folder ``cache_fingerprint(encoder)``) keeps each
     pair's vector under a digest of what was embedded (level, mask and mask terms, caption, word, the
@@ -225,6 +252,7 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
                             "stimulus_sha256": sha256_file(stimulus.path), "levels": json.dumps(levels),
                             "masks": json.dumps(masks),
                             "not_applicable": json.dumps([f"{lv}/{m}" for lv, m in not_applicable])})
+        groups = []  # per (test, level, mask, role): what it embeds, and where its file group goes
         for stimulus, level, mask, pairs in planned:
             terms = stimulus.levels[LEVEL_SOURCE[level]]["mask"]["tokens"] if mask == "T" else None
             labels = None
@@ -247,26 +275,83 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
                                                      lambda i, labels=labels: visual(i, labels)[0], images)
                 keys = [digest(level, mask, terms, caption, span, visual(image, labels)[1], *option,
                                *([] if b is None else [b])) for (caption, image, span), b in zip(rows, batch)]
-
-                def compute(todo, rows=rows, labels=labels, entries=entries):
-                    part = [rows[i] for i in todo]
-                    regions = [entries[i] if entries else visual(image, labels)[0] for i, (_, image, _) in
-                               zip(todo, part)]
-                    return encoder.embed([c for c, *_ in part], regions, level, mask=mask, mask_terms=terms,
-                                         words=[s for *_, s in part] if level == "C" else None)
-
-                out = cached_vectors(cache, keys, compute, chunk=chunk or encoder.batch_size * 8)
-                progress.advance(len(rows))
-                g = group.create_group(role)
-                g.create_dataset("embeddings", data=out.reshape(len(rows), encoder.output_dim(level)).astype(np.float32))
-                g.create_dataset("caption", data=[c for c, *_ in rows], dtype=text)
-                g.create_dataset("image", data=[i for _, i, _ in rows], dtype=text)
-                if level == "C":
-                    g.create_dataset("word", data=[c[a:b] for c, _, (a, b) in rows], dtype=text)
-                n_listed = len(stimulus.pairs(LEVEL_SOURCE[level], role))
-                g.attrs.update({"n": len(rows), "n_listed": n_listed, "n_dropped": n_listed - len(rows)})
+                groups.append(_Group(stimulus, level, mask, terms, labels, role, group, rows, entries, keys))
+        vectors = _embed_groups(encoder, groups, visual, cache, progress)
+        for g in groups:
+            out = np.stack([vectors[k] for k in g.keys]) if g.keys else np.zeros((0, encoder.output_dim(g.level)))
+            h = g.parent.create_group(g.role)
+            h.create_dataset("embeddings", data=out.reshape(len(g.rows), encoder.output_dim(g.level)).astype(np.float32))
+            h.create_dataset("caption", data=[c for c, *_ in g.rows], dtype=text)
+            h.create_dataset("image", data=[i for _, i, _ in g.rows], dtype=text)
+            if g.level == "C":
+                h.create_dataset("word", data=[c[a:b] for c, _, (a, b) in g.rows], dtype=text)
+            n_listed = len(g.stimulus.pairs(LEVEL_SOURCE[g.level], g.role))
+            h.attrs.update({"n": len(g.rows), "n_listed": n_listed, "n_dropped": n_listed - len(g.rows)})
     progress.done(f"{cache.hits} from the cache" if cache is not None else "")
     return dropped
+
+
+@dataclass
+class _Group:
+    """The pairs of one (test, level, mask, role) of a job, as embedded: rows (caption, image id, word
+    span), their regions entries (None: each row's own ``_Visuals`` entry) and cache keys."""
+    stimulus: object
+    level: str
+    mask: str | None
+    terms: list | None
+    labels: tuple | None
+    role: str
+    parent: object  # the HDF5 group of (test, level, mask)
+    rows: list
+    entries: list | None
+    keys: list
+
+
+def image_windows(images, size):
+    """Lists of indices into ``images`` (per item its image's key: (image id, masked)), image-major: the
+    items of ``size`` distinct images at a time, the images in the order they first appear, each
+    image's items in their order. A job hands its pairs to the encoder a window at a time, so an
+    encoder that keeps its last ``size`` images' work (vlbias.models.vl ``_once``) does it once per job."""
+    by_image = {}
+    for i, image in enumerate(images):
+        by_image.setdefault(image, []).append(i)
+    runs = list(by_image.values())
+    return [[i for run in runs[start:start + size] for i in run] for start in range(0, len(runs), size)]
+
+
+def _embed_groups(encoder, groups, visual, cache, progress):
+    """{key: vector} of every pair of ``groups``: from ``cache`` where it has one, the others embedded
+    image-major (``image_windows`` of ``encoder.image_memo`` images), each window's pairs one call per
+    group, and cached. A vector never depends on what it is batched with (vlbias.models.vl), so neither
+    the cache's content nor the order of jobs changes one."""
+    keys = [k for g in groups for k in g.keys]
+    vectors = {k: r["vector"][0] for k, r in (cache.get_many(keys) if cache is not None else {}).items()}
+    found = sum(k in vectors for k in keys)
+    progress.advance(found)
+    todo, seen = [], set(vectors)  # (group, row) of each key not yet had, once
+    for gi, g in enumerate(groups):
+        for ri, key in enumerate(g.keys):
+            if key not in seen:
+                seen.add(key)
+                todo.append((gi, ri))
+    image = lambda gi, ri: (groups[gi].rows[ri][1], groups[gi].labels, groups[gi].mask == "I")  # noqa: E731
+    for window in image_windows([image(gi, ri) for gi, ri in todo], encoder.image_memo):
+        calls = {}
+        for gi, ri in (todo[i] for i in window):
+            calls.setdefault(gi, []).append(ri)
+        for gi, rows in calls.items():
+            g = groups[gi]
+            part = [g.rows[ri] for ri in rows]
+            regions = [g.entries[ri] if g.entries else visual(im, g.labels)[0] for ri, (_, im, _) in zip(rows, part)]
+            out = encoder.embed([c for c, *_ in part], regions, g.level, mask=g.mask, mask_terms=g.terms,
+                                words=[s for *_, s in part] if g.level == "C" else None)
+            for ri, v in zip(rows, out):
+                vectors[g.keys[ri]] = v
+                if cache is not None:
+                    cache.put(g.keys[ri], {"vector": v[None]})
+            progress.advance(len(rows))
+    progress.advance(len(keys) - found - len(todo))  # rows whose key another row had: embedded once
+    return vectors
 
 
 def read_embeddings(path):
