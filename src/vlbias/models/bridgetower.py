@@ -92,6 +92,10 @@ class BridgeTowerEncoder(PixelMaskedLM):
         return int(config.vision_config.image_size)
 
     @staticmethod
+    def _patch_size(config):
+        return int(config.vision_config.patch_size)
+
+    @staticmethod
     def _default_processor(config):
         # bridgetower-base's processing (BridgeTowerImageProcessor's defaults) at the model's image size
         size = int(config.vision_config.image_size)

@@ -26,7 +26,7 @@ class PixelMaskedLM(VLEncoder):
     """What the one-processor pixel models (ViLT, BridgeTower) share: each distinct image of a batch
     processed once (``pixel_values`` and ``pixel_mask``), mask I's pixel fill, a blank image for
     "no image". A family sets ``processor_class`` and ``name`` and implements ``_default_processor(config)``
-    (the processor of a model folder without one), ``_image_size(config)`` (the blank image's side),
+    (the processor of a model folder without one), ``_image_size(config)`` (the blank image's side), ``_patch_size(config)``,
     ``_states(text, pixel_values, pixel_mask)`` (the caption's states (b, L, dim) and the W/S vectors
     (b, output_dim("S"))) and ``_lm_head(states)``."""
 
@@ -38,6 +38,7 @@ class PixelMaskedLM(VLEncoder):
     def __init__(self, spec):
         super().__init__(spec)
         self.fill = mean_colour(self.processor.image_mean)
+        self._tokens = {}  # image shape -> its image tokens (_image_tokens)
         size = self._image_size(self.model.config)
         self.blank = Visual(np.zeros((0, 0), np.float32), image_size=(size, size),
                             image=np.full((size, size, 3), self.fill, np.uint8))
@@ -74,9 +75,21 @@ class PixelMaskedLM(VLEncoder):
         return image
 
     def _shape(self, length, entry):
-        """Its caption's bucket and its image's size (the processor pads a batch's pixels to its largest)."""
+        """Its caption's bucket and its image's size (the processor pads a batch's pixels to its largest);
+        rows: the bucket's and the image's tokens (the image stream's matmuls run on these)."""
         image = visual_field(self.blank if entry is None else entry, "image")
-        return (self._bucket(length), None if image is None else image.shape), (self._bucket(length),)
+        if image is None:
+            return (self._bucket(length), None), (self._bucket(length),)
+        return (self._bucket(length), image.shape), (self._bucket(length), self._image_tokens(image.shape))
+
+    def _image_tokens(self, shape):
+        """The image tokens ([CLS_I] and the patches) of an image of ``shape`` after the processor: a
+        function of the shape (the processor resizes by it), computed once per shape on a blank image."""
+        if shape not in self._tokens:
+            pixels = self.processor(images=[np.zeros(shape, np.uint8)], return_tensors="pt")["pixel_values"]
+            patch = self._patch_size(self.model.config)
+            self._tokens[shape] = (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch) + 1
+        return self._tokens[shape]
 
     def _batch(self, captions, regions, index, mask, mask_terms, words):
         """(TextBatch, pixel values (b, 3, H, W), pixel mask (b, H, W)): each caption's image (a blank

@@ -30,9 +30,9 @@ batch's largest are masked out) and runs one transformer over
           whole images, never masked regions: this is not the paper's mask I.
 Every grounded pair needs its image. ``max_image_length`` (a cap on the patches read, which ViLT
 meets by drawing patches at random) is set to -1: every patch, so that a vector is reproducible
-(``info["max_image_length"]`` records the checkpoint's value); the order ViltModel shuffles the
-patches into (which moves a vector by float rounding only) is drawn from a fixed seed, so that a
-vector is bit-reproducible.
+(``info["max_image_length"]`` records the checkpoint's value); ViltModel shuffles the patches it
+keeps, which moves a vector by float rounding only and would make it depend on its place in its batch:
+they are kept in order instead (``patches_in_order``), so that a vector is bit-reproducible.
 
 Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk): ``mlm_score`` on the caption's
 states, with its image (lp_VL(E | g, I) of S_L and S_V). ViLT has no text-only input (it pre-trained
@@ -40,6 +40,8 @@ on image-caption pairs only), so "no image" (lp_VL(E | g, -) of S_PT, S_V and B_
 every pixel the processor's mean colour, which its normalisation maps to (nearly) zero, at the
 config's square ``image_size``. S_V then compares one head with and without the image's content.
 """
+
+from contextlib import contextmanager
 
 import torch
 from transformers import ViltConfig, ViltForMaskedLM, ViltImageProcessor
@@ -75,11 +77,15 @@ class ViltEncoder(PixelMaskedLM):
         # vilt-b32-mlm's processing (ViltImageProcessor's defaults) at the model's image and patch size
         return ViltImageProcessor(size={"shortest_edge": int(config.image_size)}, size_divisor=int(config.patch_size))
 
+    @staticmethod
+    def _patch_size(config):
+        return int(config.patch_size)
+
     def _states(self, text, pixel_values, pixel_mask):
         """(the caption's states (b, L, dim), [CLS]'s state (b, dim)): ViltModel's last layer."""
-        # ViltEmbeddings shuffles an image's patches (torch.multinomial, on the CPU generator), which moves
-        # the vectors by float rounding (~1e-9): a fixed draw makes them bit-reproducible, the caller's RNG untouched
-        with torch.random.fork_rng(devices=[]):
+        # the padding patches a smaller image draws are masked (any draw gives the same vectors): a fixed seed
+        # keeps even their choice reproducible, the caller's RNG untouched
+        with torch.random.fork_rng(devices=[]), patches_in_order():
             torch.manual_seed(0)
             states = self.model.vilt(input_ids=text.input_ids, attention_mask=text.attention_mask,
                                      pixel_values=pixel_values, pixel_mask=pixel_mask).last_hidden_state
@@ -87,3 +93,24 @@ class ViltEncoder(PixelMaskedLM):
 
     def _lm_head(self, states):
         return self.model.mlm_score(states)
+
+
+@contextmanager
+def patches_in_order():
+    """ViltEmbeddings.visual_embed keeps every patch of an image (max_image_length -1) but draws their
+    order, torch.multinomial over equal weights taking all of them: attention is blind to the order (each
+    patch keeps its position embedding), the float sums are not, and draws made pair after pair would make
+    a vector depend on its place in its batch. Within the block such a draw is the patches in order; any
+    other draw (with replacement, or fewer than all) is torch's."""
+    draw = torch.multinomial
+
+    def in_order(weights, num_samples, replacement=False, **kwargs):
+        if not replacement and num_samples == weights.numel():
+            return torch.arange(num_samples, device=weights.device)
+        return draw(weights, num_samples, replacement, **kwargs)
+
+    torch.multinomial = in_order
+    try:
+        yield
+    finally:
+        torch.multinomial = draw
