@@ -3,7 +3,6 @@ VLBIAS_BOTTOM_UP_REFERENCE) loaded for the differential tests of vlbias.regions.
 its Python 2 files run under Python 3 with their print statements made calls (the only Python 2
 syntax in the files the tests read), its config module with a stand-in for easydict."""
 
-import importlib.util
 import os
 import re
 import sys
@@ -11,6 +10,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+from helpers import plain_module
 
 
 def checkout(*files):
@@ -34,14 +35,6 @@ def module(name, path, **names):
     mod.__file__ = str(path)
     mod.__dict__.update(names)
     exec(compile(source, str(path), "exec"), mod.__dict__)
-    return mod
-
-
-def plain_module(name, path):
-    """``path`` imported as it is (valid Python 3)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     return mod
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import plain_module
 from helpers.tiny import SIMCLR_R50_SK1 as R50_SK1
 
 from vlbias.errors import InputError
@@ -131,16 +132,6 @@ def test_bad_entries_are_refused(tmp_path):
 
 # --- reference implementations ------------------------------------------------------------------
 
-def load_module(path, name):
-    """Import ``path`` as module ``name`` (both references call theirs ``resnet``)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_matches_the_simclrv2_pytorch_port_with_tensorflow_padding(tmp_path):
     """Separius/SimCLRv2-Pytorch with identical random weights: equal once its two paddings are TensorFlow's."""
     import torch
@@ -148,7 +139,7 @@ def test_matches_the_simclrv2_pytorch_port_with_tensorflow_padding(tmp_path):
     folder = os.environ.get("VLBIAS_SIMCLR_PYTORCH_REFERENCE")
     if not folder or not (Path(folder) / "resnet.py").is_file():
         pytest.skip("set VLBIAS_SIMCLR_PYTORCH_REFERENCE to a checkout of Separius/SimCLRv2-Pytorch")
-    port = load_module(Path(folder) / "resnet.py", "simclrv2_pytorch_resnet")
+    port = plain_module("simclrv2_pytorch_resnet", Path(folder) / "resnet.py")  # both references call theirs resnet
 
     from vlbias.models.simclr import avg_pool_same, max_pool_same
 
@@ -200,7 +191,7 @@ def test_matches_the_official_tensorflow_network(tmp_path):
         if name not in flags.FLAGS:
             getattr(flags, f"DEFINE_{kind}")(name, default, "")
     flags.FLAGS(["test"])
-    official = load_module(Path(folder) / "resnet.py", "simclr_official_resnet")
+    official = plain_module("simclr_official_resnet", Path(folder) / "resnet.py")
 
     x = pixels(2)
     rng = np.random.default_rng(0)

@@ -28,7 +28,7 @@ from PIL import Image, ImageDraw
 
 from helpers.bottom_up import checkout as bottom_up_checkout
 from helpers.bottom_up import config as their_config
-from helpers.bottom_up import plain_module
+from helpers import plain_module
 from helpers.tiny import noise_images
 from helpers.tiny import BUA_SMALL as SMALL
 from helpers.tiny import write_vocab

@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.bottom_up import checkout, config, module, plain_module
+from helpers import plain_module
+from helpers.bottom_up import checkout, config, module
 
 from vlbias.regions.modeling_bua import (CAFFE_CHANNELS, RPN, SCALE_CLAMP, AnchorGenerator, caffe_cell_anchors,
                                          caffe_decode, caffe_nms, caffe_proposals, proposal_overlaps)
