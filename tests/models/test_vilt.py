@@ -95,7 +95,8 @@ def test_image_mask_paints_the_person_boxes_with_the_processors_mean(encoder, pr
 
 
 def test_batching_does_not_change_vectors(encoder):
-    """Images of other sizes in the batch pad this one's patches (masked out) and its caption's tokens."""
+    """A vector is the same in any company: a batch holds one image size and one length bucket, and the
+    patches are read in order (vlbias.models.vilt.patches_in_order)."""
     assert_pixels_batch_independent(encoder, IMAGES)
 
 
