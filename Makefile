@@ -13,15 +13,19 @@ CORES ?= all
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
 
+# the pip that comes with the venv (Python 3.11's is 23.x: PEP 660 editable installs), not a newer one
+# fetched from PyPI on every fresh clone
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $@
+# one resolve for the package and its test tools; --no-compile: Python compiles what the tests import
+# when they import it, not the thousands of modules of torch and transformers they never load
+$(VENV)/.installed-test: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --no-compile -e '.[test]'
+	touch $@ $(VENV)/.installed
 
 run: setup
 	$(BIN)/snakemake --cores $(CORES) --keep-going
