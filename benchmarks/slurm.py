@@ -58,7 +58,7 @@ def main():
         slurm_env = {**env, "SLURM_CONF": str(cluster_dir / "slurm.conf"), "VLBIAS_SLURM_GPUS": args.gpus}
         slurm, log = build(work / "slurm", slurm_env, "--profile", str(REPO / "profiles/slurm"),
                            "--max-threads", args.cores, "--slurm-status-command", "squeue",
-                           "--slurm-init-seconds-before-status-checks", "2")
+                           "--slurm-init-seconds-before-status-checks", "1")
     finally:
         subprocess.run([REPO / "tests/slurm/down.sh", cluster_dir], check=False, capture_output=True)
     submitted = len(re.findall(r"submitted with SLURM jobid", log))

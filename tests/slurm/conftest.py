@@ -15,11 +15,13 @@ from helpers import REPO
 class SlurmCluster:
     """A running one-node SLURM cluster (tests/slurm/up.sh): ``env`` is os.environ with SLURM_CONF
     set, for srun, sbatch and snakemake; ``snakemake_args`` what the SLURM executor plugin needs on
-    this cluster (no accounting: job status from squeue; a short wait before the first check)."""
+    this cluster (no accounting: job status from squeue) and the shortest wait between its checks,
+    1 s: after a check that finds no job ended it waits 10 s longer than the last time (plugin 2.8),
+    so a job of a few seconds is seen 12 s after its submission (14 s with 2)."""
 
     dir: Path
     env: dict
-    snakemake_args: tuple = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2")
+    snakemake_args: tuple = ("--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1")
 
 
 @pytest.fixture(scope="session")
