@@ -16,11 +16,50 @@ from vlbias.report.tables import TABLE_COLUMNS
 pytestmark = pytest.mark.workflow  # runs the real Snakefile for the tables it compares with
 
 
+ENV = {"PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
 def vlbias(cwd, *args):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "vlbias", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    return subprocess.run([sys.executable, "-m", "vlbias", *args], cwd=cwd, env={**os.environ, **ENV},
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+# Several commands in one interpreter (its start, with numpy, pandas and jsonschema, costs more than a
+# command that fails on its input): each one's exit status and what it wrote to file descriptors 1 and 2,
+# as `python -m vlbias` would give them (argparse's exit, an uncaught exception's traceback, a warning
+# shown again for each command, C libraries' output included).
+SEVERAL = """
+import json, os, sys, tempfile, traceback, warnings
+from vlbias.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        saved = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+        try:
+            with warnings.catch_warnings():
+                code = main(argv)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+        results.append([code or 0, *(f.seek(0) or f.read().decode() for f in (out, err))])
+print(json.dumps(results))
+"""
+
+
+def vlbias_several(cwd, *argvs):
+    """[CompletedProcess] of ``vlbias ARGV`` for each of ``argvs``, run one after the other in one interpreter."""
+    proc = subprocess.run([sys.executable, "-c", SEVERAL, json.dumps(argvs)], cwd=cwd, env={**os.environ, **ENV},
+                          capture_output=True, text=True, timeout=600, check=True)
+    return [subprocess.CompletedProcess(["vlbias", *argv], code, out, err)
+            for argv, (code, out, err) in zip(argvs, json.loads(proc.stdout), strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +75,8 @@ def project(tmp_path_factory, built_project):
 def test_help_everywhere(tmp_path):
     top = vlbias(tmp_path, "--help")
     assert top.returncode == 0 and all(c in top.stdout for c in ("run", "list", "show", "workflow"))
-    for command in ("run", "list", "show", "workflow"):
-        out = vlbias(tmp_path, command, "--help")
+    commands = ("run", "list", "show", "workflow")
+    for command, out in zip(commands, vlbias_several(tmp_path, *([c, "--help"] for c in commands)), strict=True):
         assert out.returncode == 0 and out.stdout.startswith(f"usage: vlbias {command}"), out.stderr
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"vlbias": "vlbias.cli:main"}  # the console script is the same entry
@@ -62,29 +101,33 @@ def test_run_gives_the_workflows_row(project):
 
 
 def test_run_options_override_the_config(project):
-    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub", "--exact", "false",
-                 "--n-samples", "500", "--seed", "3", "--no-ci", "--format", "md", "-o", "row.md")
-    assert out.returncode == 0 and out.stdout == "", out.stderr
+    md, out = vlbias_several(project, ["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub", "--exact",
+                                       "false", "--n-samples", "500", "--seed", "3", "--no-ci", "--format", "md",
+                                       "-o", "row.md"],
+                             ["run", "resources/stimuli/ieat/insect-flower.yaml", "--store",
+                              "results/embeddings/ieat/pub.h5", "--name", "mine", "--ci-method", "percentile",
+                              "--ci-n-boot", "200"])
+    assert md.returncode == 0 and md.stdout == "", md.stderr
     md = (project / "row.md").read_text()
     assert md.startswith("**Insect-Flower on pub**") and "| d | p |" in md and " ± " in md  # sampled: with its error
-    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--store",
-                 "results/embeddings/ieat/pub.h5", "--name", "mine", "--ci-method", "percentile", "--ci-n-boot", "200")
     row = pd.read_csv(pd.io.common.StringIO(out.stdout)).iloc[0]
     assert row["model"] == "mine" and row["ci_method"] == "percentile" and row["ci_n_boot"] == 200
     assert row["n_samples"] == 100_000 or row["exact"]  # no --config: the defaults, exact here (252 partitions)
 
 
 def test_list_and_show(project):
-    models = vlbias(project, "list", "models").stdout.splitlines()
-    assert models == ["ieat\tpub\tsource published\ttoy", "ieat\ttiny-clip\topen_clip\ttiny random ViT",
-                      "seat\tminilm\tsentence\tsentence-transformers/all-MiniLM-L6-v2"]
-    tests = vlbias(project, "list", "tests").stdout
-    assert "ieat\tinsect-flower\tresources/stimuli/ieat/insect-flower.yaml\n" in tests and "seat\tweat-toy\t" in tests
-    assert "ieat\tt2\tresults/ieat/t2.csv\ttoy 2\n" in vlbias(project, "list", "tables").stdout
+    models, tests, tables, shown, seat = vlbias_several(project, ["list", "models"], ["list", "tests"],
+                                                        ["list", "tables"], ["show", "t2"],
+                                                        ["show", "results/seat/minilm/table.csv"])
+    assert models.stdout.splitlines() == ["ieat\tpub\tsource published\ttoy",
+                                          "ieat\ttiny-clip\topen_clip\ttiny random ViT",
+                                          "seat\tminilm\tsentence\tsentence-transformers/all-MiniLM-L6-v2"]
+    assert "ieat\tinsect-flower\tresources/stimuli/ieat/insect-flower.yaml\n" in tests.stdout
+    assert "seat\tweat-toy\t" in tests.stdout
+    assert "ieat\tt2\tresults/ieat/t2.csv\ttoy 2\n" in tables.stdout
     # a table by its name: the workflow's own Markdown
-    shown = vlbias(project, "show", "t2")
     assert shown.returncode == 0 and shown.stdout == (project / "results/ieat/t2.md").read_text()
-    assert vlbias(project, "show", "results/seat/minilm/table.csv").stdout.startswith("**table**")
+    assert seat.stdout.startswith("**table**")
 
 
 def test_run_on_own_vectors_gives_the_stores_row(project):
@@ -96,19 +139,20 @@ def test_run_on_own_vectors_gives_the_stores_row(project):
         vectors, ids = read_set(project / "results/embeddings/ieat/pub.h5", category)
         rows += [[f"{category}/{i}", *v] for i, v in zip(ids, vectors, strict=True)]
     pd.DataFrame(rows, columns=["id", *range(len(rows[0]) - 1)]).to_csv(project / "mine.csv", index=False)
-    common = ["resources/stimuli/ieat/insect-flower.yaml", "--no-ci", "--format", "json"]
-    [mine] = json.loads(vlbias(project, "run", *common, "--vectors", "mine.csv").stdout)
-    [store] = json.loads(vlbias(project, "run", *common, "--store", "results/embeddings/ieat/pub.h5").stdout)
-    assert mine["model"] == "mine" and mine["n_t"] == store["n_t"]
-    assert (mine["d"], mine["p"]) == pytest.approx((store["d"], store["p"]), abs=1e-12)
-    # a manifest naming an image the file has no vector for
+    # and a manifest naming an image the file has no vector for
     (project / "more.tsv").write_text("category\tfile\ntoy/flower\tnew.png\n" + "".join(
         f"{r[0].rsplit('/', 1)[0]}\t{r[0].rsplit('/', 1)[1]}\n" for r in rows))
-    out = vlbias(project, "run", *common, "--vectors", "mine.csv", "--manifest", "more.tsv")
+    common = ["run", "resources/stimuli/ieat/insect-flower.yaml", "--no-ci", "--format", "json"]
+    mine, store, out = vlbias_several(project, [*common, "--vectors", "mine.csv"],
+                                      [*common, "--store", "results/embeddings/ieat/pub.h5"],
+                                      [*common, "--vectors", "mine.csv", "--manifest", "more.tsv"])
+    [mine], [store] = json.loads(mine.stdout), json.loads(store.stdout)
+    assert mine["model"] == "mine" and mine["n_t"] == store["n_t"]
+    assert (mine["d"], mine["p"]) == pytest.approx((store["d"], store["p"]), abs=1e-12)
     assert out.returncode == 2 and "mine.csv" in out.stderr and "toy/flower/new.png" in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("args,message", [
+BAD_INPUTS = [
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "nope"],
      "no model 'nope' in the config; configured: minilm, pub, tiny-clip"),
     (["run", "missing.yaml", "--model", "pub"], "missing.yaml: stimulus file not found"),
@@ -120,9 +164,19 @@ def test_run_on_own_vectors_gives_the_stores_row(project):
     (["show", "t1"], "results/ieat/t1.csv: not built yet"),
     (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, specificity, minilm"),
     (["list", "models", "--config", "none.yaml"], "none.yaml: no such config"),
-])
-def test_a_bad_input_is_named(project, args, message):
-    out = vlbias(project, *args)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(project):
+    """{args: CompletedProcess} of the commands of BAD_INPUTS on the project, run in one interpreter."""
+    argvs = [args for args, _ in BAD_INPUTS]
+    return dict(zip(map(tuple, argvs), vlbias_several(project, *argvs), strict=True))
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS)
+def test_a_bad_input_is_named(bad_inputs, args, message):
+    out = bad_inputs[tuple(args)]
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
 
@@ -151,7 +205,7 @@ def test_row_8_each_bad_input_is_one_line_without_a_traceback(project):
     (project / "quote.csv").write_text("id,a,b\nw0,1,2\nw1,2,1\n\"w2,1,1\n"
                                        + "".join(f"w{i},{i},1\n" for i in range(3, 300)))
     test, ieat = "resources/stimuli/seat/weat-toy.yaml", "resources/stimuli/ieat/insect-flower.yaml"
-    for args, message in [
+    cases = [
         ([ieat, "--store", "junk.h5"], "junk.h5: not an HDF5 file"),
         ([ieat, "--store", "latin1.h5"], "latin1.h5: set 'toy/insect': ids that are not UTF-8 text (byte 0xe9)"),
         ([test, "--store", "results/embeddings/ieat/pub.h5", "--ci-level", "1.5"],
@@ -160,8 +214,9 @@ def test_row_8_each_bad_input_is_one_line_without_a_traceback(project):
          "key 'stats/ci/n_boot': 1 is less than the minimum of 100"),
         ([test, "--vectors", "huge.npy", "--ids", "huge.ids"], "huge.npy: the header says float64 (1000000, 10000)"),
         ([test, "--vectors", "quote.csv"], "quote.csv: line 4: a quoted field runs on to line 301"),
-    ]:
-        out = vlbias(project, "run", *args)
+    ]
+    for (args, message), out in zip(cases, vlbias_several(project, *(["run", *args] for args, _ in cases)),
+                                    strict=True):
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
         assert out.stderr.count("\n") == 1 and len(out.stderr) < 300, out.stderr
 

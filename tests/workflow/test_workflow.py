@@ -4,6 +4,7 @@ a Hugging Face hub on the loopback address: tests/hub.py)."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -128,13 +129,18 @@ def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests
 TABLES = ["results/ieat/t1.csv", "results/ieat/t2.csv", "results/seat/minilm/table.csv"]
 
 
-def test_the_tables_do_not_depend_on_the_jobs_threads(project, tmp_path):
+def test_the_tables_do_not_depend_on_the_jobs_threads(built_project, project, tmp_path):
     # issue 18 rows 6 and 10: a job's thread count (--cores, a cluster profile's set-threads) changed
     # torch's vectors in the 7th digit, through torch's threads, and the intervals through BLAS's. Here
-    # every job runs with another count than in `project` (--cores 2, the rules' threads).
-    make_project(tmp_path)
+    # the jobs that compute the tables' numbers run again with another count than in `project` (--cores 2,
+    # the rules' threads), the models on every vector (the embedding cache gone), the rest as built.
+    copy_project(built_project, tmp_path)
+    shutil.rmtree(tmp_path / "results/cache/embeddings")
     snakemake(tmp_path, *TABLES, "--set-threads", "seat_embed=2", "ieat_embed_images=1", "seat_table=1",
-              "ieat_table=1")
+              "ieat_table=1", "--forcerun", "seat_embed", "ieat_embed_images", "seat_table", "ieat_table")
+    for log, what in [("seat_embed/minilm", "texts"), ("ieat_embed_images/tiny-clip", "images")]:
+        text = (tmp_path / f"results/logs/{log}.log").read_text()
+        assert re.search(rf"{what}: (\d+)/\1 done in .*; 0 from the cache", text), text  # every vector computed
     for path in TABLES:
         assert (tmp_path / path).read_bytes() == (project / path).read_bytes(), path
     # the cause, where the numbers do not show it (AVX2 kernels here round alike at 1 and 2 threads):
@@ -184,8 +190,6 @@ def test_a_pulled_lock_fetches_its_entry_again(hub, tmp_path):
     """Issue 25 row 2: the lock changed after a record existed (a `git pull` of a new lock): the old
     commit was used, exit 0, no word. The workflow's start dates back the record the lock no longer
     pins, so the entry's fetch runs again, and its jobs after it; the other entries' records stay."""
-    import shutil
-
     from vlbias.weights import fetch
 
     config = make_project(tmp_path)
@@ -196,12 +200,13 @@ def test_a_pulled_lock_fetches_its_entry_again(hub, tmp_path):
     config["seat"]["models"]["other"] = {**config["seat"]["models"]["minilm"], "path": "org/other-minilm"}
     write_yaml(tmp_path / "config/config.yaml", config)
     env = hub_env(hub, tmp_path)
-    tables = ["results/seat/minilm/table.csv", "results/seat/other/table.csv"]
-    snakemake(tmp_path, *tables, env=env)
+    # the entry's store (what its fetch runs before) and the other entry's record (what must stay)
+    targets = ["results/embeddings/seat/minilm.h5", str(record_path("seat/other"))]
+    snakemake(tmp_path, *targets, env=env)
     assert read_record(tmp_path / record_path("seat/minilm"))["sources"]["path"]["commit"] == first
     assert sorted(yaml.safe_load((tmp_path / "config/weights.lock.yaml").read_text())) == ["seat/minilm", "seat/other"]
     # (the lock changed after each fetch: an input of every fetch, it makes none of them outdated)
-    assert planned_jobs(tmp_path, *tables) == {}
+    assert planned_jobs(tmp_path, *targets) == {}
     other_record = (tmp_path / record_path("seat/other")).read_bytes()
     # another machine moved the entry on (a new file on main) and committed its lock
     second = hub.commit(HUB_MINILM, {"extra_config.json": b"{}"})
@@ -210,14 +215,14 @@ def test_a_pulled_lock_fetches_its_entry_again(hub, tmp_path):
     fetch("seat/minilm", config["seat"]["models"]["minilm"], cache=tmp_path / "elsewhere", lock_path=elsewhere,
           update=True)
     shutil.copy(elsewhere, tmp_path / "config/weights.lock.yaml")
-    out = snakemake(tmp_path, *tables, env=env)
+    out = snakemake(tmp_path, *targets, env=env)
     assert "results/weights/seat/minilm.json: the weights lock config/weights.lock.yaml changed" in out.stderr
     assert {"weights_fetch": 1, "seat_embed": 1} == {k: v for k, v in job_counts(out.stdout + out.stderr).items()
                                                       if k in ("weights_fetch", "seat_embed")}
     record = read_record(tmp_path / record_path("seat/minilm"))
     assert record["sources"]["path"]["commit"] == second and "extra_config.json" in record["sources"]["path"]["files"]
     assert (tmp_path / record_path("seat/other")).read_bytes() == other_record and other != second
-    assert planned_jobs(tmp_path, *tables) == {}
+    assert planned_jobs(tmp_path, *targets) == {}
 
 
 def test_second_run_does_nothing(project):
@@ -230,10 +235,13 @@ def edit(path, old, new):
 
 def test_editing_one_stimulus_reruns_only_its_jobs(project):
     # (Snakemake reruns on changed content: a bare touch with the same content reruns nothing)
-    edit(project / "resources/stimuli/ieat/insect-flower.yaml", "label: Pleasant", "label: Pleasant images")
+    ieat = project / "resources/stimuli/ieat/insect-flower.yaml"
+    edit(ieat, "label: Pleasant", "label: Pleasant images")
     # the figures read the table; the table's ML-EAT reads the stimulus too
     assert planned_jobs(project) == {"ieat_table": 1, "ieat_mleat": 1, "ieat_figures": 1, "all": 1}
-    snakemake(project)
+    # the content as it was, its time newer than the table's: nothing to run (no need to rerun them here)
+    edit(ieat, "label: Pleasant images", "label: Pleasant")
+    assert planned_jobs(project) == {}
     edit(project / "resources/stimuli/seat/weat-toy.yaml", "- joy", "- delight")
     assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "seat_mleat": 1, "seat_figures": 1, "all": 1}
     snakemake(project)
@@ -290,8 +298,28 @@ def test_bad_stimulus_fails_early_naming_file_and_key(tmp_path, stimulus, old, n
     assert message in proc.stdout + proc.stderr
 
 
-def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(tmp_path):
-    make_project(tmp_path)
+@pytest.fixture(scope="module")
+def seat_built(tmp_path_factory):
+    """make_project's project with the SEAT table alone built: its model's store and weights record, which
+    the tests of a run where the iEAT fails and the rest completes start from (``seat_copy``)."""
+    root = tmp_path_factory.mktemp("seat-built")
+    make_project(root)
+    snakemake(root, "results/seat/minilm/table.csv")
+    return root
+
+
+def seat_copy(seat_built, root):
+    """A copy of ``seat_built`` without its SEAT table: a run makes it again from the store (seat_table, a job
+    that waits for no iEAT job); the copy's config."""
+    copy_project(seat_built, root)
+    shutil.rmtree(root / "results/seat")
+    return yaml.safe_load((root / "config/config.yaml").read_text())
+
+
+def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(seat_built, tmp_path):
+    seat_copy(seat_built, tmp_path)
+    (tmp_path / "mirror").unlink()  # the copy's own mirror, to damage
+    shutil.copytree(seat_built / "mirror", tmp_path / "mirror")
     # a NaN in one published embedding file: that model's store fails with the file's name
     csv = tmp_path / "mirror/ieat/embeddings/toy_insect_pub.csv"
     df = pd.read_csv(csv, index_col=0)
@@ -300,7 +328,8 @@ def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(tmp
     rows = (tmp_path / "resources/manifests/embeddings.tsv").read_text().splitlines()
     rows = [r if "toy_insect_pub" not in r else "\t".join(r.split("\t")[:3] + [sha(csv)]) for r in rows]
     (tmp_path / "resources/manifests/embeddings.tsv").write_text("\n".join(rows) + "\n")
-    proc = snakemake(tmp_path, "--keep-going", check=False)
+    # a table of that model, and the SEAT table, which needs none of it
+    proc = snakemake(tmp_path, "results/ieat/t2.csv", "results/seat/minilm/table.csv", "--keep-going", check=False)
     assert proc.returncode != 0
     assert "toy_insect_pub.csv" in proc.stderr and "NaN" in proc.stderr
     assert not (tmp_path / "results/embeddings/ieat/pub.h5").exists()
@@ -308,8 +337,8 @@ def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(tmp
     assert (tmp_path / "results/seat/minilm/table.csv").exists()
 
 
-def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(tmp_path):
-    config = make_project(tmp_path)
+def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(seat_built, tmp_path):
+    config = seat_copy(seat_built, tmp_path)
     config["mirror"] = None
     # a closed port on loopback stands for "no network"
     config["sources"]["ieat"]["url_template"] = "http://127.0.0.1:9/{repo}/{commit}/{path}"
@@ -379,9 +408,11 @@ def test_a_hard_kill_then_the_readme_command_recovers(built_project, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.Popen([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    # the job's script opened its log (vlbias.logs.setup_logging, its first line): Snakemake has marked
+    # the output incomplete and the job has minutes of work ahead (at 100,000 tests, not the build's 20)
     deadline = time.monotonic() + 300
-    while not (log.exists() and "re-partitions" in log.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert log.exists(), "the specificity job never started"
     os.killpg(proc.pid, signal.SIGKILL)  # snakemake and its jobs, as a closed session or the OOM killer
     proc.wait()
@@ -451,7 +482,7 @@ def test_report_of_a_partial_run_shows_what_exists(tmp_path):
     assert "results/ieat/t1.html" not in html and "results/seat/minilm/table.html" not in html
 
 
-def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(tmp_path):
+def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(seat_built, tmp_path):
     """Issue 30: `mirror: auto` in a clone with no ../shared/data and no network (GitHub and the image
     sites at a closed port here): the tables that need neither are built, the rest is left out, and
     the run ends with one line saying what it tried to reach and what to do."""
@@ -460,8 +491,8 @@ def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(tmp
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
-    root = tmp_path / "clone"
-    config = make_project(root)
+    root = tmp_path / "clone"  # its SEAT store built (seat_built), its tables not
+    config = seat_copy(seat_built, root)
     config["mirror"] = "auto"
     for spec in config["sources"].values():
         spec["url_template"] = dead + "/{repo}/{commit}/{path}"
