@@ -1,8 +1,10 @@
 """iEAT from pixels through the real Snakefile: tiny random iGPT (two layers and the logits from one
 pass), SimCLRv2, open_clip and transformers CLIP (hf_dual) models beside the published vectors in
 Tables 1-3, a user's own vectors (iEAT and SEAT), the transformers CLIP in SEAT too, a cross-modal
-test, and the sweep's table and heatmap: an open_clip and transformers SigLIP, SigLIP 2, BLIP ITC and FLAVA
-models side by side; BLIP's ITC in SEAT and FLAVA's contrastive space in the cross-modal table too."""
+test, and the sweep's table and heatmap: an open_clip and transformers SigLIP 2, BLIP ITC and FLAVA
+models side by side; BLIP's ITC in SEAT and FLAVA's contrastive space in the cross-modal table too.
+The ML-EAT of Table 1 (every kind of model) and of the sweep (the joint spaces); every table's ML-EAT in
+the default target is tests/workflow/test_workflow.py's."""
 
 import copy
 
@@ -10,12 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers.tiny import HF_DUAL_CONFIGS as CONFIGS, HF_DUAL_TEXT as TEXT, HF_DUAL_VISION as VISION, TINY_DUAL, TINY_DUAL_CONTEXT, tiny_dual_dir
+from helpers.tiny import TINY_DUAL, TINY_DUAL_CONTEXT, tiny_dual_dir
 from helpers.project import make_project, planned_jobs, snakemake, write_yaml
 
 from vlbias.io.fetch import read_manifest
 from vlbias.io.store import read_provenance, read_set
 from vlbias.models.hf_dual import write_processor
+from vlbias.report.mleat import map_path
 from vlbias.stats.mleat import PATTERNS
 from vlbias.stats import effect_size
 from vlbias.stats.adjust import holm
@@ -35,13 +38,11 @@ IGPT = {"source": "images", "adapter": "igpt", "weights": "random", "seed": 0, "
 SIMCLR = {"source": "images", "adapter": "simclr", "depth": 50, "width": 1, "sk": 0, "weights": "random",
           "image_size": 32, "batch_size": 8, "paper": "pub",
           "images": {"size": 32, "crop": "top-left", "resample": "area", "decoder": "opencv"}}  # toy images enlarged
-# transformers dual encoders: a CLIP from a model directory (save_pretrained: weights and processor), a
-# SigLIP with random weights and a processor directory (vlbias.models.hf_dual.write_processor)
+# a transformers dual encoder from a model directory (save_pretrained: weights and processor)
 HF_CLIP = {"source": "images", "adapter": "hf_dual", "path": "models/tiny-clip", "batch_size": 4}
-HF_SIGLIP = {"adapter": "hf_dual", "architecture": "siglip", "weights": "random", "config": CONFIGS["siglip"],
-             "processor": "models/tiny-siglip-processor", "batch_size": 4}
-# the joint spaces of docs/joint-spaces.md, random, each with its processor directory: in the sweep (FLAVA's
-# in the cross-modal table too, by its sweep name) and BLIP's ITC in SEAT
+# the joint spaces of docs/joint-spaces.md, random, each with its processor directory
+# (vlbias.models.hf_dual.write_processor): in the sweep (FLAVA's in the cross-modal table too, by its sweep
+# name) and BLIP's ITC in SEAT
 JOINT = {a: {"adapter": "hf_dual", "architecture": a, "weights": "random", "config": TINY_DUAL[a],
              "processor": f"models/tiny-{a}-processor", "batch_size": 4} for a in ("siglip2", "blip", "flava")}
 WORDS = {"A": ["joy", "love", "peace"], "B": ["pain", "hate", "war"]}
@@ -92,8 +93,7 @@ def make(root):
                   "tests": ["flower-insect-text-attributes"]},
     }
     ieat["sweep"] = {"caption": "toy sweep", "tests": "all",
-                     "models": copy.deepcopy([{k: v for k, v in CLIP.items() if k != "source"}, HF_SIGLIP,
-                                              *JOINT.values()])}
+                     "models": copy.deepcopy([{k: v for k, v in CLIP.items() if k != "source"}, *JOINT.values()])}
     config["seat"]["models"] = {"mine": {"source": "vectors", "vectors": "mine-seat.csv", "model_id": "my words"},
                                 "weat-only": {"source": "vectors", "vectors": "weat-only.csv", "tests": ["weat-toy"]},
                                 "hf-clip": {k: v for k, v in HF_CLIP.items() if k != "source"},
@@ -105,16 +105,21 @@ def make(root):
     return config, mine
 
 
+# the ML-EAT files the fixture builds: Table 1's and the sweep's (the default target's are off: stats/mleat/build)
+MLEAT = ["results/ieat/mleat/table1.csv", "results/ieat/mleat/sweep.csv"]
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("ieat-project")
-    _, mine = make(root)
+    config, mine = make(root)
+    config["stats"]["mleat"] = {"build": False}
+    write_yaml(root / "config/config.yaml", config)
     # the transformers models' files (dry runs need none)
     tiny_dual_dir(root / HF_CLIP["path"], "clip")
-    write_processor(root / HF_SIGLIP["processor"], "siglip", VISION["image_size"], TEXT["max_position_embeddings"])
     for architecture, entry in JOINT.items():
         write_processor(root / entry["processor"], architecture, 32, TINY_DUAL_CONTEXT[architecture])
-    snakemake(root)
+    snakemake(root, "all", *MLEAT)
     return root, mine
 
 
@@ -220,7 +225,7 @@ def test_the_sweep_writes_one_table_and_a_heatmap(project):
     tests = sorted(p.stem for p in (root / "resources/stimuli/ieat").glob("*.yaml"))
     assert sorted(set(sweep["test"])) == tests
     # an open_clip model and the transformers joint spaces (hf_dual) side by side
-    models = ["tiny-vit-random0", "siglip-random0", "siglip2-random0", "blip-random0", "flava-random0"]
+    models = ["tiny-vit-random0", "siglip2-random0", "blip-random0", "flava-random0"]
     assert list(dict.fromkeys(sweep["model"])) == models
     assert (sweep["status"] == "ok").all() and len(sweep) == len(models) * len(tests)
     md = (root / "results/ieat/sweep.md").read_text()
@@ -232,7 +237,12 @@ def test_the_sweep_writes_one_table_and_a_heatmap(project):
     assert [(r.test, r.model) for r in mleat.itertuples()] == [(r.test, r.model) for r in sweep.itertuples()]
     assert mleat["l1_d"].tolist() == sweep["d"].tolist() and mleat["l1_p"].tolist() == sweep["p"].tolist()
     assert (mleat["status"] == "ok").all() and set(mleat["pattern"]) <= {*(c for c, _ in PATTERNS.values())}
-    assert (root / "results/ieat/mleat/sweep/flower-insect-text-attributes/siglip-random0.png").is_file()
+    assert (root / "results/ieat/mleat/sweep/flower-insect-text-attributes/siglip2-random0.png").is_file()
+    # Table 1's: every kind of model, iGPT's layer by its table name
+    table1 = pd.read_csv(root / "results/ieat/mleat/table1.csv", keep_default_na=False)
+    assert list(dict.fromkeys(table1["model"])) == list(dict.fromkeys(table(root, "table1")["model"]))
+    assert (table1["status"] == "ok").all()
+    assert map_path(root / "results/ieat/mleat/table1", "flower-insect", "tiny-igpt/layer1").is_file()
 
 
 def test_a_second_run_does_nothing(project):
@@ -252,7 +262,7 @@ def test_a_second_run_does_nothing(project):
      "key 'ieat/models/tiny-igpt/paper': layer2: not an output of 'tiny-igpt' (it has: layer0, layer1, logits)"),
     (lambda c: c["ieat"]["models"]["mine"].pop("vectors"), "key 'ieat/models/mine': 'vectors' is a required property"),
     (lambda c: c["ieat"]["sweep"]["models"].append(copy.deepcopy(c["ieat"]["sweep"]["models"][0])),
-     "key 'ieat/sweep/models/5': its name 'tiny-vit-random0' is taken by 'ieat/sweep/models/0' (set `name`)"),
+     "key 'ieat/sweep/models/4': its name 'tiny-vit-random0' is taken by 'ieat/sweep/models/0' (set `name`)"),
     (lambda c: c["ieat"]["sweep"]["models"][0].update(pretraind="openai"),
      "key 'ieat/sweep/models/0/pretraind': unknown key (did you mean 'pretrained'?)"),
     (lambda c: c["ieat"]["models"]["tiny-clip"].update(images={"size": 32, "crop": "top"}),
