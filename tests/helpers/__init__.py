@@ -26,6 +26,7 @@ def checkout(variable, what, *needs):
     """The reference checkout named by the environment variable ``variable``, or a skip saying why: it is
     unset (set it to ``what``: the repository and commit to check out), or lacks one of ``needs`` (paths
     inside it; one ending in "/" a folder)."""
+    __tracebackhide__ = True  # a skip is reported at the caller's line, not here
     where = os.environ.get(variable)
     if not where:
         pytest.skip(f"set {variable} to {what}")

@@ -14,6 +14,7 @@ from helpers import plain_module
 
 def checkout(*files):
     """The checkout named by VLBIAS_BOTTOM_UP_REFERENCE, or a skip saying why (unset, or lacking ``files``)."""
+    __tracebackhide__ = True
     return reference_checkout("VLBIAS_BOTTOM_UP_REFERENCE",
                               "a checkout of jiasenlu/bottom-up-attention (the fork Ross et al. ran; 45321a04) or "
                               f"peteanderson80/bottom-up-attention (514e561b), with {', '.join(files)}", *files)
