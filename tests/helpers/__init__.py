@@ -1,10 +1,15 @@
 """What several test modules share that is no fixture: tiny models and their inputs (``helpers.tiny``),
 the tiny generated projects the real Snakefile runs on (``helpers.project``, ``helpers.grounded``),
-simulations (``helpers.stats``). Test modules import from here, never from each other or from a
-conftest.py; fixtures live in the conftest.py of the folder whose tests use them."""
+simulations (``helpers.stats``), the reference implementations the differential tests compare with
+(``checkout``, ``plain_module``; bottom-up-attention's pieces in ``helpers.bottom_up``). Test modules
+import from here, never from each other or from a conftest.py; fixtures live in the conftest.py of the
+folder whose tests use them."""
 
 import importlib.util
+import os
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,3 +20,18 @@ def plain_module(name, path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def checkout(variable, what, *needs):
+    """The reference checkout named by the environment variable ``variable``, or a skip saying why: it is
+    unset (set it to ``what``: the repository and commit to check out), or lacks one of ``needs`` (paths
+    inside it; one ending in "/" a folder)."""
+    __tracebackhide__ = True  # a skip is reported at the caller's line, not here
+    where = os.environ.get(variable)
+    if not where:
+        pytest.skip(f"set {variable} to {what}")
+    where = Path(where)
+    missing = [n for n in needs if not ((where / n).is_dir() if n.endswith("/") else (where / n).is_file())]
+    if missing:
+        pytest.skip(f"{variable}={where} lacks {', '.join(missing)}: set it to {what}")
+    return where

@@ -3,28 +3,21 @@ VLBIAS_BOTTOM_UP_REFERENCE) loaded for the differential tests of vlbias.regions.
 its Python 2 files run under Python 3 with their print statements made calls (the only Python 2
 syntax in the files the tests read), its config module with a stand-in for easydict."""
 
-import os
 import re
 import sys
 import types
 from pathlib import Path
 
-import pytest
-
+from helpers import checkout as reference_checkout
 from helpers import plain_module
 
 
 def checkout(*files):
     """The checkout named by VLBIAS_BOTTOM_UP_REFERENCE, or a skip saying why (unset, or lacking ``files``)."""
-    where = os.environ.get("VLBIAS_BOTTOM_UP_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_BOTTOM_UP_REFERENCE to a checkout of jiasenlu/bottom-up-attention (or "
-                    f"peteanderson80's): {', '.join(files)}")
-    where = Path(where)
-    missing = [f for f in files if not (where / f).is_file()]
-    if missing:
-        pytest.skip(f"{where} lacks {', '.join(missing)}")
-    return where
+    __tracebackhide__ = True
+    return reference_checkout("VLBIAS_BOTTOM_UP_REFERENCE",
+                              "a checkout of jiasenlu/bottom-up-attention (the fork Ross et al. ran; 45321a04) or "
+                              f"peteanderson80/bottom-up-attention (514e561b), with {', '.join(files)}", *files)
 
 
 def module(name, path, **names):

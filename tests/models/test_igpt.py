@@ -6,14 +6,13 @@ names a folder holding their package (ryansteed/ieat at 4d7639bf: ``ieat/utils.p
 """
 
 import json
-import os
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import checkout
 from helpers.tiny import IGPT_CLUSTERS as N_CLUSTERS
 from helpers.tiny import TINY_IGPT as TINY
 
@@ -212,12 +211,10 @@ def test_bad_entries_are_refused(tmp_path):
 @pytest.fixture(scope="module")
 def authors():
     """The iEAT authors' package (``ieat.utils``, ``ieat.models``) from VLBIAS_IEAT_REFERENCE."""
-    folder = os.environ.get("VLBIAS_IEAT_REFERENCE")
-    if not folder or not (Path(folder) / "ieat" / "utils.py").is_file():
-        pytest.skip("set VLBIAS_IEAT_REFERENCE to a folder holding the iEAT authors' package "
-                    "(ryansteed/ieat@4d7639bf: ieat/utils.py, ieat/models.py)")
+    folder = checkout("VLBIAS_IEAT_REFERENCE", "a folder holding the iEAT authors' package "
+                      "(ryansteed/ieat@4d7639bf: ieat/utils.py, ieat/models.py)", "ieat/utils.py")
     pytest.importorskip("cv2", reason="the authors' resize needs OpenCV (opencv-python-headless)")
-    sys.path.insert(0, folder)
+    sys.path.insert(0, str(folder))
     import ieat.utils
 
     return ieat

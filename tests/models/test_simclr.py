@@ -7,13 +7,11 @@ Differential tests, each skipped with its reason when its reference is absent:
 - ``VLBIAS_SIMCLR_PYTORCH_REFERENCE``: a checkout of Separius/SimCLRv2-Pytorch (``resnet.py``).
 """
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import plain_module
+from helpers import checkout, plain_module
 from helpers.tiny import SIMCLR_R50_SK1 as R50_SK1
 
 from vlbias.errors import InputError
@@ -136,10 +134,9 @@ def test_matches_the_simclrv2_pytorch_port_with_tensorflow_padding(tmp_path):
     """Separius/SimCLRv2-Pytorch with identical random weights: equal once its two paddings are TensorFlow's."""
     import torch
 
-    folder = os.environ.get("VLBIAS_SIMCLR_PYTORCH_REFERENCE")
-    if not folder or not (Path(folder) / "resnet.py").is_file():
-        pytest.skip("set VLBIAS_SIMCLR_PYTORCH_REFERENCE to a checkout of Separius/SimCLRv2-Pytorch")
-    port = plain_module("simclrv2_pytorch_resnet", Path(folder) / "resnet.py")  # both references call theirs resnet
+    folder = checkout("VLBIAS_SIMCLR_PYTORCH_REFERENCE", "a checkout of Separius/SimCLRv2-Pytorch (f4c2f411)",
+                      "resnet.py")
+    port = plain_module("simclrv2_pytorch_resnet", folder / "resnet.py")  # both references call theirs resnet
 
     from vlbias.models.simclr import avg_pool_same, max_pool_same
 
@@ -176,9 +173,8 @@ def test_matches_the_simclrv2_pytorch_port_with_tensorflow_padding(tmp_path):
 
 def test_matches_the_official_tensorflow_network(tmp_path):
     """google-research/simclr's resnet_v1 with random weights, saved as a TF checkpoint, converted, run by ours."""
-    folder = os.environ.get("VLBIAS_SIMCLR_REFERENCE")
-    if not folder or not (Path(folder) / "resnet.py").is_file():
-        pytest.skip("set VLBIAS_SIMCLR_REFERENCE to a checkout of google-research/simclr (its TF1 resnet.py)")
+    folder = checkout("VLBIAS_SIMCLR_REFERENCE", "a checkout of google-research/simclr (its TF1 resnet.py)",
+                      "resnet.py")
     tf = pytest.importorskip("tensorflow.compat.v1", reason="needs tensorflow (pip install .[tf]; "
                                                             "TF_USE_LEGACY_KERAS=1 with tf_keras for TF >= 2.16)")
     from absl import flags
@@ -191,7 +187,7 @@ def test_matches_the_official_tensorflow_network(tmp_path):
         if name not in flags.FLAGS:
             getattr(flags, f"DEFINE_{kind}")(name, default, "")
     flags.FLAGS(["test"])
-    official = plain_module("simclr_official_resnet", Path(folder) / "resnet.py")
+    official = plain_module("simclr_official_resnet", folder / "resnet.py")
 
     x = pixels(2)
     rng = np.random.default_rng(0)

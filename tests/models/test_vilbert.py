@@ -11,15 +11,14 @@ import hashlib
 import importlib
 import importlib.util
 import math
-import os
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 import safetensors.torch
 import torch
+from helpers import checkout
 from helpers.tiny import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, random_visual
 
 from vlbias.errors import InputError
@@ -307,13 +306,9 @@ def import_reference(root, name):
 
 @pytest.fixture(scope="module", params=["vilbert_beta", "vilbert-multi-task"])
 def reference(request):
-    where = os.environ.get("VLBIAS_VILBERT_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_VILBERT_REFERENCE to a folder with checkouts of jiasenlu/vilbert_beta (as "
-                    "vilbert_beta/) and/or facebookresearch/vilbert-multi-task (as vilbert-multi-task/)")
-    root = Path(where) / request.param
-    if not (root / "vilbert" / "vilbert.py").is_file():
-        pytest.skip(f"{root} has no vilbert/vilbert.py")
+    root = checkout("VLBIAS_VILBERT_REFERENCE", "a folder with checkouts of jiasenlu/vilbert_beta (f0c9a2b2, as "
+                    "vilbert_beta/) and/or facebookresearch/vilbert-multi-task (f22b84a9, as vilbert-multi-task/)",
+                    f"{request.param}/vilbert/vilbert.py") / request.param
     return request.param, import_reference(root, "reference_" + request.param.replace("-", "_"))
 
 

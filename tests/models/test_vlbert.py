@@ -11,15 +11,14 @@ there, torchvision's roi_align (the same maskrcnn-benchmark operator, aligned=Fa
 import hashlib
 import importlib
 import importlib.util
-import os
 import shutil
 import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import checkout
 from helpers.tiny import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, random_visual
 from helpers.tiny import TINY_VLBERT_E2E as E2E
 from PIL import Image
@@ -332,12 +331,8 @@ def test_bad_inputs(prec):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    where = os.environ.get("VLBIAS_VLBERT_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_VLBERT_REFERENCE to a checkout of jackroos/VL-BERT")
-    root = Path(where)
-    if not (root / "common" / "visual_linguistic_bert.py").is_file():
-        pytest.skip(f"{root} lacks common/visual_linguistic_bert.py")
+    root = checkout("VLBIAS_VLBERT_REFERENCE", "a checkout of jackroos/VL-BERT (4373674c)",
+                    "common/visual_linguistic_bert.py")
     # pytorch_pretrained_bert's file_utils imports boto3 and botocore for downloads the test never makes
     for module, attrs in {"boto3": {}, "botocore": {}, "botocore.exceptions": {"ClientError": Exception}}.items():
         try:

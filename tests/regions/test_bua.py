@@ -14,7 +14,6 @@ extraction (airsplay/lxmert data/mscoco_imgfeat/extract_coco_image.py) in VLBIAS
 import base64
 import hashlib
 import importlib
-import os
 import re
 import sys
 import types
@@ -28,7 +27,7 @@ from PIL import Image, ImageDraw
 
 from helpers.bottom_up import checkout as bottom_up_checkout
 from helpers.bottom_up import config as their_config
-from helpers import plain_module
+from helpers import checkout, plain_module
 from helpers.tiny import noise_images
 from helpers.tiny import BUA_SMALL as SMALL
 from helpers.tiny import write_vocab
@@ -248,13 +247,9 @@ def test_vocabulary_from_a_url_and_person_classes(tmp_path, http_server):
 
 @pytest.fixture(scope="module")
 def reference():
-    where = os.environ.get("VLBIAS_FRCNN_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_FRCNN_REFERENCE to a directory with transformers' lxmert example "
-                    "(modeling_frcnn.py, processing_image.py, utils.py) and the hub's config.yaml")
-    where = Path(where)
-    if not (where / "modeling_frcnn.py").is_file() or not (where / "config.yaml").is_file():
-        pytest.skip(f"{where} lacks modeling_frcnn.py or config.yaml")
+    where = checkout("VLBIAS_FRCNN_REFERENCE", "a directory with huggingface/transformers' "
+                     "examples/research_projects/lxmert (modeling_frcnn.py, processing_image.py, utils.py) and the "
+                     "hub's config.yaml of unc-nlp/frcnn-vg-finetuned", "modeling_frcnn.py", "config.yaml")
     # utils.py imports cv2 and wget for its file and URL loaders, which the test does not use
     for name in ("cv2", "wget"):
         try:
@@ -558,13 +553,14 @@ def test_generate_tsv_selection_is_bottom_up_attentions(bottom_up, raw_scenes, c
     assert branches == {"min", "max", "in range"}, branches
 
 
+EXTRACTION = "data/mscoco_imgfeat/extract_coco_image.py"
+
+
 @pytest.fixture(scope="module")
 def lxmert_extraction(bottom_up):
-    where = os.environ.get("VLBIAS_LXMERT_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_LXMERT_REFERENCE to a checkout of airsplay/lxmert "
-                    "(data/mscoco_imgfeat/extract_coco_image.py: generate_tsv with the labels)")
-    path = Path(where) / "data/mscoco_imgfeat/extract_coco_image.py"
+    path = checkout("VLBIAS_LXMERT_REFERENCE", "a checkout of airsplay/lxmert (0db1182b; "
+                    "data/mscoco_imgfeat/extract_coco_image.py: generate_tsv with the labels)",
+                    EXTRACTION) / EXTRACTION
     constants = {k: int(re.search(rf"^{k} = (\d+)", path.read_text(), flags=re.M).group(1))
                  for k in ("MIN_BOXES", "MAX_BOXES")}
     return their_function(path), constants

@@ -28,6 +28,7 @@ import safetensors.torch
 import torch
 from PIL import Image
 
+from helpers import checkout
 from helpers.tiny import noise_images
 from vlbias.errors import InputError
 from vlbias.images.blob import image_scale
@@ -216,13 +217,8 @@ def test_regions_have_the_shared_layout_and_box_rule(detector):
 
 @pytest.fixture(scope="module")
 def reference():
-    where = os.environ.get("VLBIAS_DETECTRON_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_DETECTRON_REFERENCE to a directory with maskrcnn-benchmark built for CPU and "
-                    "visualbert_extract.py (see this module's docstring)")
-    where = Path(where)
-    if not (where / "visualbert_extract.py").is_file() or not (where / "maskrcnn_benchmark").is_dir():
-        pytest.skip(f"{where} lacks visualbert_extract.py or maskrcnn_benchmark/")
+    where = checkout("VLBIAS_DETECTRON_REFERENCE", "a directory with maskrcnn-benchmark built for CPU and "
+                     "visualbert_extract.py (see this module's docstring)", "visualbert_extract.py", "maskrcnn_benchmark/")
     sys.path.insert(0, str(where))
     try:
         return importlib.import_module("visualbert_extract")

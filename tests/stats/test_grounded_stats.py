@@ -4,12 +4,11 @@ by hand, brute force on small random sets, and a differential check against the 
 import importlib.util
 import itertools
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import checkout
 from vlbias.stats.grounded import (
     experiment1,
     experiment1_sw,
@@ -240,17 +239,16 @@ def test_bad_inputs_name_the_set():
 
 # --- differential check against the authors' implementation -------------------------------------
 
-REF_ENV = "VLBIAS_GROUNDED_REFERENCE"
+AUTHORS_WEAT = ("weat_images_union", "weat_images_targ_specific", "weat_images_intra_targ", "weat_images_masked_regions")
 
 
 @pytest.fixture(scope="module")
 def reference():
     """The authors' statistic modules (scripts/weat/*.py of candacelax/bias-in-vision-and-language
     at 162298016af6d728453a8c3d47554a6e87e18be2), imported from the directory in $VLBIAS_GROUNDED_REFERENCE."""
-    root = os.environ.get(REF_ENV)
-    if not root:
-        pytest.skip(f"set {REF_ENV} to a checkout of candacelax/bias-in-vision-and-language "
-                    "(commit 16229801) to compare with the authors' statistics")
+    root = checkout("VLBIAS_GROUNDED_REFERENCE", "a checkout of candacelax/bias-in-vision-and-language "
+                    "(commit 162298016af6d728453a8c3d47554a6e87e18be2) to compare with the authors' statistics",
+                    *(f"scripts/weat/{name}.py" for name in AUTHORS_WEAT))
     torch = pytest.importorskip("torch")
     pytest.importorskip("scipy")
     pytest.importorskip("tqdm")
@@ -259,9 +257,8 @@ def reference():
     mp.setattr(np, "int", int, raising=False)
     mp.setattr(torch.Tensor, "cuda", lambda self, *a, **k: self)
     mods = {}
-    for name in ("weat_images_union", "weat_images_targ_specific", "weat_images_intra_targ",
-                 "weat_images_masked_regions"):
-        path = Path(root) / "scripts" / "weat" / f"{name}.py"
+    for name in AUTHORS_WEAT:
+        path = root / "scripts" / "weat" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(f"grounded_reference_{name}", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)

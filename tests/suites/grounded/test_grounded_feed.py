@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
-from helpers import REPO
+from helpers import REPO, checkout
 from helpers.tiny import TINY_VL, assert_batch_independent, random_visual
 
 from vlbias.errors import InputError
@@ -61,11 +61,8 @@ def record(image_id, visual, pixels):
 
 @pytest.fixture(scope="module")
 def reference():
-    where = os.environ.get("VLBIAS_GROUNDED_REFERENCE")
-    if not where:
-        pytest.skip("set VLBIAS_GROUNDED_REFERENCE to a checkout of candacelax/bias-in-vision-and-language "
-                    "(commit 162298016af6d728453a8c3d47554a6e87e18be2)")
-    return where
+    return str(checkout("VLBIAS_GROUNDED_REFERENCE", "a checkout of candacelax/bias-in-vision-and-language "
+                        "(commit 162298016af6d728453a8c3d47554a6e87e18be2)"))
 
 
 @contextmanager
