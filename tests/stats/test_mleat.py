@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_rgba
 
-from vlbias.report.mleat import lit, mleat_frame, plot_eat_map, plot_pattern_summary
+from vlbias.report.mleat import draw_maps, lit, mleat_frame, plot_eat_map, plot_pattern_summary
 from vlbias.stats import effect_size, permutation_pvalue
 from vlbias.stats.bootstrap import effect_size_ci
 from vlbias.stats.mleat import COLUMNS, PATTERNS, QUADRANTS, mleat
@@ -285,6 +285,17 @@ def test_eat_map_says_when_cosine_is_uninformative(tmp_path):
     near = lambda n: np.array([1.0, 0, 0]) + 0.05 * rng.normal(size=(n, 3))
     fig = plot_eat_map(mleat(near(3), near(3), near(4), near(4)), tmp_path / "map.png")
     assert "cosine similarity uninformative: every μ ≥ 0.9" in fig._suptitle.get_text()
+
+
+def test_maps_drawn_in_worker_processes_are_the_maps_drawn_here(tmp_path):
+    results = [mleat(X, Y, A, B, alpha=0.2, null="count"), mleat(unit(ANGLES["X"]["B"]), unit(ANGLES["Y"]["A"]), A9, B9),
+               mleat(X, Y, A, B)]
+    maps = [(r, f"{i}.png", f"Test {i}", LABELS) for i, r in enumerate(results)]
+    for folder, workers in (("here", 1), ("forked", 2)):
+        (tmp_path / folder).mkdir()
+        draw_maps([(r, tmp_path / folder / name, title, labels) for r, name, title, labels in maps], workers)
+    for _, name, _, _ in maps:  # each map once, its own (not another's, not left out)
+        assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
 
 
 def summary_rows():

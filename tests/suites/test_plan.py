@@ -141,7 +141,8 @@ def test_the_grounded_embedding_inputs_per_wildcard(small):
     assert plan.embed_stimuli("paper", "google", "lxmert") == [
         "resources/stimuli/grounded/google/toy-a.yaml", "resources/stimuli/grounded/google/toy-b.yaml"]
     assert plan.embed_stimuli("paper", "concap", "lxmert") == []
-    assert plan.embed_regions("authors", "google", "visualbert-authors") == "results/regions/google/frcnn-tiny-b.h5"
+    assert plan.embed_regions("authors", "google", "visualbert-authors") == "results/regions/google/frcnn-tiny-36.h5"
+    assert plan.embed_regions("paper", "google", "visualbert") == "results/regions/google/frcnn-tiny.h5"
     assert plan.embed_regions("paper", "google", "vilbert") == "results/regions/google/frcnn-tiny-36.h5"
     authors, paper = plan.embed_spec("authors", "google", "vilbert"), plan.embed_spec("paper", "google", "vilbert")
     assert (authors["ws_vector"], authors["vilbert_padding"], paper["ws_vector"]) == ("language+visual", "attended",
@@ -330,13 +331,13 @@ def test_the_grounded_weights_are_the_models_switched_on_and_their_detectors(sma
     from vlbias.weights import record_path
 
     # every model of the small project is on under some protocol or in the extended tables (but the dual
-    # encoder there, clip: its cells are n/a, no job loads it), and reads one of its three detectors
+    # encoder there, clip: its cells are n/a, no job loads it), and reads one of its two detectors
     extended = small["grounded"]["extended"]["models"]
     assert "clip" in extended and small["grounded"]["models"]["clip"]["adapter"] == "open_clip"
     models = small["grounded"]["experiments"]["models"] + [m for m in extended if m != "clip"]
     assert GroundedPlan(small).weights() == sorted(
         [record_path(f"grounded/{m}") for m in models]
-        + [record_path(f"regions/{d}") for d in ("frcnn-tiny", "frcnn-tiny-36", "frcnn-tiny-b")])
+        + [record_path(f"regions/{d}") for d in ("frcnn-tiny", "frcnn-tiny-36")])
     # the shipped config: vilbert-12in1 is configured but off; LXMERT's released COCO features are a
     # TSV file (regions/tsv), no detector's weights
     monkeypatch.chdir(REPO)

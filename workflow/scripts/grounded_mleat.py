@@ -6,4 +6,5 @@ setup_logging(snakemake.log[0])
 p, out = snakemake.params, snakemake.output
 found = [item for path in snakemake.input.embeddings
          for item in run_mleat(path, p.tests, p.levels, **p.stats, **p.mleat)]
-write_mleat(found, csv=out.csv, page=out.html, summary=out.png, maps=out.maps, title=p.title, caption=p.caption)
+write_mleat(found, csv=out.csv, page=out.html, summary=out.png, maps=out.maps, title=p.title, caption=p.caption,
+            workers=snakemake.threads)

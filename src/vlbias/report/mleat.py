@@ -27,8 +27,10 @@ yellow cell.
 """
 
 import html
+import multiprocessing
 import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,7 @@ from vlbias.stats.mleat import ATTRIBUTES, COLUMNS, PATTERNS, QUADRANTS, TARGETS
 WITH, AGAINST, OFF = "#c53a32", "#3b75af", "0.86"  # a pair with the test, against it, not significant
 WITH_LIGHT, AGAINST_LIGHT = "#f6d2cf", "#cfe0f1"  # the EAT-Map's quadrant shading
 FLAGGED = "#fff0b3"
+MAP_DPI = 150  # vlbias.report.figures.save_png's
 DESCRIPTIONS = dict(PATTERNS.values())
 # the identifying columns a results row carries (the grounded suite's: protocol, dataset, column, level)
 META = ("protocol", "dataset", "test", "name", "family", "model", "column", "level", "X", "Y", "A", "B")
@@ -127,11 +130,32 @@ def plot_eat_map(result, path, title="", labels=None):
     flag = (f"\ncosine similarity uninformative: every μ ≥ {result.saturation:g}"
             if result.cosine_uninformative else "")
     fig.suptitle(f"{head}Level 1: {level1}\n{pattern}{flag}", fontsize=9)
-    fig.supxlabel(f"points: s(c, T) = mean cos(c, t) over t ∈ T, one per attribute stimulus; line μ, band μ ± σ "
+    fig.supxlabel(f"points: s(c, T) = mean cos(c, t) over t ∈ T, one per attribute stimulus; line μ, band μ ± σ\n"
                   f"(all cosines of T with C); shaded: Level 2 p < {result.alpha:g} ({result.null} null)",
                   fontsize=6.5, color="0.3")
-    save_png(fig, path)
+    # the constrained layout fits the labels in the figure (the note above in two lines, narrower than it): no
+    # tight bounding box, whose second draw of the figure would cost a quarter of the map's time
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=MAP_DPI)
     return fig
+
+
+def _draw_map(result, path, title, labels):
+    plot_eat_map(result, path, title, labels)  # the Figure stays in the worker
+
+
+def draw_maps(maps, workers=1):
+    """Each (result, path, title, labels) of ``maps`` drawn by plot_eat_map, in up to ``workers``
+    processes forked from this one (a map is a fraction of a second of matplotlib, all CPU; a table of
+    many tests and models spreads over the job's cores). One worker, or no ``fork`` on this platform
+    (starting a fresh interpreter would cost more than it saves): one after another, here."""
+    workers = min(workers, len(maps))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for m in maps:
+            _draw_map(*m)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        list(pool.map(_draw_map, *zip(*maps), chunksize=-(-len(maps) // workers)))
 
 
 def plot_pattern_summary(rows, path, title):
@@ -227,7 +251,7 @@ def _compact(df):
     return out
 
 
-def write_mleat(found, *, csv, page, summary, maps, title, caption):
+def write_mleat(found, *, csv, page, summary, maps, title, caption, workers=1):
     """Write one table's ML-EAT files (module docstring) from ``found``, [(row, MLEATResult or None)]
     as vlbias.associate.run_mleats (or the grounded suite's run) returns them, each row keyed by its
     (test, model) (the grounded suite's test key folds in its dataset and level).
@@ -235,7 +259,7 @@ def write_mleat(found, *, csv, page, summary, maps, title, caption):
     ``csv``: the table (mleat_frame); ``summary``: the pattern summary (PNG); ``maps``: the folder of
     EAT-Maps (one per result; a skipped test has none); ``page``: an HTML page with the table's main numbers
     and the summary inlined (it stands alone, and in the report), and a link to each map (a path relative to
-    the page: ``maps`` beside it).
+    the page: ``maps`` beside it). ``workers``: the processes that draw the maps (draw_maps).
     Returns the table.
     """
     df = mleat_frame(row for row, _ in found)
@@ -243,16 +267,17 @@ def write_mleat(found, *, csv, page, summary, maps, title, caption):
         df.to_csv(tmp, index=False)
     plot_pattern_summary(df, summary, title)
     Path(maps).mkdir(parents=True, exist_ok=True)
-    links = []
+    links, drawn = [], []
     for row, result in found:
         if result is None:
             continue
         path = map_path(maps, row["test"], row["model"])
         path.parent.mkdir(parents=True, exist_ok=True)
         label = f"{row.get('name') or row['test']} on {row['model']}"
-        plot_eat_map(result, path, label, labels={s: row[s] for s in (*TARGETS, *ATTRIBUTES) if not missing(row.get(s))})
+        drawn.append((result, path, label, {s: row[s] for s in (*TARGETS, *ATTRIBUTES) if not missing(row.get(s))}))
         href = Path(os.path.relpath(path, Path(page).parent)).as_posix()
         links.append(f'<li><a href="{html.escape(href)}">{html.escape(label)}</a>: {html.escape(result.pattern)}</li>')
+    draw_maps(drawn, workers)
     note = ("Level 1: the differential EAT (the tables' d and one-sided permutation p); Level 2: each target's "
             "effect size against A and B and its p in the direction of d; Level 3: each target concept's mean "
             "cosine with each attribute concept. Every statistic with its settings and provenance is in the CSV "

@@ -455,7 +455,8 @@ def test_each_protocol_builds_its_tables_the_way_its_switches_say(project):
     # row 1: the VisualBERT column is the authors' entry (its own detector) under authors only
     assert set(authors["model"]) == {"visualbert-authors", "vilbert", "lxmert", "vlbert"}
     assert set(paper["model"]) == {"visualbert", "vilbert", "lxmert", "vlbert"}
-    assert set(authors.loc[authors["model"] == "visualbert-authors", "detector"]) == {"frcnn-tiny-b"}
+    assert set(authors.loc[authors["model"] == "visualbert-authors", "detector"]) == {"frcnn-tiny-36"}
+    assert set(paper.loc[paper["model"] == "visualbert", "detector"]) == {"frcnn-tiny"}
     # row 4: experiment 3 with masking runs experiment 1's test under authors, 2's under paper
     masked = lambda rows: set(rows.loc[rows["experiment"] == "3-masked", "masked_statistic"])  # noqa: E731
     assert masked(authors) == {"1"} and masked(paper) == {"2"}
