@@ -4,8 +4,6 @@ writes it) read into the store; every kind of malformed line is an error naming 
 
 import base64
 import csv
-import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
@@ -15,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import checkout, plain_module
 
 from vlbias.errors import InputError
 from vlbias.io.fetch import sha256_file
@@ -361,29 +360,20 @@ def test_the_config_check_names_a_wrong_tsv_source_by_its_key():
 
 # --- differential check against the authors' reader and mask ------------------------------------
 
-REF_ENV = "VLBIAS_GROUNDED_REFERENCE"
-
-
 @pytest.fixture
 def authors(monkeypatch):
     """The authors' LXMERT TSV reader (scripts/dataloaders/lxmert/utils.py) and feature wrapper
     (dataset_wrappers.py) of candacelax/bias-in-vision-and-language at 162298016af6d728453a8c3d47554a6e87e18be2,
     imported from the directory in $VLBIAS_GROUNDED_REFERENCE."""
-    root = os.environ.get(REF_ENV)
-    if not root:
-        pytest.skip(f"set {REF_ENV} to a checkout of candacelax/bias-in-vision-and-language (commit 16229801) "
-                    "to compare with the authors' TSV reader and region mask")
+    files = {"utils": "scripts/dataloaders/lxmert/utils.py", "wrappers": "scripts/dataloaders/dataset_wrappers.py"}
+    root = checkout("VLBIAS_GROUNDED_REFERENCE", "a checkout of candacelax/bias-in-vision-and-language (commit "
+                    "162298016af6d728453a8c3d47554a6e87e18be2) to compare with the authors' TSV reader and region mask",
+                    *files.values())
     pytest.importorskip("torch")
     # imported at the top of their modules, used for LMDB files and configs only
     monkeypatch.setitem(sys.modules, "lmdb", types.ModuleType("lmdb"))
     monkeypatch.setitem(sys.modules, "attrdict", types.SimpleNamespace(AttrDict=dict))
-    mods = {}
-    for name, path in (("utils", "scripts/dataloaders/lxmert/utils.py"),
-                       ("wrappers", "scripts/dataloaders/dataset_wrappers.py")):
-        spec = importlib.util.spec_from_file_location(f"grounded_reference_{name}", Path(root) / path)
-        mods[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mods[name])
-    return mods
+    return {name: plain_module(f"grounded_reference_{name}", root / path) for name, path in files.items()}
 
 
 def test_the_store_and_mask_agree_with_the_authors_reader(authors, spec, tmp_path):
