@@ -36,6 +36,8 @@ rule regions:
     threads: lambda w: REGIONS["threads"]
     resources:
         mem_mb=8000,
+    # ahead of other ready jobs: every grounded embedding and MLM job of the dataset waits for its store
+    priority: 1
     params:
         threads=lambda w: REGIONS["threads"],
         spec=lambda w: REGION_DETECTORS[w.detector],
