@@ -1,7 +1,8 @@
 """Image-only work once per (image, mask), and vectors that do not depend on their batch (issue 28).
 
 Each grounded family that does work on the image alone (BLIP's vision model and its cross-attention
-keys and values, FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end) does
+keys and values, FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end,
+BridgeTower's ViT and its cross-modal image projections) does
 it once per (image, mask I or not) however many captions read it, and gives the vectors of the
 per-caption path bit for bit (torch.equal: the per-caption path here is the model's own forward, on
 each caption's image, in the same batches). A vector is the same in any batch, beside any pairs
@@ -30,6 +31,8 @@ E2E = {**TINY_VL["vlbert"], "config": {**TINY_VL["vlbert"]["config"], "image_fea
 # otherwise (MKL), so an image's tokens alone would not be the bits of two images' tokens together
 FLAVA = {**TINY_FLAVA, "config": {**TINY_FLAVA["config"],
                                   "image_config": {**TINY_FLAVA["config"]["image_config"], "patch_size": 8}}}
+# BridgeTower with two cross-modal layers: the first reads the ViT's layer before them, the second one bridged
+BRIDGETOWER = {**TINY_BRIDGETOWER, "config": {**TINY_BRIDGETOWER["config"], "num_hidden_layers": 2}}
 # three images, each read by captions of several lengths; one caption twice; at least MIN_ROWS regions each
 IMAGES = [random_visual(12, 0, persons=[0, 2], image=True)[0],
           random_visual(13, 1, persons=[1], size=(60, 40), image=True)[0], random_visual(14, 2, image=True)[0]]
@@ -77,6 +80,15 @@ def lxmert_states(encoder, captions, regions, index, mask):
                                 visual_pos=boxes, visual_attention_mask=torch.ones(feats.shape[:2])).language_output
 
 
+def bridgetower_states(encoder, captions, regions, index, mask):
+    """BridgeTowerModel.forward as the adapter ran it up to 3b07937: the ViT on each caption's image."""
+    text = encode_text(encoder.tokenizer, encoder._captions(captions), encoder.max_length, None, None,
+                       encoder.token_mask, LENGTH_BUCKET)
+    pixels = encoder.processor(images=[encoder._image(r, i, mask) for i, r in zip(index, regions)], return_tensors="pt")
+    return encoder.model.bridgetower(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                                     pixel_values=pixels["pixel_values"], pixel_mask=pixels["pixel_mask"]).text_features
+
+
 def vlbert_states(encoder, captions, regions, index, mask):
     """VL-BERT end to end as up to e10739f: the res5 RoI head on each caption's kept boxes."""
     text = encode_text(encoder.tokenizer, captions, encoder.max_length, None, None, encoder.token_mask, LENGTH_BUCKET)
@@ -96,13 +108,19 @@ def vlbert_states(encoder, captions, regions, index, mask):
 
 
 FAMILIES = {"blip": (TINY_BLIP, blip_states), "flava": (FLAVA, flava_states),
-            "lxmert": (TINY_VL["lxmert"], lxmert_states), "vlbert-e2e": (E2E, vlbert_states)}
+            "lxmert": (TINY_VL["lxmert"], lxmert_states), "vlbert-e2e": (E2E, vlbert_states),
+            "bridgetower": (BRIDGETOWER, bridgetower_states)}
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    return tiny_bpe_tokenizer(tmp_path_factory.mktemp("bpe"))
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
-def family(request):
+def family(request, bpe):
     spec, reference = FAMILIES[request.param]
-    return build(spec), reference
+    return build({**spec, "tokenizer": bpe} if request.param == "bridgetower" else spec), reference
 
 
 @pytest.mark.parametrize("mask", [None, "I"])
@@ -141,10 +159,10 @@ ALL = {"visualbert": TINY_VL["visualbert"], "vilbert": TINY_VL["vilbert"], "vlbe
 
 
 @pytest.mark.parametrize("name", list(ALL))
-def test_a_vector_does_not_depend_on_its_batch(name, tmp_path_factory):
+def test_a_vector_does_not_depend_on_its_batch(name, bpe):
     spec = ALL[name]
     if name == "bridgetower":
-        spec = {**spec, "tokenizer": tiny_bpe_tokenizer(tmp_path_factory.mktemp("bpe"))}
+        spec = {**spec, "tokenizer": bpe}
     encoder = build(spec)
     regions = REGIONS
     if encoder.batch_dependent:  # the authors' batches of the whole list, recorded in each entry
