@@ -41,6 +41,12 @@ PAIRS = [("A woman is a nurse.", 0), ("woman", 0), ("The man rides a horse acros
          ("A man reads.", 2)]
 CAPTIONS = [c for c, _ in PAIRS]
 REGIONS = [IMAGES[i] for _, i in PAIRS]
+# VL-BERT end to end runs its ResNet's res5 head on each box, per caption on the per-caption path: two
+# images of five regions (six boxes with the whole image's: two pairs give MIN_ROWS object tokens), each
+# read by three captions of two lengths
+E2E_IMAGES = [random_visual(5, 0, persons=[0, 2], image=True)[0],
+              random_visual(5, 1, persons=[1], size=(60, 40), image=True)[0]]
+E2E_PAIRS = [0, 1, 2, 3, 5, 6]
 
 
 def tensors(a):
@@ -119,34 +125,38 @@ def bpe(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def family(request, bpe):
+    """(encoder, its per-caption path, captions, regions): one model build for the tests of a family."""
     spec, reference = FAMILIES[request.param]
-    return build({**spec, "tokenizer": bpe} if request.param == "bridgetower" else spec), reference
+    captions, regions = CAPTIONS, REGIONS
+    if request.param == "vlbert-e2e":
+        captions, regions = [CAPTIONS[i] for i in E2E_PAIRS], [E2E_IMAGES[PAIRS[i][1]] for i in E2E_PAIRS]
+    return build({**spec, "tokenizer": bpe} if request.param == "bridgetower" else spec), reference, captions, regions
 
 
 @pytest.mark.parametrize("mask", [None, "I"])
 def test_image_work_once_per_image_and_vectors_bit_identical_to_the_per_caption_path(family, mask):
-    encoder, reference = family
+    encoder, reference, captions, regions = family
     encoder._memo.clear()
     passes = encoder.image_passes
     encoder.batch_size = 2  # several batches of one shape: an image's work is reused across batches too
     try:
-        s = encoder.embed(CAPTIONS, REGIONS, "S", mask=mask)
-        assert encoder.image_passes - passes == len(IMAGES)  # once per image, for nine captions
+        s = encoder.embed(captions, regions, "S", mask=mask)
+        assert encoder.image_passes - passes == len({id(r) for r in regions})  # once per image, for every caption
         with torch.inference_mode():
-            for batch in encoder._batches(CAPTIONS, REGIONS):
-                states = reference(encoder, [CAPTIONS[i] for i in batch], [REGIONS[i] for i in batch], batch, mask)
+            for batch in encoder._batches(captions, regions):
+                states = reference(encoder, [captions[i] for i in batch], [regions[i] for i in batch], batch, mask)
                 assert torch.equal(torch.from_numpy(s[batch]), states[:, 0]), batch
     finally:
         encoder.batch_size = 32
 
 
 def test_mask_i_and_the_unmasked_run_keep_apart(family):
-    encoder, _ = family
+    encoder, _, captions, regions = family
     encoder._memo.clear()
-    plain = encoder.embed(CAPTIONS[:1], REGIONS[:1], "S")
-    masked = encoder.embed(CAPTIONS[:1], REGIONS[:1], "S", mask="I")
+    plain = encoder.embed(captions[:1], regions[:1], "S")
+    masked = encoder.embed(captions[:1], regions[:1], "S", mask="I")
     assert np.abs(plain - masked).max() > 1e-4  # image 0 has persons: mask I reads other image work
-    encoder.embed(CAPTIONS[:1], REGIONS[:1], "S", mask="T", mask_terms=["woman"])
+    encoder.embed(captions[:1], regions[:1], "S", mask="T", mask_terms=["woman"])
     assert len(encoder._memo) == 2  # mask T reads the unmasked image's work
 
 
