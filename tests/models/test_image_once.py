@@ -26,7 +26,7 @@ from vlbias.visual import visual_field
 REPO = Path(__file__).resolve().parents[2]
 GOOGLE = REPO / "resources/stimuli/grounded/google"
 E2E = {**TINY_VL["vlbert"], "config": {**TINY_VL["vlbert"]["config"], "image_feat_precomputed": False},
-       "scales": [48, 80]}
+       "scales": [32, 48]}
 # FLAVA's 32-pixel images in 17 tokens: a matmul of fewer rows than vlbias.models.vl.MIN_ROWS sums
 # otherwise (MKL), so an image's tokens alone would not be the bits of two images' tokens together
 FLAVA = {**TINY_FLAVA, "config": {**TINY_FLAVA["config"],
@@ -96,7 +96,8 @@ def bridgetower_states(encoder, captions, regions, index, mask):
 
 
 def vlbert_states(encoder, captions, regions, index, mask):
-    """VL-BERT end to end as up to e10739f: the res5 RoI head on each caption's kept boxes."""
+    """VL-BERT end to end as up to e10739f: the res5 RoI head on each caption's kept boxes, the backbone once per
+    image of the batch (region_features on the same tensor)."""
     text = encode_text(encoder.tokenizer, captions, encoder.max_length, None, None, encoder.token_mask, LENGTH_BUCKET)
     lengths = text.attention_mask.sum(1).tolist()
     keep = [encoder._object_tokens(n, r) for n, r in zip(lengths, regions)]
@@ -104,10 +105,12 @@ def vlbert_states(encoder, captions, regions, index, mask):
     box_mask = torch.zeros((len(captions), max(keep)), dtype=torch.bool)
     masked = torch.zeros_like(box_mask)
     feats = torch.zeros((len(captions), max(keep), 2048))
+    images = {}
     for j, (n, i, r) in enumerate(zip(keep, index, regions)):
-        b, m, pixels = encoder._image(r, i, mask)
+        b, m, _ = images.setdefault(id(r), encoder._image(r, i, mask))
         boxes[j, :n], box_mask[j, :n], masked[j, :n] = tensors(b[:n]), True, tensors(m[:n])
-        feats[j, :n] = encoder.model.image_feature_extractor.region_features([pixels], [tensors(b[:n, :4])])
+    feats[box_mask] = encoder.model.image_feature_extractor.region_features(
+        [images[id(r)][2] for r in regions], [tensors(images[id(r)][0][:n, :4]) for n, r in zip(keep, regions)])
     text_mask = text.attention_mask.bool() & (text.input_ids > 0)
     joint = max(encoder._joint_length(n, k) for n, k in zip(lengths, keep))
     return encoder.model.encode(text.input_ids, text_mask, boxes, box_mask, masked, feats, joint)[0]
