@@ -1,7 +1,8 @@
 """Image-only work once per (image, mask), and vectors that do not depend on their batch (issue 28).
 
 Each grounded family that does work on the image alone (BLIP's vision model and its cross-attention
-keys and values, FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end) does
+keys and values, FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end,
+BridgeTower's ViT and its cross-modal image projections) does
 it once per (image, mask I or not) however many captions read it, and gives the vectors of the
 per-caption path bit for bit (torch.equal: the per-caption path here is the model's own forward, on
 each caption's image, in the same batches). A vector is the same in any batch, beside any pairs
@@ -25,11 +26,13 @@ from vlbias.visual import visual_field
 REPO = Path(__file__).resolve().parents[2]
 GOOGLE = REPO / "resources/stimuli/grounded/google"
 E2E = {**TINY_VL["vlbert"], "config": {**TINY_VL["vlbert"]["config"], "image_feat_precomputed": False},
-       "scales": [48, 80]}
+       "scales": [32, 48]}
 # FLAVA's 32-pixel images in 17 tokens: a matmul of fewer rows than vlbias.models.vl.MIN_ROWS sums
 # otherwise (MKL), so an image's tokens alone would not be the bits of two images' tokens together
 FLAVA = {**TINY_FLAVA, "config": {**TINY_FLAVA["config"],
                                   "image_config": {**TINY_FLAVA["config"]["image_config"], "patch_size": 8}}}
+# BridgeTower with two cross-modal layers: the first reads the ViT's layer before them, the second one bridged
+BRIDGETOWER = {**TINY_BRIDGETOWER, "config": {**TINY_BRIDGETOWER["config"], "num_hidden_layers": 2}}
 # three images, each read by captions of several lengths; one caption twice; at least MIN_ROWS regions each
 IMAGES = [random_visual(12, 0, persons=[0, 2], image=True)[0],
           random_visual(13, 1, persons=[1], size=(60, 40), image=True)[0], random_visual(14, 2, image=True)[0]]
@@ -38,6 +41,12 @@ PAIRS = [("A woman is a nurse.", 0), ("woman", 0), ("The man rides a horse acros
          ("A man reads.", 2)]
 CAPTIONS = [c for c, _ in PAIRS]
 REGIONS = [IMAGES[i] for _, i in PAIRS]
+# VL-BERT end to end runs its ResNet's res5 head on each box, per caption on the per-caption path: two
+# images of five regions (six boxes with the whole image's: two pairs give MIN_ROWS object tokens), each
+# read by three captions of two lengths
+E2E_IMAGES = [random_visual(5, 0, persons=[0, 2], image=True)[0],
+              random_visual(5, 1, persons=[1], size=(60, 40), image=True)[0]]
+E2E_PAIRS = [0, 1, 2, 3, 5, 6]
 
 
 def tensors(a):
@@ -77,8 +86,18 @@ def lxmert_states(encoder, captions, regions, index, mask):
                                 visual_pos=boxes, visual_attention_mask=torch.ones(feats.shape[:2])).language_output
 
 
+def bridgetower_states(encoder, captions, regions, index, mask):
+    """BridgeTowerModel.forward as the adapter ran it up to 3b07937: the ViT on each caption's image."""
+    text = encode_text(encoder.tokenizer, encoder._captions(captions), encoder.max_length, None, None,
+                       encoder.token_mask, LENGTH_BUCKET)
+    pixels = encoder.processor(images=[encoder._image(r, i, mask) for i, r in zip(index, regions)], return_tensors="pt")
+    return encoder.model.bridgetower(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                                     pixel_values=pixels["pixel_values"], pixel_mask=pixels["pixel_mask"]).text_features
+
+
 def vlbert_states(encoder, captions, regions, index, mask):
-    """VL-BERT end to end as up to e10739f: the res5 RoI head on each caption's kept boxes."""
+    """VL-BERT end to end as up to e10739f: the res5 RoI head on each caption's kept boxes, the backbone once per
+    image of the batch (region_features on the same tensor)."""
     text = encode_text(encoder.tokenizer, captions, encoder.max_length, None, None, encoder.token_mask, LENGTH_BUCKET)
     lengths = text.attention_mask.sum(1).tolist()
     keep = [encoder._object_tokens(n, r) for n, r in zip(lengths, regions)]
@@ -86,49 +105,61 @@ def vlbert_states(encoder, captions, regions, index, mask):
     box_mask = torch.zeros((len(captions), max(keep)), dtype=torch.bool)
     masked = torch.zeros_like(box_mask)
     feats = torch.zeros((len(captions), max(keep), 2048))
+    images = {}
     for j, (n, i, r) in enumerate(zip(keep, index, regions)):
-        b, m, pixels = encoder._image(r, i, mask)
+        b, m, _ = images.setdefault(id(r), encoder._image(r, i, mask))
         boxes[j, :n], box_mask[j, :n], masked[j, :n] = tensors(b[:n]), True, tensors(m[:n])
-        feats[j, :n] = encoder.model.image_feature_extractor.region_features([pixels], [tensors(b[:n, :4])])
+    feats[box_mask] = encoder.model.image_feature_extractor.region_features(
+        [images[id(r)][2] for r in regions], [tensors(images[id(r)][0][:n, :4]) for n, r in zip(keep, regions)])
     text_mask = text.attention_mask.bool() & (text.input_ids > 0)
     joint = max(encoder._joint_length(n, k) for n, k in zip(lengths, keep))
     return encoder.model.encode(text.input_ids, text_mask, boxes, box_mask, masked, feats, joint)[0]
 
 
 FAMILIES = {"blip": (TINY_BLIP, blip_states), "flava": (FLAVA, flava_states),
-            "lxmert": (TINY_VL["lxmert"], lxmert_states), "vlbert-e2e": (E2E, vlbert_states)}
+            "lxmert": (TINY_VL["lxmert"], lxmert_states), "vlbert-e2e": (E2E, vlbert_states),
+            "bridgetower": (BRIDGETOWER, bridgetower_states)}
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    return tiny_bpe_tokenizer(tmp_path_factory.mktemp("bpe"))
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
-def family(request):
+def family(request, bpe):
+    """(encoder, its per-caption path, captions, regions): one model build for the tests of a family."""
     spec, reference = FAMILIES[request.param]
-    return build(spec), reference
+    captions, regions = CAPTIONS, REGIONS
+    if request.param == "vlbert-e2e":
+        captions, regions = [CAPTIONS[i] for i in E2E_PAIRS], [E2E_IMAGES[PAIRS[i][1]] for i in E2E_PAIRS]
+    return build({**spec, "tokenizer": bpe} if request.param == "bridgetower" else spec), reference, captions, regions
 
 
 @pytest.mark.parametrize("mask", [None, "I"])
 def test_image_work_once_per_image_and_vectors_bit_identical_to_the_per_caption_path(family, mask):
-    encoder, reference = family
+    encoder, reference, captions, regions = family
     encoder._memo.clear()
     passes = encoder.image_passes
     encoder.batch_size = 2  # several batches of one shape: an image's work is reused across batches too
     try:
-        s = encoder.embed(CAPTIONS, REGIONS, "S", mask=mask)
-        assert encoder.image_passes - passes == len(IMAGES)  # once per image, for nine captions
+        s = encoder.embed(captions, regions, "S", mask=mask)
+        assert encoder.image_passes - passes == len({id(r) for r in regions})  # once per image, for every caption
         with torch.inference_mode():
-            for batch in encoder._batches(CAPTIONS, REGIONS):
-                states = reference(encoder, [CAPTIONS[i] for i in batch], [REGIONS[i] for i in batch], batch, mask)
+            for batch in encoder._batches(captions, regions):
+                states = reference(encoder, [captions[i] for i in batch], [regions[i] for i in batch], batch, mask)
                 assert torch.equal(torch.from_numpy(s[batch]), states[:, 0]), batch
     finally:
         encoder.batch_size = 32
 
 
 def test_mask_i_and_the_unmasked_run_keep_apart(family):
-    encoder, _ = family
+    encoder, _, captions, regions = family
     encoder._memo.clear()
-    plain = encoder.embed(CAPTIONS[:1], REGIONS[:1], "S")
-    masked = encoder.embed(CAPTIONS[:1], REGIONS[:1], "S", mask="I")
+    plain = encoder.embed(captions[:1], regions[:1], "S")
+    masked = encoder.embed(captions[:1], regions[:1], "S", mask="I")
     assert np.abs(plain - masked).max() > 1e-4  # image 0 has persons: mask I reads other image work
-    encoder.embed(CAPTIONS[:1], REGIONS[:1], "S", mask="T", mask_terms=["woman"])
+    encoder.embed(captions[:1], regions[:1], "S", mask="T", mask_terms=["woman"])
     assert len(encoder._memo) == 2  # mask T reads the unmasked image's work
 
 
@@ -141,10 +172,10 @@ ALL = {"visualbert": TINY_VL["visualbert"], "vilbert": TINY_VL["vilbert"], "vlbe
 
 
 @pytest.mark.parametrize("name", list(ALL))
-def test_a_vector_does_not_depend_on_its_batch(name, tmp_path_factory):
+def test_a_vector_does_not_depend_on_its_batch(name, bpe):
     spec = ALL[name]
     if name == "bridgetower":
-        spec = {**spec, "tokenizer": tiny_bpe_tokenizer(tmp_path_factory.mktemp("bpe"))}
+        spec = {**spec, "tokenizer": bpe}
     encoder = build(spec)
     regions = REGIONS
     if encoder.batch_dependent:  # the authors' batches of the whole list, recorded in each entry

@@ -40,18 +40,32 @@ each other:
           whole images, never masked regions: this is not the paper's mask I.
 Every grounded pair needs its image.
 
+Image-only work once per (image, mask): BridgeTowerModel.forward runs the CLIP ViT's layers on the image
+alone, and each cross-modal layer's image input (the ViT layer's output after its ``ln_post``, projected by
+``cross_modal_image_transform``) depends on the image alone until the image stream meets the text. That
+work is computed once however many captions, batches and calls read the image (vlbias.models.vl
+``_once``) and handed to transformers' forward in place of the ViT layers (their ``ln_post`` and the
+projection made the identity); the vectors are bit-identical to the per-caption path
+(tests/models/test_image_once.py). An image of fewer tokens than vlbias.models.vl.MIN_ROWS runs beside
+copies of itself, as a batch of it would: a smaller matmul sums in another order on CPU.
+
 Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk): ``mlm_score`` on the text stream,
 with the image (lp_VL(E | g, I)). BridgeTower has no text-only input (its masked-LM pre-training is
 on image-caption pairs), so "no image" (lp_VL(E | g, -)) is a blank image: every pixel the
 processor's mean colour, which its normalisation maps to (nearly) zero, at the square ``image_size``.
 """
 
+import contextlib
+
 import torch
+from torch import nn
 from transformers import BridgeTowerConfig, BridgeTowerForMaskedLM, BridgeTowerImageProcessor
 
 from vlbias.errors import InputError
 from vlbias.models import register
 from vlbias.models.pixel_mlm import PixelMaskedLM
+from vlbias.models.tokenization import encode_text
+from vlbias.models.vl import LENGTH_BUCKET, MIN_ROWS, Given, replaced
 
 
 @register("bridgetower")
@@ -110,13 +124,61 @@ class BridgeTowerEncoder(PixelMaskedLM):
         return super()._batches(self._captions(captions), regions)  # their token counts as _batch reads them
 
     def _batch(self, captions, regions, index, mask, mask_terms, words):
-        return super()._batch(self._captions(captions), regions, index, mask, mask_terms, words)
+        """(TextBatch, per caption its image's work (``_image_work``), each (image, mask) computed once
+        (``_once``) however many captions, batches and calls read it; a None entry reads the blank image)."""
+        text = encode_text(self.tokenizer, self._captions(captions), self.max_length, mask_terms, words,
+                           self.token_mask, LENGTH_BUCKET)
+        images = []
+        for i, entry in zip(index, regions):
+            entry, seen = (self.blank, None) if entry is None else (entry, mask)  # the blank image is never masked
+            images.append(self._once(entry, seen, lambda entry=entry, i=i, seen=seen: self._image_work(entry, i, seen)))
+        text.input_ids = text.input_ids.to(self.device)
+        text.attention_mask = text.attention_mask.to(self.device)
+        return text, images
 
-    def _states(self, text, pixel_values, pixel_mask):
+    def _split(self):
+        """The text layers BridgeTowerModel.forward runs before its first cross-modal layer (its split_index)."""
+        model = self.model.bridgetower
+        return len(model.text_model.encoder.layer) - model.config.num_hidden_layers + 1
+
+    def _image_work(self, entry, index, mask):
+        """One image's input to each cross-modal layer as BridgeTowerModel.forward computes it before the text
+        meets it: per layer the ViT layer's output after ``forward_post`` (its ln_post), projected by the
+        layer's ``cross_modal_image_transform``, sequence first (P, 1, hidden) as a ViT layer hands it on."""
+        model = self.model.bridgetower
+        visual, dtype = model.vision_model.visual, model.vision_model.dtype
+        pixels = self.processor(images=[self._image(entry, index, mask)], return_tensors="pt")["pixel_values"]
+        patch = self._patch_size(model.config)
+        tokens = (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch) + 1
+        pixels = pixels.repeat(-(-MIN_ROWS // tokens), 1, 1, 1)  # copies: each matmul has MIN_ROWS rows or more
+        blocks, split = visual.transformer.resblocks, self._split()
+        states = visual.forward_pre(pixels.to(self.device).type(dtype))
+        for block in blocks[:split]:
+            states = block(states)
+        work = [model._apply_image_transform(visual.forward_post(states.type(dtype)), 0)]
+        for k, i in enumerate(range(split, len(model.text_model.encoder.layer))):
+            states = blocks[i](states).type(dtype)
+            work.append(model._apply_image_transform(visual.forward_post(states), k + 1))
+        return [w[:1].permute(1, 0, 2) for w in work]
+
+    def _states(self, text, images):
         """(the text stream's states (b, L, dim), the W/S vectors (b, output_dim("S"))): BridgeTowerModel's
-        last cross-modal layer."""
-        out = self.model.bridgetower(input_ids=text.input_ids, attention_mask=text.attention_mask,
-                                     pixel_values=pixel_values, pixel_mask=pixel_mask)
+        last cross-modal layer, each caption's image work (``_image_work``) as computed ahead."""
+        model = self.model.bridgetower
+        visual = model.vision_model.visual
+        # the ViT layer before cross-modal layer k gives its work; ln_post and the projection pass it on
+        given = [nn.Identity() for _ in visual.transformer.resblocks]
+        for k in range(len(images[0])):
+            given[self._split() - 1 + k] = Given([work[k] for work in images], dim=1)
+        transform = (nn.Identity() if model.config.share_cross_modal_transformer_layers else
+                     nn.ModuleList(nn.Identity() for _ in model.cross_modal_image_transform))
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(replaced(visual.transformer, resblocks=nn.ModuleList(given)))
+            stack.enter_context(replaced(visual, ln_post=nn.Identity()))
+            stack.enter_context(replaced(model, cross_modal_image_transform=transform))
+            # no pixels: the ViT's embeddings are not run, its layers read this placeholder and return their work
+            out = model(input_ids=text.input_ids, attention_mask=text.attention_mask,
+                        image_embeds=images[0][0].new_zeros((len(images), 1, 1)))
         first = out.text_features[:, 0]
         if self.ws_vector == "language+visual":
             first = torch.cat([first, out.image_features[:, 0]], dim=-1)

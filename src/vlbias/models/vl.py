@@ -438,20 +438,21 @@ class VLEncoder:
 
 class Given(nn.Module):
     """Stands in for a module whose output was computed ahead (``replaced``): returns it, or the
-    concatenation of its parts along the first axis (per caption its image's), whatever it is called on."""
+    concatenation of its parts (per caption its image's) along axis ``dim`` (the batch's: 0, or 1 for a
+    sequence-first module's), whatever it is called on."""
 
-    def __init__(self, value):
+    def __init__(self, value, dim=0):
         super().__init__()
-        self.value = value
+        self.value, self.dim = value, dim
 
     def forward(self, *args, **kwargs):
-        return torch.cat(self.value) if isinstance(self.value, list) else self.value
+        return torch.cat(self.value, dim=self.dim) if isinstance(self.value, list) else self.value
 
 
 @contextmanager
 def replaced(module, **parts):
     """``module``'s submodules named in ``parts`` replaced by them for the ``with`` block (a transformers
-    model run with some of its image-only work done ahead: vlbias.models.blip, lxmert)."""
+    model run with some of its image-only work done ahead: vlbias.models.blip, lxmert, bridgetower)."""
     saved = {name: getattr(module, name) for name in parts}
     try:
         for name, part in parts.items():
