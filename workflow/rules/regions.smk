@@ -30,14 +30,14 @@ rule regions:
     wildcard_constraints:
         dataset="[a-z0-9][a-z0-9_-]*",
         detector=alternatives(list(REGION_DETECTORS)),
+    # ahead of other ready jobs: every grounded embedding and MLM job of the dataset waits for its store
+    priority: 1
     conda:
         "../../environment.yml"
     # torch's threads for the model; as many threads decode and resize the next images meanwhile
     threads: lambda w: REGIONS["threads"]
     resources:
         mem_mb=8000,
-    # ahead of other ready jobs: every grounded embedding and MLM job of the dataset waits for its store
-    priority: 1
     params:
         threads=lambda w: REGIONS["threads"],
         spec=lambda w: REGION_DETECTORS[w.detector],
