@@ -20,11 +20,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-# one resolve for the package and its test tools; --no-compile: Python compiles what the tests import
-# when they import it, not the thousands of modules of torch and transformers they never load
+# one resolve for the package and its test tools. pip byte-compiles what it installs: keep it so, each
+# Snakemake job is a fresh interpreter, and where PYTHONDONTWRITEBYTECODE is set (as on CI) nothing
+# compiled at import is kept (every job compiled torch and transformers again: twice CI's time)
 $(VENV)/.installed-test: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-compile -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.installed
 
 run: setup
