@@ -20,10 +20,11 @@ from vlbias.report.formats import FAMILY, significance_note, stars
 MODEL_COLOURS = ["#3b75af", "#d9822b", "#519e3e", "#c53a32", "#8d69b8", "#84584e", "#d57fbe", "#7f7f7f"]
 
 
-def save_png(fig, path, dpi=150):
-    """Write ``fig`` to ``path`` as PNG, atomically."""
+def save_png(fig, path, dpi=150, tight=True):
+    """Write ``fig`` to ``path`` as PNG, atomically; ``tight``: cropped to what is drawn (a second draw of
+    the figure; a constrained layout that fits its labels needs none)."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
+        fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
 
 
 def _numeric(series):

@@ -48,7 +48,6 @@ from vlbias.stats.mleat import ATTRIBUTES, COLUMNS, PATTERNS, QUADRANTS, TARGETS
 WITH, AGAINST, OFF = "#c53a32", "#3b75af", "0.86"  # a pair with the test, against it, not significant
 WITH_LIGHT, AGAINST_LIGHT = "#f6d2cf", "#cfe0f1"  # the EAT-Map's quadrant shading
 FLAGGED = "#fff0b3"
-MAP_DPI = 150  # vlbias.report.figures.save_png's
 DESCRIPTIONS = dict(PATTERNS.values())
 # the identifying columns a results row carries (the grounded suite's: protocol, dataset, column, level)
 META = ("protocol", "dataset", "test", "name", "family", "model", "column", "level", "X", "Y", "A", "B")
@@ -135,8 +134,7 @@ def plot_eat_map(result, path, title="", labels=None):
                   fontsize=6.5, color="0.3")
     # the constrained layout fits the labels in the figure (the note above in two lines, narrower than it): no
     # tight bounding box, whose second draw of the figure would cost a quarter of the map's time
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=MAP_DPI)
+    save_png(fig, path, tight=False)
     return fig
 
 
