@@ -1,5 +1,6 @@
 """What several test modules share that is no fixture: tiny models and their inputs (``helpers.tiny``),
-the tiny generated projects the real Snakefile runs on (``helpers.project``, ``helpers.grounded``),
+what the tests of the region-reading VL encoders share (``helpers.vl``), the tiny generated projects
+the real Snakefile runs on (``helpers.project``, ``helpers.grounded``),
 simulations (``helpers.stats``), the reference implementations the differential tests compare with
 (``checkout``, ``plain_module``; bottom-up-attention's pieces in ``helpers.bottom_up``). Test modules
 import from here, never from each other or from a conftest.py; fixtures live in the conftest.py of the

@@ -20,6 +20,9 @@ import safetensors.torch
 import torch
 from helpers import checkout
 from helpers.tiny import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, random_visual
+from helpers.vl import (assert_loads_as_saved, assert_mask_logprobs_are_distributions,
+                        assert_text_masking_and_the_image_change_the_vector, checkpoint_entry, mixed_pairs,
+                        other_regions, recorded, vl_regions)
 
 from vlbias.errors import InputError
 from vlbias.models import build
@@ -35,7 +38,7 @@ CONFIG = TINY["config"]
 CAPTIONS, WORDS = VL_CAPTIONS, VL_WORDS
 
 
-REGIONS = [random_visual(3, 0, persons=[0, 2])[0], random_visual(5, 1, persons=[1])[0], random_visual(1, 2)[0]]
+REGIONS = vl_regions()
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +48,7 @@ def encoder():
 
 def captured_inputs(encoder, fn):
     """Run ``fn`` and return what the vision embedding received: [(features, locations), ...]."""
-    seen = []
-    hook = encoder.model.bert.v_embeddings.register_forward_pre_hook(lambda m, args: seen.append(args))
-    try:
-        fn()
-    finally:
-        hook.remove()
-    return seen
+    return recorded(encoder.model.bert.v_embeddings, fn)
 
 
 # --- model and visual input -------------------------------------------------------------------
@@ -168,28 +165,18 @@ def test_levels_take_the_language_stream_and_ws_vector_adds_the_visual_one(encod
 
 
 def test_batch_1_and_32_give_the_same_embeddings(encoder):
-    n = 33  # one batch of 32 and a remainder
-    captions = [CAPTIONS[i % 3] for i in range(n)]
-    regions = [random_visual(1 + i % 7, i, persons=[0])[0] if i % 5 else None for i in range(n)]
-    words = [WORDS[i % 3] for i in range(n)]
+    captions, regions, words = mixed_pairs(33)  # one batch of 32 and a remainder
     cases = [("S", {}), ("C", {"words": words}), ("S", {"mask": "T", "mask_terms": WORDS}),
              ("C", {"mask": "I", "words": words})]
     assert_batch_independent(encoder, captions, regions, cases, batch_size=32)
 
 
 def test_text_masking_and_the_image_change_the_embedding(encoder):
-    s = encoder.embed(CAPTIONS, REGIONS, "S")
-    t = encoder.embed(CAPTIONS, REGIONS, "S", mask="T", mask_terms=WORDS)
-    assert np.abs(s - t).max(axis=1).min() > 1e-4
-    other = encoder.embed(CAPTIONS, [random_visual(3, 9)[0], random_visual(5, 9)[0], random_visual(1, 9)[0]], "S")
-    assert np.abs(s - other).max(axis=1).min() > 1e-4
+    assert_text_masking_and_the_image_change_the_vector(encoder, REGIONS, other_regions())
 
 
 def test_mask_logprobs(encoder):
-    vocab = len(encoder.tokenizer)
-    full = encoder.mask_logprobs(["[MASK] is a nurse.", "The [MASK] met the [MASK]."], [REGIONS[0], None])
-    assert [f.shape for f in full] == [(1, vocab), (2, vocab)] and full[0].dtype == np.float32
-    np.testing.assert_allclose(np.exp(full[1]).sum(axis=1), 1, atol=1e-4)
+    full = assert_mask_logprobs_are_distributions(encoder, REGIONS[0])
     language, _ = streams(encoder, ["[MASK] is a nurse."], REGIONS[:1])
     with torch.inference_mode():
         logits = encoder.model.cls.predictions(language[0, 1])
@@ -200,27 +187,23 @@ def test_mask_logprobs(encoder):
 
 def test_checkpoints_load_strictly_from_a_file_or_a_url(encoder, tmp_path, http_server):
     expected = encoder.embed(CAPTIONS, REGIONS, "C", words=WORDS)
-    spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
     # the original format: a plain torch.save of the state_dict, the tied decoder stored twice
     torch.save(encoder.model.state_dict(), tmp_path / "pytorch_model_9.bin")
-    loaded = build({**spec, "checkpoint": str(tmp_path / "pytorch_model_9.bin")})
-    np.testing.assert_array_equal(loaded.embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
+    assert_loads_as_saved(TINY, tmp_path / "pytorch_model_9.bin", REGIONS, expected)
     digest = hashlib.sha256((tmp_path / "pytorch_model_9.bin").read_bytes()).hexdigest()
-    assert loaded.info["weights"] == "checkpoint" and loaded.info["weights_sha256"] == digest
     safetensors.torch.save_model(encoder.model, str(tmp_path / "tiny.safetensors"))  # tied weights once
-    np.testing.assert_array_equal(build({**spec, "checkpoint": str(tmp_path / "tiny.safetensors")})
-                                  .embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
+    assert_loads_as_saved(TINY, tmp_path / "tiny.safetensors", REGIONS, expected)
     # a URL is fetched once into <cache>/models (vlbias.weights), and checked against a pinned sha256
     http_server.routes["multi_task_model.bin"] = (tmp_path / "pytorch_model_9.bin").read_bytes()
     url = http_server.url("vilbert-multi-task/multi_task_model.bin")
     cache = tmp_path / "cache"
-    from_url = build(prepare("grounded/vilbert", {**spec, "checkpoint": url, "sha256": digest}, cache=cache))
+    from_url = build(prepare("grounded/vilbert", checkpoint_entry(TINY, url, sha256=digest), cache=cache))
     np.testing.assert_array_equal(from_url.embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
     assert from_url.info["checkpoint"] == url and from_url.info["weights_sha256"] == digest
-    prepare("grounded/vilbert", {**spec, "checkpoint": url, "sha256": digest}, cache=cache)  # kept under its sha256
+    prepare("grounded/vilbert", checkpoint_entry(TINY, url, sha256=digest), cache=cache)  # kept under its sha256
     assert http_server.requests["multi_task_model.bin"] == 1 and len(list((cache / "models").iterdir())) == 1
     with pytest.raises(InputError, match="not the pinned 0000"):
-        prepare("grounded/vilbert", {**spec, "checkpoint": url, "sha256": "0000"}, cache=tmp_path / "other")
+        prepare("grounded/vilbert", checkpoint_entry(TINY, url, sha256="0000"), cache=tmp_path / "other")
     assert not (tmp_path / "other" / "models").exists() or not list((tmp_path / "other" / "models").iterdir())
 
 
@@ -250,13 +233,11 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
     # the 12-in-1 checkpoint's task heads are not loaded; anything else unexpected is an error
     heads = {pattern.replace("*", "weight"): torch.zeros(2) for pattern in unused("vilbert")}
     torch.save({**state, **heads}, tmp_path / "multi_task_model.bin")
-    loaded = build({k: v for k, v in spec.items() if k not in ("weights", "seed")}
-                   | {"checkpoint": str(tmp_path / "multi_task_model.bin"), "task_id": 9})
+    loaded = build(checkpoint_entry(spec, tmp_path / "multi_task_model.bin", task_id=9))
     np.testing.assert_array_equal(loaded.embed(CAPTIONS, REGIONS, "C", words=WORDS), c)
     torch.save({**state, "vil_other.weight": torch.zeros(2)}, tmp_path / "other.bin")
     with pytest.raises(InputError, match="unexpected vil_other.weight"):
-        build({k: v for k, v in spec.items() if k not in ("weights", "seed")}
-              | {"checkpoint": str(tmp_path / "other.bin"), "task_id": 9})
+        build(checkpoint_entry(spec, tmp_path / "other.bin", task_id=9))
     with pytest.raises(InputError, match="task_id: give a task_id exactly for a model with task_specific_tokens"):
         build(spec)
     with pytest.raises(InputError, match="task_id: give a task_id exactly"):
@@ -264,14 +245,13 @@ def test_the_12_in_1_model_task_token_and_heads(encoder, tmp_path):
 
 
 def test_bad_entries(tmp_path):
-    spec = {k: v for k, v in TINY.items() if k not in ("weights", "seed")}
     with pytest.raises(InputError, match="vilbert entry: needs `checkpoint:`.*dl.fbaipublicfiles.com"):
         build({"adapter": "vilbert", "device": "cpu"})
     with pytest.raises(InputError, match="absent.bin: checkpoint file not found"):
-        build({**spec, "checkpoint": str(tmp_path / "absent.bin")})
+        build(checkpoint_entry(TINY, tmp_path / "absent.bin"))
     torch.save({"bert.embeddings.word_embeddings.weight": torch.zeros(30522, 32)}, tmp_path / "part.bin")
     with pytest.raises(InputError, match="part.bin: does not fit the configured model: missing "):
-        build({**spec, "checkpoint": str(tmp_path / "part.bin")})
+        build(checkpoint_entry(TINY, tmp_path / "part.bin"))
     with pytest.raises(InputError, match="config: not ViLBertConfig keys: v_hidden"):
         build({**TINY, "config": {"v_hidden": 3}})
 

