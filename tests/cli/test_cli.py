@@ -83,17 +83,18 @@ def test_help_everywhere(tmp_path):
 
 
 def test_run_gives_the_workflows_row(project):
-    # an image test on the published vectors: the store the workflow built, the config's stats
-    out = vlbias(project, "run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub")
-    assert out.returncode == 0, out.stderr
-    mine = pd.read_csv(pd.io.common.StringIO(out.stdout))
+    # an image test on the published vectors (the store the workflow built, the config's stats), and a
+    # text test: encoded here by the model's adapter, through the workflow's cache
+    image, text = vlbias_several(project, ["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub"],
+                                 ["run", "resources/stimuli/seat/weat-toy.yaml", "--model", "minilm", "--format",
+                                  "json"])
+    assert image.returncode == 0, image.stderr
+    mine = pd.read_csv(pd.io.common.StringIO(image.stdout))
     table = pd.read_csv(project / "results/ieat/t2.csv")
     pd.testing.assert_frame_equal(mine, table[mine.columns])  # every column, the interval included
     assert list(mine.columns) == TABLE_COLUMNS
-    # a text test: encoded here by the model's adapter, through the workflow's cache
-    out = vlbias(project, "run", "resources/stimuli/seat/weat-toy.yaml", "--model", "minilm", "--format", "json")
-    assert out.returncode == 0, out.stderr
-    [row] = json.loads(out.stdout)
+    assert text.returncode == 0, text.stderr
+    [row] = json.loads(text.stdout)
     seat = pd.read_csv(project / "results/seat/minilm/table.csv").set_index("test").loc["weat-toy"]
     for column in ("d", "d_low", "d_high", "p", "n_t", "n_samples", "model_id"):
         assert row[column] == pytest.approx(seat[column]) if isinstance(row[column], float) else \

@@ -114,6 +114,7 @@ def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("ieat-project")
     config, mine = make(root)
     config["stats"]["mleat"] = {"build": False}
+    config["ieat"]["specificity"]["models"] = []  # no specificity check: tests/workflow/test_workflow.py's
     write_yaml(root / "config/config.yaml", config)
     # the transformers models' files (dry runs need none)
     tiny_dual_dir(root / HF_CLIP["path"], "clip")

