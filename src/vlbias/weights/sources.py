@@ -17,6 +17,7 @@ Resolved (``resolve``), a source also has ``files`` ({name: size, sha256, path})
 (hub) or ``pinned`` (url, torchvision: whether the config or the URL pins its digest).
 """
 
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -111,18 +112,20 @@ def package_dir(value: str) -> tuple[Path, str]:
                      else Path(str(module.__file__)).parent / "model")  # (__file__ None: a namespace package)
     if not model_dir.is_dir():
         raise InputError(value, f"the package has no model directory ({model_dir})")
-    dist = _distribution(package)
+    dist = distribution_of(package)
     return model_dir, f"{dist}=={importlib.metadata.version(dist)}"
 
 
-def _distribution(package: str) -> str:
-    """The name of the installed distribution holding the top-level package ``package``: the one of the
-    package's own name when its files hold it, else the one packages_distributions() names (which reads
-    every installed distribution's file list: seconds of CPU in each job building a model)."""
+@functools.cache
+def distribution_of(package: str) -> str:
+    """The name of the installed distribution that holds the top-level ``package``: the distribution of
+    the package's own name (normalised, as pip installs a model package) when its files hold the package,
+    else importlib.metadata's package map, which reads every installed distribution's file list (half a
+    CPU-second, paid by every model job before this lookup)."""
     try:
         dist = importlib.metadata.distribution(package)
-        if any(f.parts and f.parts[0] == package for f in dist.files or ()):
-            return str(dist.metadata["Name"])
+        if any(f.parts[0] in (package, f"{package}.py") for f in dist.files or ()):
+            return dist.metadata["Name"]
     except importlib.metadata.PackageNotFoundError:
         pass
     return importlib.metadata.packages_distributions().get(package, [package])[0]
