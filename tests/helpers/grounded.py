@@ -137,7 +137,8 @@ def tiny_project(root):
         "dataset\tpaper_test\ttests\tn_images\ngoogle\tToy A\ttoy-a\t12\ngoogle\tToy B\ttoy-b\t12\n")
     (root / "resources/published/grounded_tables.tsv").write_text(PRINTED)
     config["stats"]["n_samples"] = 200
-    config["regions"] = {"threads": 2, "detectors": {"frcnn-tiny": DETECTOR,
+    # one torch thread, as the embedding jobs: a second one only spins while the other core is busy
+    config["regions"] = {"threads": 1, "detectors": {"frcnn-tiny": DETECTOR,
                                                      "frcnn-tiny-36": {**DETECTOR, "min_boxes": 36, "max_boxes": 36,
                                                                        "conf": 0.0, "nms_thresh": 1.0}},
                          "build": []}
