@@ -291,15 +291,15 @@ def test_the_workflow_reads_a_tsv_source_into_the_grounded_job_under_released(tm
     """The real Snakefile on the grounded tiny project: a regions/tsv source for its dataset, named by
     LXMERT's released_regions, is the store LXMERT reads under `authors` (region_source released,
     label_offset -1); its detector is never run."""
-    from helpers.grounded import image_ids, stimulus_doc, tiny_project
+    from helpers.grounded import image_ids, project_doc, tiny_project
     from helpers.project import snakemake, write_yaml
 
     tiny_project(tmp_path)
     config = yaml.safe_load((tmp_path / "config/config.yaml").read_text())
     (tmp_path / "objects.txt").write_text("tree\nperson\nman\n")
-    # every image of the toy tests but x1 (two of the manifest's ids); every box labelled "man", which
+    # every image of the toy tests but b_y0 (two of the manifest's ids); every box labelled "man", which
     # the authors read as "person", the toy tests' region label: only under `authors` mask I hides any
-    stems = sorted({i.rsplit("/", 1)[1][:-4] for t in ("toy-a", "toy-b") for i in image_ids(stimulus_doc(t))} - {"x1"})
+    stems = sorted({i.rsplit("/", 1)[1][:-4] for t in ("toy-a", "toy-b") for i in image_ids(project_doc(t))} - {"b_y0"})
     dets = {}
     for n, stem in enumerate(stems):
         dets[stem] = detections(3, n, size=32) | {"features": np.random.default_rng(n).standard_normal((3, 1024), np.float32),
@@ -318,13 +318,13 @@ def test_the_workflow_reads_a_tsv_source_into_the_grounded_job_under_released(tm
     with RegionStore(tmp_path / "results/regions/google/toy-tsv.h5") as store:
         r, _ = store.get("toy-a/attr1/a_x0.jpg")
         np.testing.assert_array_equal(r.features, dets["a_x0"]["features"])
-        assert set(store.skipped) == {"toy-a/targ1/x1.jpg", "toy-b/targ1/x1.jpg"}
+        assert set(store.skipped) == {"toy-a/attr2/b_y0.jpg", "toy-b/attr2/b_y0.jpg"}
     with h5py.File(tmp_path / f"{out}.h5") as a:
         assert a.attrs["detector"] == "toy-tsv" and a.attrs["region_store"] == "results/regions/google/toy-tsv.h5"
         # label_offset -1 reached the job: every region read as "person" and masked; read as "man", none
         assert not np.allclose(a["toy-a/S/I/X/embeddings"][()], a["toy-a/S/none/X/embeddings"][()], atol=1e-4)
     missing = pd.read_csv(tmp_path / f"{out}.missing.tsv", sep="\t", dtype=str)
-    assert set(missing.loc[missing["image"] == "toy-a/targ1/x1.jpg", "reason"]) == {"not usable: not in toy.tsv"}
+    assert set(missing.loc[missing["image"] == "toy-a/attr2/b_y0.jpg", "reason"]) == {"not usable: not in toy.tsv"}
 
 
 def test_the_config_check_names_a_wrong_tsv_source_by_its_key():

@@ -40,7 +40,8 @@ def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("regions")
     config = make_project(root)
     write_image_manifest(root, root / "results/images/grounded/toy/manifest.tsv")
-    config["regions"] = {"threads": 2, "detectors": {"frcnn-tiny": DETECTOR},
+    # one torch thread: a second one only spins while the other core is busy (5 times the detector's CPU)
+    config["regions"] = {"threads": 1, "detectors": {"frcnn-tiny": DETECTOR},
                          "manifests": {"other": "elsewhere/manifest.tsv"},
                          "build": [{"dataset": "toy", "detector": "frcnn-tiny"}]}
     write_yaml(root / "config/config.yaml", config)

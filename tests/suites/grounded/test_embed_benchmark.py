@@ -11,6 +11,9 @@ import yaml
 from helpers import REPO
 
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
+
+
 @pytest.fixture(scope="module")
 def bench():
     spec = importlib.util.spec_from_file_location("grounded_embed_benchmark", REPO / "benchmarks/grounded_embed.py")
