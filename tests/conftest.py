@@ -1,4 +1,5 @@
 import os
+import sys
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +46,18 @@ def browser():
     if found is None:
         pytest.skip("needs a headless Chromium (Debian: apt-get install -y chromium)")
     return found
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Each test, and the module and session fixtures its setup builds, on one torch intra-op thread
+    (a test that sets threads, as an encoder's ``threads`` does, keeps them until the next test): the
+    tiny models gain nothing from a second thread, which on CI (two workers on two cores) waits for the
+    core the other worker holds (test_vilbert's batch test: 42 CPU-s on two threads, 1.4 on one; the
+    grounded embedding tests 17 and 5). Only where a test module imported torch."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

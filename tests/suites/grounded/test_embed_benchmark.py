@@ -11,7 +11,6 @@ import yaml
 from helpers import REPO
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")

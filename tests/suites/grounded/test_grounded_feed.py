@@ -37,7 +37,6 @@ from vlbias.models.tokenization import encode_text
 from vlbias.suites.grounded.protocol import PRESETS, encoder_options
 from vlbias.visual import Visual, regions_with_labels
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 VOCAB = ["dog", "man", "tree", "woman", "shirt", "person", "car"]  # a detector's classes; man, woman, person: 1, 3, 5

@@ -28,7 +28,6 @@ from vlbias.suites.grounded.jobs import NO_MASK, embed_tests, embedding_combos, 
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 from vlbias.visual import Regions, Visual
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def write_store(path, ids, dim=16, seed=0):

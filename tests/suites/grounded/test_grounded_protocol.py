@@ -8,7 +8,6 @@ from vlbias.models import build
 from vlbias.suites.grounded.protocol import PRESETS, SWITCHES, encoder_options, resolve
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def test_presets_set_every_switch_to_its_papers_or_authors_value():
