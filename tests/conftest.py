@@ -10,12 +10,13 @@ import pytest
 
 from helpers import REPO
 
-# torch's OpenMP threads sleep when idle instead of spinning: the tests run beside each other (two
-# pytest-xdist workers, each starting Snakemake jobs) on as many cores, and a spinning thread burns the
+# torch's OpenMP threads sleep when idle instead of spinning: the tests run beside each other (more
+# pytest-xdist workers than cores, each starting Snakemake jobs), and a spinning thread burns the
 # core another process waits for (test_vilbert's batch test: 30.8 CPU-s spinning, 2.6 sleeping, on a
 # loaded machine). Set before any test module imports torch (libgomp reads it once, when torch loads it);
 # the workers' subprocesses inherit it; it changes no result
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @pytest.fixture(scope="session")
 def mirror():
@@ -52,8 +53,8 @@ def browser():
 def pytest_runtest_setup(item):
     """Each test, and the module and session fixtures its setup builds, on one torch intra-op thread
     (a test that sets threads, as an encoder's ``threads`` does, keeps them until the next test): the
-    tiny models gain nothing from a second thread, which on CI (two workers on two cores) waits for the
-    core the other worker holds (test_vilbert's batch test: 42 CPU-s on two threads, 1.4 on one; the
+    tiny models gain nothing from a second thread, which on CI (three workers on two cores) waits for a
+    core another worker holds (test_vilbert's batch test: 42 CPU-s on two threads, 1.4 on one; the
     grounded embedding tests 17 and 5). Only where a test module imported torch."""
     torch = sys.modules.get("torch")
     if torch is not None:

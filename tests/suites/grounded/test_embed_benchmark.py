@@ -11,8 +11,6 @@ import yaml
 from helpers import REPO
 
 
-
-
 @pytest.fixture(scope="module")
 def bench():
     spec = importlib.util.spec_from_file_location("grounded_embed_benchmark", REPO / "benchmarks/grounded_embed.py")

@@ -37,8 +37,6 @@ from vlbias.models.tokenization import encode_text
 from vlbias.suites.grounded.protocol import PRESETS, encoder_options
 from vlbias.visual import Visual, regions_with_labels
 
-
-
 VOCAB = ["dog", "man", "tree", "woman", "shirt", "person", "car"]  # a detector's classes; man, woman, person: 1, 3, 5
 PEOPLE = ("man", "woman", "person")  # ViLBERT's mask labels (their bias_dataset.py:390)
 CAPTIONS = ["the man is a nurse", "the woman is a doctor", "a person is a pilot"]  # 7 tokens each

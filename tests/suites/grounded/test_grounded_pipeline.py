@@ -28,8 +28,6 @@ from vlbias.suites.grounded.jobs import NO_MASK, embed_tests, embedding_combos, 
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
 from vlbias.visual import Regions, Visual
 
-
-
 def write_store(path, ids, dim=16, seed=0):
     """A region store as the regions rule writes it, from a stand-in detector: 3 boxes per image,
     class 0 ("person") on the first box of every other image."""

@@ -8,8 +8,6 @@ from vlbias.models import build
 from vlbias.suites.grounded.protocol import PRESETS, SWITCHES, encoder_options, resolve
 
 
-
-
 def test_presets_set_every_switch_to_its_papers_or_authors_value():
     assert set(PRESETS["paper"]) == set(PRESETS["authors"]) == set(SWITCHES)
     assert PRESETS["paper"] == {"visualbert": "paper", "ws_vector": "language", "masked_statistic": "2",
