@@ -75,10 +75,14 @@ def test_sk_and_width_change_the_network():
     from vlbias.models.simclr import SimCLRv2ResNet
 
     with torch.device("meta"):  # shapes alone: no weights drawn (r152_3x_sk1 is 795M parameters)
-        assert SimCLRv2ResNet(50, 2, 0).dim == 4096 and SimCLRv2ResNet(152, 3, 1).dim == 6144
-        n = {(d, s): sum(p.numel() for p in SimCLRv2ResNet(d, 1, s).parameters()) for d in (50, 101) for s in (0, 1)}
-    # published sizes: r50_1x_sk0 24M, r50_1x_sk1 35M, r101_1x_sk1 65M (SimCLRv2 paper, Table 1)
-    assert round(n[50, 0] / 1e6) == 24 and round(n[50, 1] / 1e6) == 35 and round(n[101, 1] / 1e6) == 65
+        nets = {a: SimCLRv2ResNet(*a).eval() for a in ((50, 1, 0), (50, 1, 1), (101, 1, 1), (50, 2, 0), (50, 2, 1),
+                                                       (152, 3, 1))}
+        # a forward pass of shapes: it fails where a layer's channels (the stem's too) do not follow the width
+        wide = {a: (m.dim, tuple(m(torch.empty(2, 3, 64, 64)).shape)) for a, m in nets.items() if a[1] > 1}
+    assert wide == {(50, 2, 0): (4096, (2, 4096)), (50, 2, 1): (4096, (2, 4096)), (152, 3, 1): (6144, (2, 6144))}
+    # published sizes (SimCLRv2 paper, Table 1)
+    assert {a: round(sum(p.numel() for p in m.parameters()) / 1e6) for a, m in nets.items()} == {
+        (50, 1, 0): 24, (50, 1, 1): 35, (101, 1, 1): 65, (50, 2, 0): 94, (50, 2, 1): 140, (152, 3, 1): 795}
 
 
 def test_checkpoint_round_trip_and_the_torch_port(tmp_path):
