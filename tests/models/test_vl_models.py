@@ -98,10 +98,20 @@ def test_levels_take_cls_and_the_words_first_piece(encoder):
 
 def test_batching_and_padding_do_not_change_embeddings(encoder):
     regions = REGIONS if encoder.family == "lxmert" else [REGIONS[0], None, REGIONS[2]]
-    cases = [("S", {}), ("C", {"words": WORDS}), ("S", {"mask": "T", "mask_terms": TERMS})]
+    # two more pairs, each sharing a batch (its caption's length bucket and its regions) with a caption of
+    # another token count: 15 and 9 tokens in bucket 16, 3 and 6 in bucket 8
+    captions, regions = CAPTIONS + [CAPTIONS[1], "The woman smiles."], regions + [regions[0], regions[2]]
+    words = WORDS + ["man", "woman"]
+    lengths = [len(ids) for ids in encoder.tokenizer(captions)["input_ids"]]
+    encoder.batch_size = 3
+    try:
+        assert sum(len({lengths[i] for i in batch}) > 1 for batch in encoder._batches(captions, regions)) == 2
+    finally:
+        encoder.batch_size = 32
+    cases = [("S", {}), ("C", {"words": words}), ("S", {"mask": "T", "mask_terms": TERMS})]
     if encoder.supports_image_masking:
-        cases.append(("C", {"mask": "I", "words": WORDS}))
-    assert_batch_independent(encoder, CAPTIONS, regions, cases, batch_size=3)
+        cases.append(("C", {"mask": "I", "words": words}))
+    assert_batch_independent(encoder, captions, regions, cases, batch_size=3)
 
 
 def test_masks_change_the_embedding(encoder):
