@@ -402,6 +402,23 @@ def test_a_sentence_encoder_from_the_hub_loads_offline_naming_its_commit(hub, tm
     np.testing.assert_array_equal(enc.encode_texts(texts), build({**spec, "path": str(folder)}).encode_texts(texts))
 
 
+def test_localize_turns_the_already_imported_hub_library_offline(hub, igpt, tmp_path):
+    """huggingface_hub reads HF_HUB_OFFLINE once, at import: localize also sets the imported module's flag,
+    so a later hub call in the job, with the hub still up, fails on the cache and never asks the hub."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    hub.commit(REPO, {**igpt[0], "README.md": b"not declared: not fetched"})
+    cache, lock = tmp_path / "cache", tmp_path / "lock.yaml"
+    record = fetch("ieat/tiny", hub_spec(), cache=cache, lock_path=lock)
+    assert constants.HF_HUB_OFFLINE is False  # imported and online, as in a job that imported transformers
+    localize("ieat/tiny", hub_spec(), record, cache=cache, lock_path=lock)
+    asked = sum(hub.requests.values())
+    with pytest.raises(LocalEntryNotFoundError):
+        hf_hub_download(REPO, "README.md", cache_dir=cache / "hub", endpoint=hub.endpoint)
+    assert sum(hub.requests.values()) == asked
+
+
 def test_offline_a_hub_model_comes_from_the_cache_its_revision_names(hub, igpt, tmp_path, monkeypatch):
     from huggingface_hub import constants
 
