@@ -1,9 +1,10 @@
 """What the masked-LM models that read pixels through one image processor (ViLT, BridgeTower) share.
 
-A family (vlbias.models.vilt, vlbias.models.bridgetower) subclasses ``PixelMaskedLM``: each distinct
-image of a batch processed once by the model's image processor (``pixel_values`` and ``pixel_mask``,
-padded to the batch's largest), mask I as the pixel fill of vlbias.models.pixels, and "no image" as a
-blank image of the processor's mean colour: neither model has a text-only input. W/S, C and the
+A family (vlbias.models.vilt, vlbias.models.bridgetower) subclasses ``PixelMaskedLM``: mask I as the
+pixel fill of vlbias.models.pixels, and "no image" as a blank image of the processor's mean colour:
+neither model has a text-only input. By default (ViLT) each distinct image of a batch is processed once
+by the model's image processor (``pixel_values`` and ``pixel_mask``, padded to the batch's largest);
+BridgeTower overrides ``_batch`` to hand its image work computed once per (image, mask). W/S, C and the
 masked-LM logits are read from the states the family's ``_states`` gives. docs/pixel-mlm.md.
 """
 
@@ -23,12 +24,13 @@ PROCESSOR_KEYS = ("size", "size_divisor", "crop_size", "do_resize", "do_center_c
 
 
 class PixelMaskedLM(VLEncoder):
-    """What the one-processor pixel models (ViLT, BridgeTower) share: each distinct image of a batch
-    processed once (``pixel_values`` and ``pixel_mask``), mask I's pixel fill, a blank image for
-    "no image". A family sets ``processor_class`` and ``name`` and implements ``_default_processor(config)``
-    (the processor of a model folder without one), ``_image_size(config)`` (the blank image's side), ``_patch_size(config)``,
-    ``_states(text, pixel_values, pixel_mask)`` (the caption's states (b, L, dim) and the W/S vectors
-    (b, output_dim("S"))) and ``_lm_head(states)``."""
+    """What the one-processor pixel models (ViLT, BridgeTower) share: mask I's pixel fill, a blank image
+    for "no image", and a default ``_batch`` that processes each distinct image of a batch once
+    (``pixel_values`` and ``pixel_mask``). A family sets ``processor_class`` and ``name`` and implements
+    ``_default_processor(config)`` (the processor of a model folder without one), ``_image_size(config)``
+    (the blank image's side), ``_patch_size(config)``, ``_states(text, *visual)`` (``visual``: what
+    ``_batch`` returns after the text, by default the pixel values and mask; it gives the caption's states
+    (b, L, dim) and the W/S vectors (b, output_dim("S"))) and ``_lm_head(states)``."""
 
     processor_class = None
     needs_pixels = True
