@@ -203,9 +203,9 @@ TINY_VILT = {"adapter": "vilt", "weights": "random", "seed": 0, "device": "cpu",
                         "image_size": 32, "patch_size": 16}}
 
 
-# A tiny random BridgeTower (vlbias.models.bridgetower): 2 text and vision layers and one cross-modal layer, all
-# 32 wide (the vision tower 64: one head per 64 channels), 32x32 images of 16-pixel patches; its RoBERTa-style tokenizer is tiny_bpe_tokenizer's (vocab_size 400)
-# two cross-modal layers: the second reads the image work of a later ViT layer (vlbias.models.bridgetower)
+# A tiny random BridgeTower (vlbias.models.bridgetower): 3 text and vision layers and two cross-modal layers (the
+# second reads the image work of a later ViT layer), all 32 wide (the vision tower 64: one head per 64 channels),
+# 32x32 images of 16-pixel patches; its RoBERTa-style tokenizer is tiny_bpe_tokenizer's (vocab_size 400)
 TINY_BRIDGETOWER = {"adapter": "bridgetower", "weights": "random", "seed": 0, "device": "cpu",
                     "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                                "text_config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
