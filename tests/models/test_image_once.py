@@ -31,8 +31,6 @@ E2E = {**TINY_VL["vlbert"], "config": {**TINY_VL["vlbert"]["config"], "image_fea
 # otherwise (MKL), so an image's tokens alone would not be the bits of two images' tokens together
 FLAVA = {**TINY_FLAVA, "config": {**TINY_FLAVA["config"],
                                   "image_config": {**TINY_FLAVA["config"]["image_config"], "patch_size": 8}}}
-# BridgeTower with two cross-modal layers: the first reads the ViT's layer before them, the second one bridged
-BRIDGETOWER = {**TINY_BRIDGETOWER, "config": {**TINY_BRIDGETOWER["config"], "num_hidden_layers": 2}}
 # three images, each read by captions of several lengths; one caption twice; at least MIN_ROWS regions each
 IMAGES = [random_visual(12, 0, persons=[0, 2], image=True)[0],
           random_visual(13, 1, persons=[1], size=(60, 40), image=True)[0], random_visual(14, 2, image=True)[0]]
@@ -118,7 +116,7 @@ def vlbert_states(encoder, captions, regions, index, mask):
 
 FAMILIES = {"blip": (TINY_BLIP, blip_states), "flava": (FLAVA, flava_states),
             "lxmert": (TINY_VL["lxmert"], lxmert_states), "vlbert-e2e": (E2E, vlbert_states),
-            "bridgetower": (BRIDGETOWER, bridgetower_states)}
+            "bridgetower": (TINY_BRIDGETOWER, bridgetower_states)}
 
 
 @pytest.fixture(scope="module")
