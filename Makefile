@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 
 # pip does not byte-compile what it installs (--no-compile: 18,000 files, 61 of the 135 s a fresh test setup
-# took); Python compiles the ~3,800 a run imports at their first import and keeps them in __pycache__, also
+# took); Python compiles the ~5,300 a test run imports at their first import and keeps them in __pycache__, also
 # where PYTHONDONTWRITEBYTECODE is set (as on CI), or every Snakemake job, a fresh interpreter, would compile
 # torch and transformers again
 unexport PYTHONDONTWRITEBYTECODE
