@@ -582,6 +582,13 @@ def test_a_refused_cached_file_never_takes_a_file_outside_the_cache(hub, igpt, t
     ({"request": {"adapter": "igpt", "model_id": {"repo": REPO}},
       "sources": {"model_id": {"commit": "a" * 40, "files": {"config.json": {"size": 3}}}}},
      "file 'config.json': expected its size and sha256"),
+    *(({"request": {"adapter": "igpt", "model_id": {"repo": REPO}},
+        "sources": {"model_id": {"commit": "a" * 40, "files": {"config.json": {"size": size, "sha256": "b" * 64}}}}},
+       "file 'config.json': expected its size and sha256") for size in (-1, True, 3.0)),
+    ({"request": {"adapter": "igpt", "model_id": {"repo": REPO}},
+      "sources": {"model_id": {"commit": "a" * 40, "files": {"config.json": {"size": 3, "sha256": "b" * 64}}},
+                  "checkpoint": {"files": {"x.safetensors": {"size": 3, "sha256": "b" * 64}}}}},
+     "sources checkpoint pinned but not requested"),
 ])
 def test_a_lock_entry_that_pins_less_than_a_lock_must_is_refused_in_one_line(tmp_path, entry, problem):
     """Rows 5 and 8: `sources: {}`, files without sha256 were fetched, called verified and never locked;
