@@ -478,11 +478,18 @@ def test_a_record_edited_to_load_other_weights_is_refused(hub, igpt, tmp_path):
         localize("ieat/tiny", hub_spec(), moved, cache=cache, lock_path=lock)
     with pytest.raises(InputError, match=r"file '[\w.]+': the record names another file than the cache keeps"):  # no lock to compare with: the path alone gives it away
         localize("ieat/tiny", hub_spec(), moved, cache=cache)
+    # a record without its sources, its request intact: with no lock to compare, nothing would be verified
+    with pytest.raises(InputError, match="fetched for another model_id than the entry now names"):
+        localize("ieat/tiny", hub_spec(), {**record, "sources": {}}, cache=cache)
     snapshot = cache / "hub" / "models--openai--tiny-igpt" / "snapshots" / commit
     assert localize("ieat/tiny", hub_spec(), record, cache=cache, lock_path=lock)["model_id"] == str(snapshot)
     (snapshot / "pytorch_model.bin").write_bytes((other / "model.safetensors").read_bytes())
     with pytest.raises(InputError, match=r"pytorch_model.bin: weights not in the record of 'ieat/tiny' beside the "
                                          "recorded ones"):
+        localize("ieat/tiny", hub_spec(), record, cache=cache, lock_path=lock)
+    (snapshot / "pytorch_model.bin").unlink()
+    (snapshot / "modeling.py").write_text("import os\n")  # code put beside the recorded files
+    with pytest.raises(InputError, match=r"modeling.py: python code in a model folder"):
         localize("ieat/tiny", hub_spec(), record, cache=cache, lock_path=lock)
 
 
@@ -500,6 +507,34 @@ def test_a_local_folder_that_changed_since_its_record_is_refused(igpt, tmp_path)
         localize("ieat/dir", {**RUN, "path": str(igpt[1])}, record, cache=tmp_path)
     with pytest.raises(InputError, match="the record is of entry 'ieat/dir'"):
         localize("ieat/other", spec, record, cache=tmp_path)
+
+
+def test_a_local_folder_that_asks_for_its_own_code_is_refused_by_the_job_too(igpt, tmp_path):
+    """A record that lists a folder's code with its digests (edited, or fetched by another version):
+    the job refuses the folder before any loader sees it, as the fetch would have."""
+    folder = tmp_path / "model"
+    shutil.copytree(igpt[1], folder)
+    spec = {**RUN, "path": str(folder)}
+    record = fetch("ieat/dir", spec, cache=tmp_path, lock_path=None)
+    (folder / "modeling.py").write_text("import os\n")
+    record["sources"]["path"]["files"]["modeling.py"] = {
+        "size": 10, "sha256": sha256(b"import os\n"), "path": str(folder / "modeling.py")}
+    with pytest.raises(InputError, match=rf"^{folder / 'modeling.py'}: python code in a model folder"):
+        localize("ieat/dir", spec, record, cache=tmp_path)
+
+
+def test_a_download_is_refused_when_the_lock_pins_another_file_name(hub, igpt, tmp_path):
+    hub.files["tiny.safetensors"] = igpt[2]
+    spec = {**RUN, "checkpoint": hub.url("tiny.safetensors"), "config": TINY_CONFIG}
+    lock = tmp_path / "lock.yaml"
+    fetch("ieat/url", spec, cache=tmp_path, lock_path=lock)
+    doc = yaml.safe_load(lock.read_text())
+    files = doc["ieat/url"]["sources"]["checkpoint"]["files"]
+    files["other.safetensors"] = files.pop("tiny.safetensors")
+    lock.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match=r"entry 'ieat/url', file 'other.safetensors': sha256 None, locked "
+                                         rf"{sha256(igpt[2])}"):
+        fetch("ieat/url", spec, cache=tmp_path, lock_path=lock)
 
 
 def test_a_record_the_lock_no_longer_pins_is_refused_and_swept(hub, igpt, tmp_path, monkeypatch):
@@ -525,8 +560,13 @@ def test_a_record_the_lock_no_longer_pins_is_refused_and_swept(hub, igpt, tmp_pa
     write_record(record_path("ieat/broken"), {"entry": "ieat/broken"})
     assert stale_records(["ieat/tiny", "ieat/random", "ieat/absent", "ieat/broken"], lock) == [
         record_path("ieat/tiny"), record_path("ieat/broken")]
-    write_record(record_path("ieat/tiny"), fetch("ieat/tiny", hub_spec(), cache=cache, lock_path=lock))
+    record = fetch("ieat/tiny", hub_spec(), cache=cache, lock_path=lock)
+    write_record(record_path("ieat/tiny"), record)
     assert stale_records(["ieat/tiny", "ieat/random"], lock) == []
+    lock.write_text("")  # the entry deleted from the lock: its record is no longer pinned
+    assert stale_records(["ieat/tiny", "ieat/random"], lock) == [record_path("ieat/tiny")]
+    with pytest.raises(InputError, match=rf"not what the weights lock {lock} pins for the entry"):
+        localize("ieat/tiny", hub_spec(), record, cache=cache, lock_path=lock)
 
 
 def test_a_refused_cached_file_never_takes_a_file_outside_the_cache(hub, igpt, tmp_path):
@@ -544,6 +584,14 @@ def test_a_refused_cached_file_never_takes_a_file_outside_the_cache(hub, igpt, t
     with pytest.raises(InputError, match="file 'model.safetensors': sha256 .*, locked"):
         fetch("ieat/tiny", hub_spec(), cache=cache, lock_path=lock)
     assert mine.read_bytes() == b"the user's own file" and not cached.is_symlink()
+    # a snapshot link into another Hugging Face cache's blobs/: that cache's blob stays
+    blob = tmp_path / "other-hf-cache" / "hub" / "models--openai--tiny-igpt" / "blobs" / sha256(b"theirs")
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(b"theirs")
+    cached.symlink_to(blob)
+    with pytest.raises(InputError, match="file 'model.safetensors': sha256 .*, locked"):
+        fetch("ieat/tiny", hub_spec(), cache=cache, lock_path=lock)
+    assert blob.read_bytes() == b"theirs" and not cached.is_symlink()
     # a snapshot folder that is a link to a user's folder: nothing in it is removed either
     snapshot = cached.parent
     shutil.rmtree(snapshot)
@@ -618,6 +666,8 @@ def test_a_lock_that_is_not_a_mapping_is_refused(tmp_path):
     (lambda r: r["sources"]["path"]["files"]["config.json"].pop("sha256"),
      "source path, file 'config.json': expected its size, sha256 and path"),
     (lambda r: r.pop("request"), "no request"),
+    (lambda r: r["sources"]["path"]["files"]["config.json"].update(sha256="abc"),
+     "source path, file 'config.json': expected its size, sha256 and path"),
 ])
 def test_a_malformed_record_is_refused_in_one_line_naming_file_and_entry(igpt, tmp_path, edit, problem):
     record = fetch("ieat/dir", {**RUN, "path": str(igpt[1])}, cache=tmp_path, lock_path=None)
