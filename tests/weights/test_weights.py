@@ -281,6 +281,27 @@ def test_every_adapter_declares_its_sources(tmp_path):
     assert set(remote_sources({"adapter": "simclr", "weights": "random"})) == {"weights"}
 
 
+def test_a_relative_folder_named_like_a_hub_repository_is_the_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert remote_sources({"adapter": "sentence", "path": "models/minilm"})["path"]["kind"] == "hub"
+    (tmp_path / "models/minilm").mkdir(parents=True)
+    assert remote_sources({"adapter": "sentence", "path": "models/minilm"})["path"] == {
+        "kind": "local", "path": "models/minilm", "request": "models/minilm"}
+
+
+def test_an_open_clip_entry_is_locked_for_its_arch_and_tag(tmp_path):
+    """Both name the file: ViT-B-32/openai and RN50/openai are other weights of one tag."""
+    from vlbias.weights.sources import request
+
+    vit, rn50 = ({"adapter": "open_clip", "arch": arch, "pretrained": "openai"} for arch in ("ViT-B-32", "RN50"))
+    lock = Lock(tmp_path / "lock.yaml")
+    lock.put("ieat/clip", {"request": request(vit, remote_sources(vit)), "sources": {"pretrained": {
+        "commit": "a" * 40, "files": {"open_clip_model.safetensors": {"size": 3, "sha256": "b" * 64}}}}})
+    with pytest.raises(InputError, match=r"entry 'ieat/clip' was locked for .*ViT-B-32.*; the config now asks for "
+                                         r".*RN50"):
+        fetch("ieat/clip", rn50, cache=tmp_path, lock_path=lock.path)
+
+
 def test_entries_name_every_weights_loading_entry():
     config = {"ieat": {"models": {"igpt": {"source": "published"}, "igpt-l": {"source": "images", "adapter": "igpt"},
                                   "mine": {"source": "vectors", "adapter": "igpt"}},
