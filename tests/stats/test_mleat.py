@@ -210,6 +210,19 @@ def test_the_same_seed_gives_the_same_p_and_another_seed_another():
     assert first["l2y_d"] < 0 and all(first[k] != other[k] for k in ("l1_p", "l2x_p", "l2y_p"))
 
 
+def test_the_seed_column_is_the_seed_of_whichever_level_sampled():
+    """A row's one seed: Level 1 sampled (C(16, 8) = 12,870 partitions > 1,000) beside an exact Level 2
+    (C(4, 2) = 6), and the other way round."""
+    rng = np.random.default_rng(5)
+    eight, two = rng.normal(size=(2, 8, 4)), rng.normal(size=(2, 2, 4))
+    r = mleat(*eight, *two, n_samples=1000, seed=3)
+    assert (r.level1.exact, r.level2["X"].exact, r.level2["Y"].exact) == (False, True, True)
+    assert r.row()["seed"] == 3
+    r = mleat(*two, *eight, n_samples=1000, seed=3)
+    assert (r.level1.exact, r.level2["X"].exact) == (True, False) and r.row()["seed"] == 3
+    assert mleat(X, Y, A, B, seed=3).row()["seed"] == ""  # every level exact: no seed drew anything
+
+
 def test_bad_inputs_are_refused_by_name():
     with pytest.raises(ValueError, match="set B: row"):
         mleat(X, Y, A, np.array([[np.nan, 0, 1], [0, 1, 0]]))
