@@ -15,7 +15,7 @@ import yaml
 from helpers import REPO
 from PIL import Image
 
-from vlbias.api import Query, run_query
+from vlbias.api import Query, find_model, run_query, settings
 from vlbias.errors import InputError, UsageError
 from vlbias.io.cache import fingerprint
 from vlbias.report.tables import TABLE_COLUMNS
@@ -115,9 +115,39 @@ def test_images_and_words_on_a_tiny_model_equal_the_statistics_on_its_vectors(no
             run_query(Query({"Sunny": [*X[:2], bad], "Grey": Y}, words), copy.deepcopy(TINY_CLIP), cache="cache")
 
 
+def test_an_image_listed_twice_in_a_set_is_refused(nowhere):
+    """[a.png, a.png, b.png] in one set is refused, not a set of n 3 that counts a.png twice."""
+    for name in "abcd":
+        (nowhere / f"{name}.png").write_bytes(name.encode())
+    (nowhere / "mine.csv").write_text("id,0,1\na.png,1,0\nb.png,0,1\nc.png,1,1\nd.png,1,2\njoy,1,0\nwar,0,1\n")
+    query = Query({"F": [Path("a.png"), Path("a.png"), Path("b.png")], "I": [Path("c.png"), Path("d.png")]}, VALENCE)
+    with pytest.raises(InputError, match="a.png"):
+        run_query(query, {"vectors": "mine.csv"}, cache="cache", ci=False)
+
+
+def test_the_calls_interval_settings_go_over_the_configs():
+    config = {"stats": {"n_samples": 500, "ci": {"level": 0.9, "n_boot": 500, "method": "percentile"}}}
+    assert settings(config, ci={"n_boot": 200}) == {"n_samples": 500, "exact": "auto", "seed": 0, "ci": {
+        "level": 0.9, "n_boot": 200, "seed": 0, "method": "percentile"}}
+    assert settings(config, ci=True)["ci"]["n_boot"] == 500 and settings(config, ci=False)["ci"] is None
+
+
+def test_a_model_configured_in_two_suites_is_the_querys_suites_entry():
+    config = {"seat": {"models": {"m": {"adapter": "sentence", "path": "x"}}},
+              "ieat": {"models": {"m": {"source": "images", "adapter": "igpt"}}}}
+    assert find_model(config, "m", "ieat") == ("ieat", config["ieat"]["models"]["m"])
+    assert find_model(config, "m", "seat") == ("seat", config["seat"]["models"]["m"])
+    # a name of another suite only: that suite's entry (the query's own suite checks it)
+    assert find_model({"seat": config["seat"]}, "m", "ieat") == ("seat", config["seat"]["models"]["m"])
+
+
 def test_bad_queries_and_entries_are_named(nowhere):
     with pytest.raises(UsageError, match="two named sets"):
         Query({"Male": ["he"]}, VALENCE)
+    with pytest.raises(UsageError, match="Query targets: two named sets"):
+        Query({**FLOWERS, "Birds": ["owl"]}, VALENCE)
+    with pytest.raises(UsageError, match="Query attributes: two named sets"):
+        Query(FLOWERS, {**VALENCE, "Neutral": ["table"]})
     with pytest.raises(InputError, match="'Rose' and 'rose'"):
         run_query(Query({"F": ["rose", "Rose"], "I": ["ant", "bee"]}, VALENCE), {"vectors": "v.csv"}, cache="c")
     with pytest.raises(InputError, match=r"model 'mine'.*poolng.*did you mean 'pooling'"):
