@@ -351,6 +351,11 @@ def test_tsv_keep_keeps_proposal_order_in_range_else_the_best():
     assert tsv_keep(conf, 0, 5, 0.5).tolist() == [1, 4]  # max_conf >= conf
     ties = np.array([0.3, 0.3, 0.3, 0.1, 0.3])
     assert tsv_keep(ties, 2, 2, 0.2).tolist() == np.argsort(ties)[::-1][:2].tolist()  # numpy's order of ties
+    # ... pinned by hand, in both branches: numpy's default argsort of a few proposals leaves ties in
+    # proposal order (as generate_tsv's numpy did) and [::-1] puts them last first; a stable sort of
+    # -max_conf gives [0, 1] and [3, 0, 1] (ties at max_conf 0 are common)
+    assert tsv_keep(ties, 2, 2, 0.2).tolist() == [4, 2]
+    assert tsv_keep(np.array([0, 0, 0, 0.5]), 3, 10, 0.2).tolist() == [3, 2, 1]
 
 
 def test_generate_tsv_regions_are_unregressed_proposals_labelled_by_their_argmax():

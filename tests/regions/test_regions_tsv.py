@@ -193,6 +193,8 @@ FEATURES = b64(detections(3, 1)["features"])  # the bad line's own
     ({"objects_id": b64(np.array([0, -1, 2]))}, "objects_id", "ids -1..2 do not index the 12 names"),
     ({"attrs_id": b64(np.array([-3, 0, 1]))}, "attrs_id", "ids -3..1 do not index the 5 names"),
     ({"img_w": "100"}, "boxes", "x2 <= image_w (100)"),  # the boxes reach x = 250
+    *(({"boxes": b64(np.float32([box, [0, 0, 1, 1], [0, 0, 1, 1]]))}, "boxes", "not all 0 <= x1 <= x2")
+      for box in ([50, 20, 10, 190], [10, 190, 50, 20], [-1, 20, 10, 190])),  # x1 > x2, y1 > y2, x1 < 0
     ({"img_id": "COCO_val2014_000000000001"}, "image_id", "already on line 1"),
     ({"img_id": "000001"}, "image_id", "already on line 1"),   # the same COCO image, other spelling
     ({"img_id": "google_image_1"}, "image_id", "no image id of the kind"),
