@@ -169,6 +169,16 @@ def test_no_image_is_a_blank_mean_colour_image(encoder, processor):
     assert "blank 32x32 image" in encoder.info["no_image"]
 
 
+def test_mask_i_leaves_a_pair_without_an_image_as_it_is(encoder):
+    """Mask I paints the regions of a caption's image; a pair without one has nothing to mask (its blank
+    image unmasked, never a TypeError from regions it does not have)."""
+    without = encoder.mask_logprobs(MASKED, [None, IMAGES[0], None])
+    masked = encoder.mask_logprobs(MASKED, [None, IMAGES[0], None], mask="I")
+    for i in (0, 2):
+        np.testing.assert_array_equal(masked[i], without[i])
+    assert np.abs(masked[1] - without[1]).max() > 1e-4  # the image's person is painted over
+
+
 def test_an_entity_is_spelled_as_after_a_space(encoder, processor):
     """The MLM study's entity: its pieces after a space ("Ġ..."), each read at its <mask> with the pieces
     before it written in (the chain rule of vlbias.suites.mlm.probability), "no image" the blank image."""
