@@ -47,6 +47,11 @@ def test_mirror_hit(tmp_path, mirror):
     assert sorted(p.name for p in dest.parent.iterdir()) == ["f.csv"]
 
 
+def test_a_pin_in_upper_case_is_the_same_pin(tmp_path, mirror):
+    dest = tmp_path / "f.csv"
+    assert fetch(SOURCE, "data/f.csv", dest, sha256=GOOD_SHA.upper(), mirror=mirror).read_bytes() == GOOD
+
+
 def test_mirror_wrong_checksum(tmp_path, mirror):
     dest = tmp_path / "cache/f.csv"
     with pytest.raises(FetchError, match="sha256 mismatch") as e:
@@ -68,6 +73,13 @@ def test_mirror_missing_file(tmp_path, mirror):
         fetch(SOURCE, "data/absent.jpg", tmp_path / "absent.jpg", sha256=None, mirror=mirror)
     assert e.value.source == str(mirror / "repo/data/absent.jpg")
     assert not (tmp_path / "absent.jpg").exists()
+
+
+def test_a_folder_at_a_mirror_path_is_missing_from_the_mirror(tmp_path, mirror):
+    (mirror / "repo/data/sub.jpg").mkdir()
+    with pytest.raises(FetchError, match="missing from the mirror"):
+        fetch(SOURCE, "data/sub.jpg", tmp_path / "sub.jpg", sha256=None, mirror=mirror)
+    assert not (tmp_path / "sub.jpg").exists()
 
 
 def test_interrupt_leaves_nothing(tmp_path, mirror, monkeypatch):
