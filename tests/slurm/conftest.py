@@ -1,7 +1,7 @@
 """The one-node SLURM cluster the tests of this folder run on (tests/slurm/up.sh)."""
 
 import os
-import shutil
+import select
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -26,22 +26,27 @@ class SlurmCluster:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """Bring up a one-node SLURM cluster for the session and stop its daemons afterwards; skip
-    with the reason where it cannot be had (not root, packages not installable, daemons failing)."""
+    """Bring up a one-node SLURM cluster for the session and stop its daemons afterwards, even when
+    pytest is killed (tests/slurm/hold.sh holds it while the pipe to it is open: the kernel closes
+    that pipe however this process ends); skip with the reason where it cannot be had (not root,
+    packages not installable, daemons failing)."""
     # not under pytest's base temp: that is private to its owner, and munged runs as user munge
     root = Path(tempfile.mkdtemp(prefix="vlbias-slurm-"))
+    hold = subprocess.Popen([REPO / "tests/slurm/hold.sh", root], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    status = None
     try:
-        up = subprocess.run([REPO / "tests/slurm/up.sh", root], capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        subprocess.run([REPO / "tests/slurm/down.sh", root], capture_output=True, timeout=120)
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip("no SLURM cluster: tests/slurm/up.sh took more than 15 minutes")
-    if up.returncode != 0:
-        reason = " ".join(line for line in up.stderr.splitlines() if line.startswith("up.sh:"))
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"no SLURM cluster here: {reason or up.stderr.strip()[-500:]}")
-    try:
+        if select.select([hold.stdout], [], [], 900)[0]:
+            status = hold.stdout.readline().strip()
+        if status is None:
+            pytest.skip("no SLURM cluster: tests/slurm/up.sh took more than 15 minutes")
+        if status != "0":
+            err = (root / "up.err").read_text()
+            reason = " ".join(line for line in err.splitlines() if line.startswith("up.sh:"))
+            pytest.skip(f"no SLURM cluster here: {reason or err.strip()[-500:]}")
         yield SlurmCluster(root, {**os.environ, "SLURM_CONF": str(root / "slurm.conf")})
     finally:
-        subprocess.run([REPO / "tests/slurm/down.sh", root], capture_output=True, timeout=120)
-        shutil.rmtree(root, ignore_errors=True)
+        hold.stdin.close()  # hold.sh stops the daemons and removes root (after up.sh, if that still runs)
+        hold.stdout.close()
+        if status is not None:
+            hold.wait(timeout=120)

@@ -9,8 +9,10 @@ Snakemake runs mostly wait on the scheduler: the probe workflow of the profile k
 background from the module's start, beside the other tests, and its test reads what it left."""
 
 import importlib.util
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -188,3 +190,37 @@ def test_snakemake_profile_keys(probe):
     assert len(set(small)) == 2  # four jobs in two SLURM jobs
     jobs = {words(root / f)["job"] for f in ("gpu.txt", "retry.txt")} | set(small)
     assert all(re.fullmatch(r"\d+", j) for j in jobs) and len(jobs) == 4
+
+
+HELD = """
+import time
+
+
+def test_held(slurm_cluster):
+    print(slurm_cluster.dir, flush=True)
+    time.sleep(300)
+"""
+
+
+def test_a_killed_pytests_cluster_ends_with_it(tmp_path):
+    """A pytest killed outright with its process group (as `timeout -s KILL` or a closed terminal would:
+    no teardown runs) leaves no daemon behind: the fixture's cluster stops when its pytest ends, however
+    it ends (tests/slurm/hold.sh)."""
+    (tmp_path / "test_held.py").write_text(HELD)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), str(REPO / "src")])}
+    # the fixture as this folder's conftest gives it, to a pytest of its own in another folder
+    child = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-s", "-q",
+                              str(tmp_path / "test_held.py")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        root = Path(child.stdout.readline().strip())
+        assert (root / "daemons.pid").is_file(), child.stdout.read()
+        pids = [int(line.split()[1]) for line in (root / "daemons.pid").read_text().splitlines()]
+        assert len(pids) == 3 and all(Path(f"/proc/{pid}").exists() for pid in pids)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) or root.exists():
+        assert time.monotonic() < deadline, f"daemons {pids} or {root} still there 60 s after their pytest was killed"
+        time.sleep(0.2)
