@@ -2,12 +2,11 @@
 tie rules, the permutation null and the bootstrap on planted and absent skew, and the differential test
 against Berg et al.'s own functions (oxai/debias-vision-lang, debias_clip/measuring_bias.py)."""
 
-import ast
 from math import log, log2
 
 import numpy as np
 import pytest
-from helpers import checkout
+from helpers import checkout, functions_of
 
 from vlbias.errors import UsageError
 from vlbias.stats.skew import _measures, _ranked, cosine_scores, image_to_text_scores, skew_measures, skew_summary
@@ -111,25 +110,19 @@ def test_bad_settings(call, message):
         call()
 
 
-def _reference_functions(root):
-    """Berg et al.'s two measures and their per-prompt mean, their own code, from measuring_bias.py
-    (the module's dataset and model imports need gdown and their CLIP fork: only these functions run)."""
-    source = (root / "debias_clip" / "measuring_bias.py").read_text()
-    tree = ast.parse(source)
-    keep = {"normalized_discounted_KL", "compute_skew_metrics", "eval_ranking"}
-    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in keep]
-    module = ast.Module(body=ast.parse("import math\nfrom collections import Counter, defaultdict\n"
-                                       "from typing import Union\nimport numpy as np\nimport pandas as pd\n"
-                                       "import torch\nfrom tqdm import tqdm").body + body, type_ignores=[])
-    space = {}
-    exec(compile(module, str(root / "debias_clip" / "measuring_bias.py"), "exec"), space)
-    return space
+def berg_functions(root):
+    """Berg et al.'s two measures and their per-prompt mean, their own code (measuring_bias.py: its dataset and
+    model imports need gdown and their CLIP fork, so only these functions run)."""
+    return functions_of(root / "debias_clip" / "measuring_bias.py",
+                        ["normalized_discounted_KL", "compute_skew_metrics", "eval_ranking"],
+                        "import math\nfrom collections import Counter, defaultdict\nfrom typing import Union\n"
+                        "import numpy as np\nimport pandas as pd\nimport torch\nfrom tqdm import tqdm")
 
 
 def test_against_berg_et_al_measuring_bias():
     root = checkout("VLBIAS_DEBIAS_VISION_LANG_REFERENCE", REFERENCE, "debias_clip/measuring_bias.py")
     pd, torch = pytest.importorskip("pandas"), pytest.importorskip("torch")
-    ref = _reference_functions(root)
+    ref = berg_functions(root)
     rng = np.random.default_rng(7)
     images, texts = rng.normal(size=(300, 24)), rng.normal(size=(6, 24))
     images = images / np.linalg.norm(images, axis=1, keepdims=True)
@@ -150,3 +143,4 @@ def test_against_berg_et_al_measuring_bias():
             mean = ref["eval_ranking"](labels, torch.tensor(images), torch.tensor(texts), "maxskew", k)
             ours = skew_measures(cosine_scores(texts, images), labels, n_values, [k])[k]
             assert ours["max_skew"].mean() == pytest.approx(mean["eq_opp"], abs=1e-6)
+
