@@ -174,3 +174,15 @@ def test_the_config_check_names_each_bad_skew_key():
     assert "key 'skew/propagation/map/3/attribute': 'gendre' is not an attribute" in text and "gender" in text
     assert "key 'skew/propagation/k': 7 is not one of skew/k (1000)" in text
     assert "key 'skew/queries/other/source': 'nowhere' is not an entry of 'sources'" in text
+
+
+def test_a_store_without_queries_is_no_empty_table(tmp_path):
+    from vlbias.io.store import write_embeddings
+    from vlbias.suites.skew import skew_table
+
+    write_embeddings(tmp_path / "m.h5", {"images": (np.eye(2), ["a.png", "b.png"])}, {})
+    (tmp_path / "status.tsv").write_text("file\tstatus\tg\na.png\tok\tf\nb.png\tok\tm\n")
+    (tmp_path / "published.tsv").write_text("paper_model\tdataset\tattribute\tqueries\tmeasure\tk\tvalue\tsource\n")
+    with pytest.raises(InputError, match="m.h5: holds no query embeddings"):
+        skew_table("s", {"m": tmp_path / "m.h5"}, tmp_path / "status.tsv", {"g": ("f", "m")}, {}, tmp_path / "published.tsv",
+                   {"m": "m"})

@@ -242,6 +242,8 @@ def skew_table(dataset, stores, status, values, settings, published, paper):
         keep = [i for i, f in enumerate(ids) if f in labels]
         groups = [g for g in _groups(store) if g.startswith("queries/")]
         texts = {g.removeprefix("queries/"): read_set(store, g)[0] for g in groups}
+        if not texts:  # a table of no rows would pass for one without skew
+            raise InputError(store, "holds no query embeddings (queries/<prompt set>)")
         found = skew_rows(images[keep], [ids[i] for i in keep], texts, labels, values, settings["k"],
                           directions=settings["directions"], desired=settings["desired"], ties=settings["ties"],
                           temperature=settings["temperature"], n_permutations=settings["n_permutations"],
