@@ -36,7 +36,7 @@ def test_csv_fairface_and_utkface_rows(tmp_path):
     _images(ff, ["val/1.jpg", "val/2.jpg"])
     (ff / "fairface_label_val.csv").write_text("file,age,gender,race,service_test\nval/1.jpg,20-29,Male,Black,True\n"
                                               "val/2.jpg,3-9,Female,East Asian,False\n")
-    rows = labelled_rows({"format": "fairface", "attributes": ["race", "age"]}, ff)
+    rows = labelled_rows({"format": "fairface", "attributes": ["race", "age"], "equal_split": False}, ff)
     assert [(r["race"], r["age"]) for r in rows] == [("Black", "20-29"), ("East Asian", "3-9")]
     utk = tmp_path / "utk"
     _images(utk, ["26_1_2_20170116.jpg.chip.jpg", "71_0_4_2017.jpg", "39_1_20170116.jpg"])  # the last: no race
@@ -186,3 +186,17 @@ def test_a_store_without_queries_is_no_empty_table(tmp_path):
     with pytest.raises(InputError, match="m.h5: holds no query embeddings"):
         skew_table("s", {"m": tmp_path / "m.h5"}, tmp_path / "status.tsv", {"g": ("f", "m")}, {}, tmp_path / "published.tsv",
                    {"m": "m"})
+
+
+def test_fairface_equal_split_as_berg_et_al(tmp_path):
+    names = [f"val/{i}.jpg" for i in range(1, 13)]  # in FairFace's order: val/10.jpg after val/9.jpg
+    genders = ["Male" if 6 <= i <= 9 else "Female" for i in range(1, 13)]
+    _images(tmp_path, names)
+    (tmp_path / "fairface_label_val.csv").write_text("file,age,gender,race,service_test\n" + "".join(
+        f"{n},20-29,{g},White,True\n" for n, g in zip(names, genders)))
+    rows = labelled_rows({"format": "fairface", "attributes": ["gender"], "equal_split": True}, tmp_path)
+    assert [r["gender"] for r in rows] == ["Male"] * 4 + ["Female"] * 4  # the men's, then 4 of the 8 women
+    # their draw: pandas' sample(4, random_state=1) of each gender's labels sorted by file name
+    assert [r["file"] for r in rows] == ["val/9.jpg", "val/8.jpg", "val/6.jpg", "val/7.jpg",
+                                         "val/5.jpg", "val/11.jpg", "val/10.jpg", "val/4.jpg"]
+    assert "_gender" not in rows[0]

@@ -101,8 +101,22 @@ def labelled_rows(spec, folder):
             if row[attribute] not in known:
                 raise InputError(labels, f"line {line}: {attribute} '{row[attribute]}' is none of its values "
                                          f"({', '.join(known)})")
-        rows.append({"file": name, "path": path, **{a: row[a] for a in values}})
-    return rows
+        rows.append({"file": name, "path": path, **{a: row[a] for a in values}, "_gender": row.get("gender")})
+    if spec["format"] == "fairface" and spec["equal_split"]:
+        rows = equal_split(rows)
+    return [{k: v for k, v in r.items() if k != "_gender"} for r in rows]
+
+
+def equal_split(rows):
+    """Berg et al.'s FairFace (their ``FairFace(equal_split=True)``, what their printed MaxSkew ran on): as many
+    images of each gender as the rarer has, drawn by pandas' ``sample(n, random_state=1)`` from the labels sorted
+    by file, the men's then the women's."""
+    import pandas as pd
+
+    table = pd.DataFrame(rows).sort_values("file")
+    male, female = table[table["_gender"] == "Male"], table[table["_gender"] == "Female"]
+    n = min(len(male), len(female))
+    return pd.concat([male.sample(n=n, random_state=1), female.sample(n=n, random_state=1)]).to_dict("records")
 
 
 def pinned(rows, manifest):
