@@ -6,6 +6,7 @@ simulations (``helpers.stats``), the reference implementations the differential 
 import from here, never from each other or from a conftest.py; fixtures live in the conftest.py of the
 folder whose tests use them."""
 
+import ast
 import importlib.util
 import os
 from pathlib import Path
@@ -21,6 +22,18 @@ def plain_module(name, path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def functions_of(path, names, imports, **names_in_scope):
+    """The top-level functions ``names`` of the Python file ``path``, run with ``imports`` (source lines) and
+    ``names_in_scope`` only: a reference's functions whose module imports what is not at hand (its datasets,
+    its model fork). {name: function}."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    module = ast.Module(body=ast.parse(imports).body + body, type_ignores=[])
+    space = dict(names_in_scope)
+    exec(compile(module, str(path), "exec"), space)
+    return {name: space[name] for name in names}
 
 
 def checkout(variable, what, *needs):

@@ -440,3 +440,28 @@ def test_without_upstream_the_plans_keep_what_needs_none(shipped, tmp_path, monk
     plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
     assert plan.targets(upstream=False) == ([f"results/ieat/own.{e}" for e in ("csv", "md", "html", "missing.tsv")]
                                             + mleat_files("ieat", ["own"]))
+
+
+def test_the_skew_target_is_out_of_the_default_and_skips_the_absent_sets(shipped, tmp_path, monkeypatch):
+    from vlbias.suites.registry import default_targets, weights_records
+    from vlbias.suites.skew.plan import SKIPPED, SkewPlan, table_path as skew_table
+
+    monkeypatch.chdir(REPO)
+    assert not [t for t in default_targets(shipped, {}) if "skew" in str(t)]
+    assert not [r for r in weights_records(shipped) if "skew" in str(r)]
+    plan = SkewPlan(shipped)
+    assert set(plan.absent) == {"fairface", "utkface"} and plan.targets() == [SKIPPED]
+    assert "fairface_label_val.csv" in plan.absent["fairface"] and "provide" in plan.absent["fairface"]
+    assert [str(r) for r in plan.weights()] == ["results/weights/skew/vit-b-16-openai.json"]
+    # a set at hand: its table and the bridge; the folder under the mirror
+    (tmp_path / "faces").mkdir()
+    (tmp_path / "labels.csv").write_text("path,g\n")
+    config = copy.deepcopy(shipped)
+    config["mirror"] = str(tmp_path)
+    config["skew"]["datasets"]["mine"] = {"format": "csv", "labels": str(tmp_path / "labels.csv"),
+                                          "mirror_dir": "faces", "manifest": None, "attributes": {"g": ["a", "b"]}}
+    plan = SkewPlan(config)
+    assert plan.present == ["mine"] and plan.folder("mine") == str(tmp_path / "faces")
+    assert plan.targets() == [skew_table("mine", e) for e in ("csv", "md", "png")] + [
+        SKIPPED, skew_table("propagation"), skew_table("propagation", "png")]
+    assert plan.query_files() == ["results/skew/queries/berg.csv"]

@@ -15,7 +15,8 @@ FRAMEWORKS = ("torch", "transformers", "open_clip", "torchvision")
 # the jobs that run no permutation test nor ML-EAT: numba (the permutation kernels) stays out too
 NO_STATISTICS = ("grounded_embed", "grounded_experiment", "grounded_figures", "grounded_images", "grounded_table",
                  "embed_images", "ieat_images", "ieat_output_store", "ieat_published_embeddings", "mlm_logprobs",
-                 "regions", "regions_tsv", "seat_embed", "suite_figures", "vectors_store", "weights_fetch")
+                 "regions", "regions_tsv", "seat_embed", "skew_embed", "skew_images", "skew_propagation",
+                 "skew_queries", "skew_skipped", "skew_table", "suite_figures", "vectors_store", "weights_fetch")
 
 
 def first_importers(scripts, watched):

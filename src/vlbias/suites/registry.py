@@ -16,9 +16,10 @@ from vlbias.suites.ieat.suite import SUITE as IEAT
 from vlbias.suites.mlm.suite import SUITE as MLM
 from vlbias.suites.regions import STAGE as REGIONS
 from vlbias.suites.seat.suite import SUITE as SEAT
+from vlbias.suites.skew.suite import STAGE as SKEW
 from vlbias.suites.stage import Suite
 
-STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM)
+STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM, SKEW)
 
 
 def present(config):

@@ -85,9 +85,10 @@ def text_sets(stimuli):
     return {st.key: list(st.items) for s in stimuli for st in s.sets.values() if st.items is not None}
 
 
-def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=()):
+def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(), texts=None):
     """Embed every category of an image store (see vlbias.images.store) with ``encoder``, and the text
-    sets of ``stimuli`` (cross-modal tests) with its text tower (``encode_texts``), into one store.
+    sets of ``stimuli`` (cross-modal tests) and ``texts`` ({store key: [texts]}: the skew stage's queries)
+    with its text tower (``encode_texts``), into one store.
 
     A category left without images keeps an empty (0, dim) set, so the test that uses it is
     recorded as skipped with the category's name rather than failing somewhere else. With
@@ -98,7 +99,7 @@ def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(
     """
     several = list(getattr(encoder, "outputs", []))
     several = several if len(several) > 1 else []
-    texts = text_sets(stimuli)
+    texts = text_sets(stimuli) | (texts or {})
     if texts and (several or not hasattr(encoder, "encode_texts")):
         raise InputError(f"adapter {encoder.info['adapter']}", f"has no text tower for the text sets {', '.join(texts)}")
     sets = {}
