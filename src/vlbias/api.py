@@ -184,12 +184,12 @@ def _robustness_settings(robustness):
 
 def _robustness(table, queries, stimuli, suite, name, entry, config, cache, robust, stats, workdir):
     """``table`` with the specification curve's columns of each row (vlbias.robustness.summary)."""
-    from vlbias.robustness import SUMMARY_COLUMNS, Embedder, run, summary
+    from vlbias.robustness import SUMMARY_COLUMNS, run_models, summary
 
     images = {s.id: q.images for q, s in zip(queries, stimuli, strict=True) if q.images}
-    with Embedder(lambda spec: _encoder(suite, name, spec, config, cache), cache, images,
-                  _image_settings(queries, entry, config), workdir) as embedder:
-        curve, twins = run(stimuli, name, entry, robust, stats, embedder)
+    curve, twins = run_models(stimuli, {name: entry}, robust, stats,
+                              lambda name, spec: _encoder(suite, name, spec, config, cache), cache, images=images,
+                              image_settings=_image_settings(queries, entry, config), workdir=workdir)
     extra = [c for c in SUMMARY_COLUMNS if c not in table.columns]
     table = table.merge(summary(curve, twins, robust)[["test", "model", *extra]], on=["test", "model"], how="left")
     table.attrs |= {"specifications": curve, "twins": twins}

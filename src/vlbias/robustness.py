@@ -40,6 +40,7 @@ from vlbias.associate import score
 from vlbias.errors import UsageError
 from vlbias.io.cache import RecordCache, cached_vectors, digest, fingerprint
 from vlbias.io.stimuli import SETS
+from vlbias.logs import Progress
 from vlbias.models import plan
 from vlbias.schemas import adapter_schema
 from vlbias.stats.adjust import add_adjusted
@@ -166,6 +167,7 @@ class Embedder:
         self.images, self.image_settings, self.workdir = images or {}, image_settings, workdir
         self.encoders = {}  # entry variant -> (encoder, its RecordCache)
         self.pixels = {}    # image settings -> {file: pixels}
+        self.read = {}      # (test, entry, the specification's vector axes) -> its sets and the encoder's info
         self.computed = Counter()
 
     def __enter__(self):
@@ -192,9 +194,17 @@ class Embedder:
         encoder = self.encoders.pop(digest(entry), None)
         if encoder:
             encoder[1].close()
+        self.read = {}
 
     def sets(self, stimulus, spec, entry):
-        """({X|Y|A|B: float64 (n, dim)}, the encoder's info) of ``stimulus`` under ``spec``."""
+        """({X|Y|A|B: float64 (n, dim)}, the encoder's info) of ``stimulus`` under ``spec``; the
+        specifications that differ in their draw or seed alone share one reading of the cache."""
+        key = digest(stimulus.id, entry, repr((spec.template, spec.casing, spec.adapter, spec.images)))
+        if key not in self.read:
+            self.read[key] = self._sets(stimulus, spec, entry)
+        return self.read[key]
+
+    def _sets(self, stimulus, spec, entry):
         keys = plan.axes(entry.get("adapter"))
         entry = {**entry, **{keys[axis]: value for axis, value in spec.adapter}}
         encoder, records = self.encoder(entry)
@@ -280,15 +290,35 @@ def run(stimuli, model, entry, settings, stats, embedder, *, threads=None):
     within the specification's tests), and at the default under each random-init twin."""
     specs = specifications(settings, entry)
     twins = twin_entries(entry, settings)
-    rows = [_row(stimulus, model, spec, entry, settings, stats, embedder, threads, default=i == 0)
-            for i, spec in enumerate(specs) for stimulus in stimuli]
-    twin_rows = []
+    progress = Progress((len(specs) + len(twins)) * len(stimuli), f"specifications and twins of {model}", log)
+    rows, twin_rows = [], []
+    for i, spec in enumerate(specs):
+        for stimulus in stimuli:
+            rows.append(_row(stimulus, model, spec, entry, settings, stats, embedder, threads, default=i == 0))
+            progress.advance()
     for twin in twins:
         for stimulus in stimuli:
             twin_rows.append(_row(stimulus, model, specs[0], twin, settings, stats, embedder, threads, default=True))
+            progress.advance()
         embedder.drop(twin)
+    progress.done()
     curve = add_adjusted(pd.DataFrame(rows), family=("specification", "model", "family"))
     return curve, pd.DataFrame(twin_rows)
+
+
+def run_models(stimuli, entries, settings, stats, open_encoder, cache, *, threads=None, **images):
+    """(curve, twins) of ``run`` for each model of ``entries`` ({name: entry}) in turn, concatenated:
+    ``open_encoder(name, entry)`` builds one of a model's variants or twins, each through the cache
+    under ``cache`` (``images``: the Embedder's ``images``, ``image_settings`` and ``workdir``)."""
+    curves, twins = [], []
+    for name, entry in entries.items():
+        with Embedder(lambda variant, name=name: open_encoder(name, variant), cache, **images) as embedder:
+            curve, theirs = run(stimuli, name, entry, settings, stats, embedder, threads=threads)
+        log.info("%s: %d specifications, %d twins; %d vectors computed", name, len(curve), len(theirs),
+                 sum(embedder.computed.values()))
+        curves.append(curve)
+        twins.append(theirs)
+    return pd.concat(curves, ignore_index=True), pd.concat(twins, ignore_index=True)
 
 
 def _row(stimulus, model, spec, entry, settings, stats, embedder, threads, default):
