@@ -2,6 +2,8 @@
 variant agrees), the vectors variants share computed once, random-init twins by seed, the summary's
 formulas on a hand-checked curve, and the axes a family cannot vary."""
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +13,7 @@ from vlbias.config import robustness_problems, schema_path
 from vlbias.errors import UsageError
 from vlbias.io.cache import digest
 from vlbias.models import build
-from vlbias.robustness import Embedder, run, specifications, summary, twin_entries
+from vlbias.robustness import Embedder, Specification, run, specifications, summary, twin_entries
 
 STATS = {"seed": 0, "exact": "auto"}
 TARGETS = {"X": ["he", "man", "boy", "father"], "Y": ["she", "woman", "girl", "mother"]}
@@ -64,9 +66,13 @@ def test_a_planted_template_effect_shows_on_the_curve(tmp_path):
     curve, table, _ = curve_of(tmp_path, flip=True)
     # 2 templates × 2 casings × (all + 2 draws)
     assert len(curve) == 12 and curve["default"].sum() == 1
+    assert curve.loc[curve["default"], ["template", "casing", "draw"]].values.tolist() == [["bare", "given", ""]]
     photo = curve["template"] == "photo"
     assert (curve.loc[photo, "d"] < 0).all() and (curve.loc[~photo, "d"] > 0).all()
     assert table.loc[0, "sign_share"] == 0.5
+    drawn = curve["draw"] != ""
+    assert (curve.loc[~drawn, ["n_t", "n_a"]] == [4, 3]).all().all()
+    assert (curve.loc[drawn, ["n_t", "n_a"]] == [3, 2]).all().all()  # 20% of each set left out, rounded
     assert table.loc[0, "d_min"] < 0 < table.loc[0, "d_max"]
 
 
@@ -77,7 +83,6 @@ def test_without_an_effect_every_variant_agrees(tmp_path):
     # (a draw's fewer stimuli leave fewer partitions: its smallest exact p is 1/20, no Holm verdict at .05)
     for _, draw in curve.groupby("draw"):
         assert draw["d"].nunique() == 1 and draw["p_holm"].nunique() == 1
-    assert curve.loc[curve["default"], "d"].item() == curve.loc[0, "d"]
 
 
 def test_no_vector_is_computed_twice(tmp_path):
@@ -89,6 +94,56 @@ def test_no_vector_is_computed_twice(tmp_path):
     assert sum(embedder.computed.values()) == 2 * 2 * n
     _, _, again = curve_of(tmp_path, flip=True, seeds=[1], pooling=["cls"])
     assert sum(again.computed.values()) == 0  # every vector from the cache
+
+
+class Recording:
+    """Unit vectors by text, each text's own; the texts asked for, in order."""
+
+    def __init__(self):
+        self.info, self.asked = {"adapter": "recording"}, []
+
+    def encode_texts(self, texts):
+        self.asked += texts
+        return np.array([np.random.default_rng(int(digest(t)[:8], 16)).normal(size=3) for t in texts])
+
+
+def test_templates_and_casing_change_the_texts_and_an_ensemble_averages_unit_vectors(tmp_path):
+    recording = Recording()
+    st = stimulus()
+    st = replace(st, X=replace(st.X, items=("He", "Man")))
+    with Embedder(lambda entry: recording, tmp_path) as embedder:
+        embedder.sets(st, Specification(template="photo", casing="lower"), {"adapter": "sentence"})
+        assert recording.asked[:2] == ["a photo of he.", "a photo of man."]
+        ensemble = ("{} here", "there {}")
+        sets, _ = embedder.sets(st, Specification(template=ensemble), {"adapter": "sentence"})
+    vectors = recording.encode_texts(["He here", "there He"])
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    np.testing.assert_allclose(sets["X"][0], unit.mean(axis=0))
+
+
+def test_an_image_axis_computes_only_the_vectors_it_changes(tmp_path):
+    from PIL import Image
+
+    from vlbias.api import Query
+
+    rng = np.random.default_rng(0)
+    files = {}
+    for s, size in (("X", (48, 32)), ("Y", (32, 32))):  # X wide: its top-left square is not its centre's
+        files[s] = []
+        for i in range(3):
+            path = tmp_path / f"{s}{i}.png"
+            Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+            files[s].append(path)
+    q = Query({"x": files["X"], "y": files["Y"]}, {"Career": ATTRIBUTES["A"], "Family": ATTRIBUTES["B"]})
+    st = q.stimulus("img")
+    settings = checked(crop=["top-left"], subsample={"draws": 0})
+    with Embedder(build, tmp_path / "cache", {"img": q.images},
+                  {"size": 32, "crop": "center", "resample": "bicubic", "decoder": "pil"}, tmp_path) as embedder:
+        curve, _ = run([st], "clip", TINY_OPEN_CLIP_TEXT, settings, STATS, embedder)
+    # 3 + 3 images at the default, the 3 wide ones again top-left-cropped (the square ones the same pixels),
+    # the 6 attribute words once
+    assert sum(embedder.computed.values()) == 3 + 3 + 3 + 6
+    assert list(curve["crop"]) == ["", "top-left"] and curve["d"].nunique() == 2
 
 
 def test_twins_are_reproducible_by_seed_and_spread_around_zero(tmp_path):
@@ -113,20 +168,23 @@ def test_a_twin_drops_the_weights_sources():
 
 
 def test_the_summary_on_a_hand_checked_curve():
-    # four specifications of one test: signs + + - +, Holm p .01 .2 .01 .03; the default the first
+    # four specifications of one test: signs + + - +, Holm p .2 .01 .3 .6; the default the first
     curve = pd.DataFrame({"test": "t", "model": "m", "name": "n", "family": "own", "status": "ok",
-                          "d": [0.8, 0.3, -0.2, 1.1], "p_holm": [0.01, 0.2, 0.01, 0.03],
+                          "d": [0.8, 0.3, -0.2, 1.1], "p_holm": [0.2, 0.01, 0.3, 0.6],
                           "default": [True, False, False, False]})
     twins = pd.DataFrame({"test": "t", "model": "m", "status": "ok", "d": [0.1, -0.9, 0.2, 0.8],
                           "weights_seed": [0, 1, 2, 3]})
     settings = checked(twins=4)
     row = summary(curve, twins, settings).iloc[0]
     assert row["n_specs"] == 4 and row["d_min"] == -0.2 and row["d_max"] == 1.1
-    assert row["sign_share"] == 0.75 and row["holm_share"] == 0.75  # the second not significant, as the default is
+    # three not significant at .05, as the default is not (one in four significant)
+    assert row["sign_share"] == 0.75 and row["holm_share"] == 0.75
     # |d| >= 0.8: two of four twins; empirical p (1 + 2) / (1 + 4)
     assert row["twins_share"] == 0.5 and row["twins_p"] == pytest.approx(0.6)
     assert row["twins_mean"] == pytest.approx(0.05) and row["twin_seeds"] == "0 1 2 3"
     assert row["robust"] is False
+    # a negative default: the share of negative d
+    assert summary(curve.assign(d=[-0.8, 0.3, -0.2, -1.1]), twins, settings).loc[0, "sign_share"] == 0.75
     far = summary(curve.assign(d=[0.8, 0.3, 0.2, 1.1]), twins.assign(d=[0.1, 0.2, 0.3, 0.4]), {**settings,
                                                                                              "alpha": 0.25})
     assert far.loc[0, "robust"] is True  # every sign the default's, no twin as far: p = 1/5 < .25
