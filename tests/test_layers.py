@@ -23,6 +23,7 @@ LAYERS = (
     ("visual",),
     ("models", "regions"),
     ("associate", "suites"),
+    ("robustness",),
     ("report",),
     ("config",),
     ("api",),

@@ -118,7 +118,7 @@ def settings(config: Mapping[str, Any] | None = None, *, n_samples: int | None =
 def run_query(queries: Query | Sequence[Query], model: str | Mapping[str, Any], *, name: str | None = None,
               config: str | PathLike[str] | Mapping[str, Any] | None = None, cache: str | None = None,
               n_samples: int | None = None, exact: bool | str | None = None, seed: int | None = None,
-              ci: bool | Mapping[str, Any] | None = None):
+              ci: bool | Mapping[str, Any] | None = None, robustness: bool | Mapping[str, Any] | None = None):
     """A DataFrame of ``queries`` on ``model``: a row per query, the columns of the workflow's tables
     (d, d_low/d_high, p, p_holm, p_bh, n_t/n_y/n_a/n_b, n_samples, exact, seed, model_id, revision,
     weights, status, ...); ``.attrs["provenance"]``: what the embedding store recorded of the model.
@@ -128,7 +128,11 @@ def run_query(queries: Query | Sequence[Query], model: str | Mapping[str, Any], 
     (``<seat|ieat>/<name>``; default: the configured name, else "model"). ``config``: the workflow
     config (a path or a checked mapping; default config/config.yaml where it exists): its ``stats``,
     ``cache``, ``weights_lock``, ``ieat: images`` and the threads of its model jobs. ``cache``
-    overrides the config's (required without a config). The other arguments: see ``settings``.
+    overrides the config's (required without a config). ``robustness``: True, or the settings of a
+    specification curve (the config schema's ``$defs/robustness``; vlbias.robustness, docs/robustness.md):
+    its columns join each row (n_specs, d_min, d_max, sign_share, holm_share, twins, twins_mean,
+    twins_sd, twins_share, twins_p, robust, ...), ``.attrs["specifications"]`` and ``.attrs["twins"]``
+    hold a row per specification and per twin. The other arguments: see ``settings``.
     """
     from vlbias.associate import run_test
     from vlbias.report.tables import assemble
@@ -139,6 +143,7 @@ def run_query(queries: Query | Sequence[Query], model: str | Mapping[str, Any], 
     config = _config(config)
     stimuli = [q.stimulus(f"{_slug(q.title)}-{i + 1}") for i, q in enumerate(queries)]
     stats = settings(config, n_samples=n_samples, exact=exact, seed=seed, ci=ci)
+    robust = _robustness_settings(robustness)
     suite = "ieat" if any(q.images for q in queries) else "seat"
     section, name, entry = _entry(config, model, name, suite)
     cache = cache or (config or {}).get("cache")
@@ -155,8 +160,39 @@ def run_query(queries: Query | Sequence[Query], model: str | Mapping[str, Any], 
         from vlbias.io.store import read_provenance
 
         provenance = read_provenance(store)
-    table = assemble(rows, [s.id for s in stimuli], [name])
+        table = assemble(rows, [s.id for s in stimuli], [name])
+        if robust is not None:
+            table = _robustness(table, queries, stimuli, section, name, entry, config, cache, robust, stats,
+                                Path(tmp))
     table.attrs["provenance"] = provenance
+    return table
+
+
+def _robustness_settings(robustness):
+    """The checked settings of ``run_query``'s ``robustness`` (defaults filled in), or None for none."""
+    if robustness is None or robustness is False:
+        return None
+    if robustness is not True and not isinstance(robustness, Mapping):
+        raise UsageError("run_query: robustness is True or a mapping of its settings (docs/robustness.md)")
+    from vlbias.config import robustness_problems
+
+    found = {} if robustness is True else dict(robustness)
+    if problems := robustness_problems(found, schema_path()):
+        raise UsageError("; ".join(problems))
+    return found
+
+
+def _robustness(table, queries, stimuli, suite, name, entry, config, cache, robust, stats, workdir):
+    """``table`` with the specification curve's columns of each row (vlbias.robustness.summary)."""
+    from vlbias.robustness import SUMMARY_COLUMNS, run_models, summary
+
+    images = {s.id: q.images for q, s in zip(queries, stimuli, strict=True) if q.images}
+    curve, twins = run_models(stimuli, {name: entry}, robust, stats,
+                              lambda name, spec: _encoder(suite, name, spec, config, cache), cache, images=images,
+                              image_settings=_image_settings(queries, entry, config), workdir=workdir)
+    extra = [c for c in SUMMARY_COLUMNS if c not in table.columns]
+    table = table.merge(summary(curve, twins, robust)[["test", "model", *extra]], on=["test", "model"], how="left")
+    table.attrs |= {"specifications": curve, "twins": twins}
     return table
 
 
@@ -180,16 +216,11 @@ def model_store(stimuli, suite, name, spec, config, cache, out, *, images=None, 
     if "adapter" not in spec:
         raise UsageError(f"model '{name}' ({suite}) has no adapter to encode stimuli")
     from vlbias.io.cache import RecordCache, fingerprint
-    from vlbias.models import build
     from vlbias.suites import plan
     from vlbias.suites.ieat import embed_image_store
     from vlbias.suites.stores import embed_stimuli
-    from vlbias.weights import prepare
 
-    lock = config["weights_lock"] if config else None
-    threads = config[suite]["threads"] if config else None
-    encoder = build({**prepare(f"{suite}/{name}", spec, cache=cache, lock_path=lock),
-                     **({"threads": threads} if threads else {})})
+    encoder = _encoder(suite, name, spec, config, cache)
     if images and not hasattr(encoder, "encode_images"):
         raise UsageError(f"model '{name}' ({suite}, adapter {spec['adapter']}) has no image tower for image sets")
     with RecordCache(Path(cache, "embeddings", fingerprint(encoder.info))) as records:
@@ -208,14 +239,31 @@ def model_store(stimuli, suite, name, spec, config, cache, out, *, images=None, 
         embed_image_store(images_h5, encoder, out, plan.provenance(spec), records, stimuli)
 
 
+def _encoder(suite, name, spec, config, cache):
+    """Model ``name``'s encoder (an entry of ``suite``, ``spec``): its weights fetched (or found in ``cache``),
+    checked against the config's weights lock and verified, built with its section's threads."""
+    from vlbias.models import build
+    from vlbias.weights import prepare
+
+    lock = config["weights_lock"] if config else None
+    threads = config[suite]["threads"] if config else None
+    return build({**prepare(f"{suite}/{name}", spec, cache=cache, lock_path=lock),
+                  **({"threads": threads} if threads else {})})
+
+
+def _image_settings(queries, entry, config):
+    """The image store's settings of the queries' image sets ({size, crop, resample, decoder}), None without any."""
+    if not any(q.images for q in queries):
+        return None
+    base = config["ieat"]["images"] if config else {"size": 224, "crop": "center"}
+    return {"size": base["size"], "crop": base["crop"], "resample": base.get("resample", "bicubic"),
+            "decoder": base.get("decoder", "pil")} | dict(entry.get("images") or {})
+
+
 def _model_store(queries, stimuli, suite, name, entry, config, cache, out, workdir):
     images = {f"{s.id}/{key.lower()}": files for q, s in zip(queries, stimuli, strict=True)
               for key, files in q.images.items()}
-    image_settings = None
-    if images:
-        base = config["ieat"]["images"] if config else {"size": 224, "crop": "center"}
-        image_settings = {"size": base["size"], "crop": base["crop"], "resample": base.get("resample", "bicubic"),
-                          "decoder": base.get("decoder", "pil")} | dict(entry.get("images") or {})
+    image_settings = _image_settings(queries, entry, config)
     model_store(stimuli, suite, name, entry, config, cache, out, images=images, image_settings=image_settings,
                 workdir=workdir)
 

@@ -59,6 +59,15 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
     row, vectors, skipped = _load(stimulus, store_path, model)
     if skipped:
         return {**row, "status": skipped}
+    return score(row, vectors, f"{stimulus.path} on {store_path}", n_samples=n_samples, seed=seed, exact=exact,
+                 threads=threads, ci=ci)
+
+
+def score(row, vectors, where, *, n_samples, seed, exact="auto", threads=None, ci=None):
+    """``row`` (a test's identity and provenance) with the d, p and interval of ``vectors`` ({X|Y|A|B:
+    (n, dim)}, none empty) and its status: what ``run_test`` computes once it has read the store, and
+    vlbias.robustness on each specification's vectors. A ValueError of the vectors raises InputError
+    naming ``where``."""
     # d divides by the deviation over X and Y together: with one stimulus on each side it is ±√2 whatever
     # the vectors, and a target set of one has no spread of its own; no d, no p (the row says why)
     few = [f"{s} has {len(vectors[s])}" for s in ("X", "Y") if len(vectors[s]) < 2]
@@ -70,11 +79,11 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
         d = effect_size_sw(s_xy[:n_x], s_xy[n_x:])
         res = permutation_test_sw(s_xy, n_x, n_samples=n_samples, seed=seed, exact=exact, threads=threads)
     except ValueError as e:
-        raise InputError(f"{stimulus.path} on {store_path}", str(e)) from None
+        raise InputError(where, str(e)) from None
     if ci is not None:  # the vectors passed the checks above
         X, Y, A, B = (vectors[s] for s in ("X", "Y", "A", "B"))
         interval = effect_size_ci_cos(cosines(X, Y, A, B), (len(X), len(Y), len(A), len(B)), d, **ci)
-        row |= {"d_low": interval.low, "d_high": interval.high, "ci_level": interval.level,
+        row = {**row, "d_low": interval.low, "d_high": interval.high, "ci_level": interval.level,
                 "ci_method": interval.method, "ci_n_boot": interval.n_boot, "ci_seed": interval.seed}
     return {
         **row, "d": d, "p": res.p, "p_se": res.p_se, "p_parametric": res.p_parametric,

@@ -129,6 +129,13 @@ def stats_problems(stats, schema_path):
     return _problems(stats, _below(schema, schema["properties"]["stats"]), ("stats",))
 
 
+def robustness_problems(settings, schema_path):
+    """Pass 1 for the settings of a specification curve (the schema's ``$defs/robustness``: vlbias.api's
+    ``robustness=``); its defaults are filled in."""
+    schema = _read_yaml(schema_path)
+    return _problems(settings, _below(schema, schema["$defs"]["robustness"]), ("robustness",))
+
+
 def entry_problems(section, name, entry, schema_path):
     """Pass 2 for one model entry of ``<section>: models`` alone (a library user's: vlbias.api), its
     defaults filled in."""

@@ -245,6 +245,38 @@ def test_seat_targets_and_tests(shipped, monkeypatch):
     assert "results/seat/mine/table.csv" in targets(config) and targets(config)[-4:] == mleat_files("seat", ["mine"])
 
 
+
+def test_the_robustness_target_is_out_of_the_default_target(shipped, monkeypatch):
+    from vlbias.suites import robustness
+    from vlbias.suites.registry import default_targets
+
+    monkeypatch.chdir(REPO)
+    assert robustness.targets(shipped) == [*(f"results/robustness/seat.{e}" for e in ("csv", "md", "html")),
+                                           "results/robustness/seat/specifications.csv"]
+    assert not [t for t in default_targets(shipped, {}) if t.startswith("results/robustness")]
+    assert robustness.stimuli(shipped) == [f"resources/stimuli/seat/{t}.yaml" for t in ("weat6", "weat7", "weat8")]
+    config = copy.deepcopy(shipped)
+    config["robustness"]["seat"]["tests"] = "all"
+    config["seat"]["tests"] = ["weat1"]
+    # every test, in the SEAT table's order (each sent- beside its word test), whatever seat/tests lists
+    assert robustness.tests(config)[:2] == ["angry_black_woman_stereotype", "sent-angry_black_woman_stereotype"]
+    assert len(robustness.tests(config)) == 46
+    del config["robustness"]
+    assert robustness.targets(config) == []
+
+
+def test_the_robustness_section_names_models_and_tests_it_has(shipped):
+    config = copy.deepcopy(shipped)
+    config["seat"]["models"]["mine"] = {"source": "vectors", "vectors": "v.csv"}
+    config["robustness"]["seat"] = {"models": ["minilm", "minlm", "mine"], "tests": ["weat6", "weat66"]}
+    with pytest.raises(InputError) as e:
+        check_config(config, SCHEMA, root=REPO)
+    problems = str(e.value)
+    assert "key 'robustness/seat/models/1': 'minlm' is not a model under 'seat/models'" in problems
+    assert "key 'robustness/seat/models/2': 'mine' is one's own vectors" in problems
+    assert "key 'robustness/seat/tests/1': 'weat66' is not a stimulus file" in problems
+
+
 # --- grounded images and region stores ----------------------------------------------------------------
 
 

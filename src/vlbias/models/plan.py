@@ -6,6 +6,7 @@ read from what each family declares once, in its schema file (``vlbias/schemas/m
       outputs: {hidden: "layer{layer}", logits: logits}   # the vectors per image, one store each (iGPT)
       ws_vectors: [language, language+visual]   # the W/S vectors a vision-language family can give
       feeds: {<protocol switch>: [its own value, the other]}   # how a vision-language family is fed
+      axes: {pooling: pooling}  # the robustness axes an entry key varies (vlbias.robustness): axis -> key
       mlm_head: false           # a vision-language family without a masked-language head (the MLM study refuses it)
       renamed: {<old key>: <what to write now>}
       weights: {<key>: what it names}   # the weights an entry loads: read by vlbias.weights.declarations
@@ -53,3 +54,9 @@ def outputs(spec):
     kinds, layers = _listed(spec["output"]), sorted(set(_listed(spec["layer"])))
     return [name.format(layer=layer) for kind, name in names.items() if kind in kinds
             for layer in (layers if "{layer}" in name else [None])]
+
+
+def axes(adapter):
+    """{robustness axis: the entry key that varies it} of ``adapter`` (``family: axes:``; vlbias.robustness):
+    what a specification curve may vary beyond the text and the image store."""
+    return dict(family(adapter).get("axes") or {})

@@ -15,11 +15,12 @@ from vlbias.suites.grounded.suite import SUITE as GROUNDED
 from vlbias.suites.ieat.suite import SUITE as IEAT
 from vlbias.suites.mlm.suite import SUITE as MLM
 from vlbias.suites.regions import STAGE as REGIONS
+from vlbias.suites.robustness import STAGE as ROBUSTNESS
 from vlbias.suites.seat.suite import SUITE as SEAT
 from vlbias.suites.skew.suite import STAGE as SKEW
 from vlbias.suites.stage import Suite
 
-STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM, SKEW)
+STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM, SKEW, ROBUSTNESS)
 
 
 def present(config):
