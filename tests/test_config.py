@@ -73,6 +73,15 @@ def test_the_interval_settings_get_their_defaults(ci, expected):
     (lambda c: c["stats"]["ci"].update(level=95), "key 'stats/ci/level': 95 is greater than or equal to"),
     (lambda c: c["stats"]["ci"].update(method="bootstrap"), "key 'stats/ci/method': 'bootstrap' is not one of"),
     (lambda c: c["stats"]["ci"].update(nboot=10), "key 'stats/ci/nboot': unknown key (did you mean 'n_boot'?)"),
+    # NaN passed every bound (alpha .nan reached the statistics: a traceback); a saturation beyond a cosine's
+    # range made the flag constant
+    (lambda c: c["stats"].setdefault("mleat", {}).update(alpha=float("nan")),
+     "key 'stats/mleat/alpha': expected a finite number, got nan"),
+    (lambda c: c["stats"]["ci"].update(level=float("inf")), "key 'stats/ci/level': expected a finite number, got inf"),
+    (lambda c: c["regions"]["detectors"]["bua-36"].update(conf=float("nan")),
+     "key 'regions/detectors/bua-36/conf': expected a finite number, got nan"),
+    (lambda c: c["stats"].setdefault("mleat", {}).update(saturation=5), "key 'stats/mleat/saturation': 5 is greater"),
+    (lambda c: c["stats"].setdefault("mleat", {}).update(saturation=-1), "key 'stats/mleat/saturation': -1 is less"),
 ])
 def test_a_mistake_is_named_by_its_key(change, expected):
     found = problems(change)
