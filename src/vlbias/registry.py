@@ -70,3 +70,13 @@ def one_weights_source(spec: Mapping[str, Any], where: str, remote: str | None =
     if given[2] is not None and given[2] != "random":
         raise InputError(f"weights '{given[2]}'", "the only value is `random`"
                                                   + (f"; use {remote} or checkpoint" if remote else ""))
+
+
+def weights_label(spec: Mapping[str, Any]) -> str:
+    """What a model's provenance says of its weights (``info["weights"]``), one vocabulary for every family:
+    ``random-init`` (``weights: random``), ``checkpoint`` (a state_dict file: ``checkpoint``, a local
+    file or a fetched URL) or ``pretrained`` (a published model: a hub id, an open_clip tag, a model
+    folder)."""
+    if spec.get("weights") == "random":
+        return "random-init"
+    return "checkpoint" if spec.get("checkpoint") else "pretrained"

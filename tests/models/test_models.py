@@ -151,8 +151,10 @@ def test_checkpoint_round_trip(tmp_path):
     for name in ("tiny.safetensors", "tiny.pt"):
         enc = build({**spec, "checkpoint": str(tmp_path / name)})
         np.testing.assert_array_equal(enc.encode_images(x), expected)
-        assert enc.info["weights"] == "pretrained"
+        # issue 38 item 3: said `pretrained` (a checkpoint under every other family's word, as vlbias.registry.weights_label)
+        assert enc.info["weights"] == "checkpoint"
         assert enc.info["weights_sha256"] == sha256(tmp_path / name)
+    assert source.info["weights"] == "random-init"
 
 
 _unpickled = []

@@ -33,6 +33,7 @@ import transformers
 from vlbias.errors import InputError
 from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, some
 from vlbias.io.fetch import sha256_file
+from vlbias.registry import weights_label
 from vlbias.weights import as_written, fetched, package_dir, unused
 
 
@@ -77,7 +78,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
             torch.manual_seed(seed)
             model = model_class(config)
         return model, {**source, "model_id": source["model_id"] or f"random {family}",
-                       "weights": "random-init", "seed": seed}, None
+                       "weights": weights_label(spec), "seed": seed}, None
     if spec.get("weights") is not None:
         raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
     if spec.get("checkpoint"):
@@ -100,7 +101,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
         if missing or unexpected:
             raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                    f"unexpected {some(unexpected)}")
-        return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
+        return model, {**source, "model_id": source["model_id"] or path.name, "weights": weights_label(spec),
                        "checkpoint": str(as_written(spec, "checkpoint")), "weights_file": str(path),
                        "weights_sha256": digest, **_unused_info(dropped)}, None
     if spec.get("config"):
@@ -116,7 +117,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
         raise InputError(f"{family} entry", "a Hugging Face model loads only fetched and verified: build the spec "
                                             "that vlbias.weights.prepare returns")
     model, weights, dropped = from_folder(model_class, model_dir, family)
-    return model, {**source, "model_id": model_id, "weights": "pretrained", "weights_file": str(weights),
+    return model, {**source, "model_id": model_id, "weights": weights_label(spec), "weights_file": str(weights),
                    "weights_sha256": sha256_file(weights), "commit": commit, **_unused_info(dropped)}, model_dir
 
 

@@ -42,6 +42,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.bert_layers import BertModel
 from vlbias.models.hf import from_folder, local_folder, without_unused
+from vlbias.registry import weights_label
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
 
@@ -91,7 +92,7 @@ class SentenceEncoder:
             "weights_sha256": sha256_file(weights),
             "revision": revision,
             "commit": commit,
-            "weights": "pretrained",
+            "weights": weights_label(spec),
             "architecture": model.__class__.__name__,
             "implementation": self.implementation,
             "pooling": self.pooling,
