@@ -611,6 +611,16 @@ def test_a_lock_that_is_not_a_mapping_is_refused(tmp_path):
     (lambda r: r["sources"]["path"]["files"]["config.json"].pop("sha256"),
      "source path, file 'config.json': expected its size, sha256 and path"),
     (lambda r: r.pop("request"), "no request"),
+    # issue 38 item 8: a field of another type reached the loaders (`"repo": 5`: huggingface_hub's traceback)
+    (lambda r: r["sources"]["path"].update(kind="hub", repo=5, commit="0" * 40),
+     "source path: repo: expected str, got 5"),
+    (lambda r: r["sources"]["path"].update(path=["a"]), "source path: path: expected str, got \\['a'\\]"),
+    (lambda r: r["sources"]["path"].update(kind="hub", commit="0" * 40), "source path: missing repo"),
+    (lambda r: r["sources"]["path"].update(pinned="yes"), "source path: pinned: expected bool, got 'yes'"),
+    (lambda r: r["sources"]["path"].update(repository="org/x"), "source path: unknown field 'repository'"),
+    (lambda r: r.update(request={"adapter": "igpt", "path": {"repo": "org/x", "files": [5]}}),
+     "request path: files: expected file names"),
+    (lambda r: r.update(request={"adapter": 5}), "request adapter: expected a name, got 5"),
 ])
 def test_a_malformed_record_is_refused_in_one_line_naming_file_and_entry(igpt, tmp_path, edit, problem):
     record = fetch("ieat/dir", {**RUN, "path": str(igpt[1])}, cache=tmp_path, lock_path=None)
