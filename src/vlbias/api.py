@@ -33,6 +33,7 @@ from vlbias import CONFIG
 from vlbias.config import configured_models, load_config, schema_path
 from vlbias.errors import InputError, UsageError
 from vlbias.io.stimuli import SETS, Stimulus, stimulus_from
+from vlbias.validation import suggest
 
 __all__ = ["Query", "run_query", "settings"]
 
@@ -165,7 +166,7 @@ def find_model(config, name, suite):
     found = [(s, spec) for s, n, spec in configured_models(config) if n == name]
     if not found:
         known = sorted({n for _, n, _ in configured_models(config)})
-        raise UsageError(f"no model '{name}' in the config; configured: {', '.join(known)}")
+        raise UsageError(f"no model '{name}' in the config{suggest(name, known)}; configured: {', '.join(known)}")
     return next(((s, spec) for s, spec in found if s == suite), found[0])
 
 

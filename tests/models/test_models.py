@@ -248,8 +248,10 @@ def test_unreachable_pretrained_weights_say_what_to_do(tmp_path):
     with pytest.raises(InputError, match=r"^open_clip entry: `pretrained: openai` names remote weights, .*"
                                          r"vlbias\.weights\.prepare"):
         build(spec)
-    with pytest.raises(InputError, match=r"'timm/vit_base_patch32_clip_224.openai': could not be downloaded .*give "
-                                         r"a local copy instead or run with network access"):
+    # issue 38 item 21: said "give a local copy instead", not where a local copy goes
+    with pytest.raises(InputError, match=r"'timm/vit_base_patch32_clip_224.openai': could not be downloaded .*run "
+                                         r"with network access, or give a local copy: a model folder under `path:` or "
+                                         r"a weights file under `checkpoint:`"):
         prepare("ieat/clip", spec, cache=tmp_path)
 
 
