@@ -888,6 +888,47 @@ def test_parameters_the_family_never_reads_are_dropped_by_name_and_others_refuse
         build({"adapter": "bert_mlm", "device": "cpu", "path": str(folder)})
 
 
+def test_weights_of_no_floating_dtype_nan_or_a_broken_file_are_refused_naming_them(tmp_path):
+    """Issue 38 items 1 and 7: a model folder whose model.safetensors held int64 tensors of the right shapes,
+    or a NaN, loaded as `weights: pretrained` (names and shapes were checked, not values); a truncated file
+    or a header length of 2^40 gave safetensors' traceback. Each refused in one line naming the file (and
+    the tensors); float16 and bfloat16 files load, cast."""
+    import safetensors.torch
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
+    folder = _saved(BertForMaskedLM(config), tmp_path / "bert")
+    weights = folder / "model.safetensors"
+    good, state = weights.read_bytes(), safetensors.torch.load_file(weights)
+    entry = {"adapter": "bert_mlm", "device": "cpu", "path": str(folder)}
+    word = "bert.embeddings.word_embeddings.weight"
+    for dtype in (torch.float16, torch.bfloat16):
+        safetensors.torch.save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()},
+                                    weights)
+        assert build(entry).info["weights"] == "pretrained"
+    cases = [({k: (v * 100).long() if v.is_floating_point() else v for k, v in state.items()},
+              r"tensors not of a floating dtype where the model takes floats: \S+, .* and \d+ more$"),
+             ({**state, word: state[word].index_fill(0, torch.tensor([3]), float("nan"))},
+              rf"tensors with NaN or infinite values: {word}(, cls.predictions.decoder.weight)?$")]  # tied to it
+    for bad, says in cases:
+        safetensors.torch.save_file(bad, weights)
+        with pytest.raises(InputError, match=rf"^{weights}: {says}"):
+            build(entry)
+        safetensors.torch.save_file(bad, tmp_path / "checkpoint.safetensors")  # the checkpoint route alike
+        with pytest.raises(InputError, match=rf"^{tmp_path / 'checkpoint.safetensors'}: {says}"):
+            build({"adapter": "bert_mlm", "device": "cpu", "checkpoint": str(tmp_path / "checkpoint.safetensors"),
+                   "config": config.to_diff_dict() | {"architectures": None}})
+    for broken, says in ((good[:-10], r"its tensors take [\d,]+ bytes, the file has [\d,]+: truncated or padded"),
+                         ((2**40).to_bytes(8, "little") + good[8:], r"a header of 1,099,511,627,776 bytes")):
+        weights.write_bytes(broken)
+        with pytest.raises(InputError, match=rf"^{weights}: not a readable safetensors file \({says} in a file"
+                                             if "header" in says else
+                                             rf"^{weights}: not a readable safetensors file \({says}\)$"):
+            build(entry)
+
+
 def test_torchvision_weights_load_as_torchvision_builds_them(hub, tmp_path, monkeypatch):
     """The adapter loads COCO_V1 itself, weights only (torchvision's own loader unpickles anything):
     the model torchvision's factory builds with those weights (frozen batch norms of eps 0), its

@@ -41,7 +41,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from vlbias.errors import InputError
 from vlbias.images.decode import square_images
-from vlbias.io.checkpoints import read_state_dict, some
+from vlbias.io.checkpoints import read_state_dict, refuse_unusable_values, some
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.registry import one_weights_source, weights_label
@@ -102,6 +102,7 @@ class OpenClipEncoder:
             if missing or unexpected:
                 raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                        f"unexpected {some(unexpected)}")
+            refuse_unusable_values(path, {k: v.is_floating_point() for k, v in state.items()}, model.state_dict())
         else:
             seed = int(spec["seed"])
             # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
