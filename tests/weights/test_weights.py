@@ -929,6 +929,25 @@ def test_weights_of_no_floating_dtype_nan_or_a_broken_file_are_refused_naming_th
             build(entry)
 
 
+def test_a_files_names_meet_the_models_without_the_base_models_prefix():
+    """A base model loaded from a task model's file (transformers drops the prefix "bert."), or a task model
+    from a base model's: each tensor is checked under the model's name; an integer buffer (position ids) is
+    the model's to hold as it does."""
+    import torch
+
+    from vlbias.io.checkpoints import refuse_unusable_values
+
+    state = {"embeddings.w": torch.tensor([1.0, float("inf")]), "embeddings.position_ids": torch.arange(3)}
+    for floating in ({"bert.embeddings.w": True, "bert.embeddings.position_ids": False},
+                     {"embeddings.w": True, "embeddings.position_ids": False}):
+        with pytest.raises(InputError, match=r"^f.safetensors: tensors with NaN or infinite values: \S*embeddings.w$"):
+            refuse_unusable_values("f.safetensors", floating, state, "bert.")
+        ours = {f"bert.{k}": v for k, v in state.items()}
+        with pytest.raises(InputError, match="NaN or infinite"):
+            refuse_unusable_values("f.safetensors", floating, ours, "bert.")
+    refuse_unusable_values("f.safetensors", {"embeddings.position_ids": False}, state, "bert.")
+
+
 def test_torchvision_weights_load_as_torchvision_builds_them(hub, tmp_path, monkeypatch):
     """The adapter loads COCO_V1 itself, weights only (torchvision's own loader unpickles anything):
     the model torchvision's factory builds with those weights (frozen batch norms of eps 0), its
