@@ -621,6 +621,7 @@ def test_a_lock_that_is_not_a_mapping_is_refused(tmp_path):
     (lambda r: r.update(request={"adapter": "igpt", "path": {"repo": "org/x", "files": [5]}}),
      "request path: files: expected file names"),
     (lambda r: r.update(request={"adapter": 5}), "request adapter: expected a name, got 5"),
+    (lambda r: r.update(request={"adapter": "igpt", "path": {"repo": 5}}), "request path: repo: expected str, got 5"),
 ])
 def test_a_malformed_record_is_refused_in_one_line_naming_file_and_entry(igpt, tmp_path, edit, problem):
     record = fetch("ieat/dir", {**RUN, "path": str(igpt[1])}, cache=tmp_path, lock_path=None)
