@@ -10,13 +10,22 @@ from pathlib import Path
 from snakemake.utils import min_version
 
 from vlbias import CONFIG, SCHEMA
-from vlbias.config import check_config
+from vlbias.config import check_config, read_config
 from vlbias.errors import InputError
 from vlbias.suites.registry import rule_files, weights_entries
 from vlbias.weights import Lock, stale_records
 from vlbias.workdir import claim
 
 min_version("8.20")
+
+
+# read by vlbias's YAML reader first: Snakemake's own expands every alias (an alias bomb of 1 kB took
+# minutes and gigabytes) and takes a key given twice silently
+if Path(CONFIG).is_file():
+    try:
+        read_config(CONFIG)
+    except InputError as e:
+        sys.exit(f"error: {e}")
 
 
 configfile: CONFIG

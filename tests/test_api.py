@@ -4,6 +4,7 @@ command line's row on the same test."""
 
 import copy
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +140,25 @@ def test_a_model_configured_in_two_suites_is_the_querys_suites_entry():
     assert find_model(config, "m", "seat") == ("seat", config["seat"]["models"]["m"])
     # a name of another suite only: that suite's entry (the query's own suite checks it)
     assert find_model({"seat": config["seat"]}, "m", "ieat") == ("seat", config["seat"]["models"]["m"])
+
+
+def test_one_image_in_two_sets_is_refused_by_path_and_by_content(nowhere):
+    """Issue 38 item 2: the same image in X and Y (by another spelling of its path, a symlink, or a copy)
+    ran: d = 1.045, status ok. Refused across the four sets, as a word is, naming both."""
+    x, y = _images(nowhere / "photos", 2, 0), _images(nowhere / "other", 2, 1)
+    (nowhere / "link.png").symlink_to(x[0])
+    (nowhere / "copy.png").write_bytes(x[1].read_bytes())
+    Query({"X": x, "Y": y}, {"A": [Path("a.png")], "B": [Path("b.png")]}).stimulus("t")  # distinct: runs
+    for other, how in ((Path("./photos/0.png"), "one file"), (Path("link.png"), "one file"),
+                       (Path("copy.png"), "the same content")):
+        query = Query({"X": x, "Y": [y[0], other]}, VALENCE, name="q")
+        with pytest.raises(InputError, match=rf"^query 'q': image files listed twice: '\S+/photos/\d.png' \(key "
+                                             rf"'X'\) and '{re.escape(str(other))}' \(key 'Y'\) are {how}$"):
+            query.stimulus("t")
+    with pytest.raises(InputError, match=r"'a.png' \(key 'A'\) and 'a.png' \(key 'B'\) are one file"):
+        Query({"X": x, "Y": y}, {"A": [Path("a.png")], "B": [Path("a.png")]}).stimulus("t")  # absent: by path
+    with pytest.raises(InputError, match=r"'\S+/0.png' \(key 'X'\) and '\S+/0.png' \(key 'X'\) are one file"):
+        Query({"X": [x[0], x[0]], "Y": y}, VALENCE).stimulus("t")
 
 
 def test_bad_queries_and_entries_are_named(nowhere):

@@ -9,7 +9,8 @@ import pytest
 import yaml
 from helpers import REPO
 
-from vlbias.config import ConfigError, adapter_schema, adapters, check_config
+from vlbias.config import ConfigError, adapter_schema, adapters, check_config, load_config
+from vlbias.errors import InputError
 from vlbias.suites.ieat.plan import ieat_models, table_models
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -73,6 +74,15 @@ def test_the_interval_settings_get_their_defaults(ci, expected):
     (lambda c: c["stats"]["ci"].update(level=95), "key 'stats/ci/level': 95 is greater than or equal to"),
     (lambda c: c["stats"]["ci"].update(method="bootstrap"), "key 'stats/ci/method': 'bootstrap' is not one of"),
     (lambda c: c["stats"]["ci"].update(nboot=10), "key 'stats/ci/nboot': unknown key (did you mean 'n_boot'?)"),
+    # NaN passed every bound (alpha .nan reached the statistics: a traceback); a saturation beyond a cosine's
+    # range made the flag constant
+    (lambda c: c["stats"].setdefault("mleat", {}).update(alpha=float("nan")),
+     "key 'stats/mleat/alpha': expected a finite number, got nan"),
+    (lambda c: c["stats"]["ci"].update(level=float("inf")), "key 'stats/ci/level': expected a finite number, got inf"),
+    (lambda c: c["regions"]["detectors"]["bua-36"].update(conf=float("nan")),
+     "key 'regions/detectors/bua-36/conf': expected a finite number, got nan"),
+    (lambda c: c["stats"].setdefault("mleat", {}).update(saturation=5), "key 'stats/mleat/saturation': 5 is greater"),
+    (lambda c: c["stats"].setdefault("mleat", {}).update(saturation=-1), "key 'stats/mleat/saturation': -1 is less"),
 ])
 def test_a_mistake_is_named_by_its_key(change, expected):
     found = problems(change)
@@ -91,6 +101,25 @@ def test_an_unknown_top_level_key_is_one_short_line():
     with pytest.raises(ConfigError) as e:
         check_config(config, SCHEMA, root=REPO)
     assert len(str(e.value)) < 200  # not the schema
+
+
+def test_a_config_file_is_read_by_the_capped_reader(tmp_path):
+    """Issue 38 item 9: an alias bomb of 1 kB in config/config.yaml took 172 s and 974 MiB before its
+    error (yaml.safe_load expanded it for the check); a key given twice was taken silently (the last)."""
+    import time
+
+    nested = ["&a [" + ", ".join(["lol"] * 9) + "]"]
+    nested += [f"&{n} [" + ", ".join([f"*{p}"] * 9) + "]" for p, n in zip("abcdefgh", "bcdefghi")]
+    path = tmp_path / "config.yaml"
+    path.write_text((REPO / "config/config.yaml").read_text() + "bomb: [" + ", ".join(nested) + "]\n")
+    start = time.monotonic()
+    with pytest.raises(InputError, match=r"(?s)config.yaml: not valid YAML: .*expand it to more than 1,000,000 items"):
+        load_config(path)
+    assert time.monotonic() - start < 1
+    assert load_config(REPO / "config/config.yaml")["mlm"]  # its merge keys (`<<: *name`) are no key given twice
+    path.write_text("cache: a\ncache: b\n")
+    with pytest.raises(InputError, match=r"key 'cache' is given twice \(first on line 1\)"):
+        load_config(path)
 
 
 @pytest.mark.parametrize("change,expected", [

@@ -14,7 +14,7 @@ SRC = Path(vlbias.__file__).parent
 # Bottom to top, each layer's folders and modules (vlbias.<name>; __init__ is vlbias itself, its
 # version). A module imports from its own folder and from the layers below its own, nothing else.
 LAYERS = (
-    ("__init__", "errors"),
+    ("__init__", "errors", "safeyaml"),
     ("logs", "schemas", "validation"),
     ("io", "stats"),
     ("images", "runtime"),

@@ -32,7 +32,9 @@ from typing import Any
 from vlbias import CONFIG
 from vlbias.config import configured_models, load_config, schema_path
 from vlbias.errors import InputError, UsageError
+from vlbias.io.fetch import sha256_file
 from vlbias.io.stimuli import SETS, Stimulus, stimulus_from
+from vlbias.validation import suggest
 
 __all__ = ["Query", "run_query", "settings"]
 
@@ -65,6 +67,24 @@ class Query:
         object.__setattr__(self, "images", {s: [str(i) for i in items] for s, (_, items) in self._sets().items()
                                             if items and isinstance(items[0], PathLike)})
 
+    def _refuse_repeated_images(self):
+        """InputError naming both when one image is listed twice in the four sets, as for words: the same
+        file by its resolved path (``./a.png`` and ``a.png``, a symlink) or the same bytes under another
+        name. A file not there is left to the image store's error (its path still compared)."""
+        seen = {}
+        for s, files in self.images.items():
+            for f in files:
+                path = Path(f).resolve()
+                keys = [("path", path)] + ([("content", sha256_file(path))] if path.is_file() else [])
+                for key in keys:
+                    if key in seen:
+                        first, where = seen[key]
+                        raise InputError(f"query '{self.title}'", f"image files listed twice: '{first}' (key "
+                                                                  f"'{where}') and '{f}' (key '{s}') are "
+                                                                  + ("one file" if key[0] == "path" else
+                                                                     "the same content"))
+                    seen[key] = (f, s)
+
     def _sets(self):
         """{X|Y|A|B: (label, items)}."""
         return dict(zip(SETS, [*self.targets.items(), *self.attributes.items()], strict=True))
@@ -79,9 +99,7 @@ class Query:
         no two texts an uncased model reads alike); an image set is the category "<id>/<x|y|a|b>"."""
         sets = {s: {"label": label} | ({"category": f"{id}/{s.lower()}"} if s in self.images
                                        else {"items": list(items)}) for s, (label, items) in self._sets().items()}
-        for s, files in self.images.items():
-            if repeated := sorted({f for f in files if files.count(f) > 1}):
-                raise InputError(f"query '{self.title}'", f"key '{s}': image files listed twice: {', '.join(repeated)}")
+        self._refuse_repeated_images()
         level = ("image" if len(self.images) == 4 else "cross-modal") if self.images else None
         doc = {"id": id, "name": self.title, "suite": "ieat" if self.images else "seat", **sets,
                **({"level": level} if level else {})}
@@ -201,7 +219,7 @@ def find_model(config, name, suite):
     found = [(s, spec) for s, n, spec in configured_models(config) if n == name]
     if not found:
         known = sorted({n for _, n, _ in configured_models(config)})
-        raise UsageError(f"no model '{name}' in the config; configured: {', '.join(known)}")
+        raise UsageError(f"no model '{name}' in the config{suggest(name, known)}; configured: {', '.join(known)}")
     return next(((s, spec) for s, spec in found if s == suite), found[0])
 
 

@@ -28,6 +28,7 @@ import yaml
 from vlbias import CONFIG, SCHEMA
 from vlbias.errors import InputError, UsageError
 from vlbias.models.plan import family
+from vlbias.safeyaml import load_yaml
 from vlbias.schemas import adapter_schema, adapters
 from vlbias.suites import registry
 from vlbias.validation import Validator, key_path, suggest
@@ -65,14 +66,20 @@ def check_config(config, schema_path, root="."):
 
 def load_config(path):
     """The config at ``path``, checked as the workflow checks it (defaults filled in)."""
+    return check_config(read_config(path), schema_path())
+
+
+def read_config(path):
+    """The document in the config file ``path``, unchecked, read by vlbias.safeyaml (an alias bomb refused
+    from the file's size, a key given twice refused): InputError naming the file otherwise."""
     path = Path(path)
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as f:  # a file: the error's line names it
+            return load_yaml(f)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such config (run in the repository, or give --config)") from None
     except yaml.YAMLError as e:
         raise InputError(path, f"not valid YAML: {e}") from None
-    return check_config(config, schema_path())
 
 
 def schema_path():
@@ -150,7 +157,7 @@ def _below(schema, node):
 @cache
 def _read_yaml(path):
     with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return load_yaml(f)
 
 
 def _entry_schema(schema, section):

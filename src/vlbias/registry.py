@@ -4,11 +4,12 @@ An adapter module imports torch and its model library (seconds), so it is import
 entry names it: importing a registry (e.g. while Snakemake parses the workflow) stays cheap. The
 module of adapter ``<name>`` is ``<package>.<name>`` by convention, and every adapter has a schema,
 ``vlbias/schemas/<kind>s/<name>.yaml`` (vlbias.schemas): adding one means its module, its schema and
-a config entry. ``build`` fills in the schema's defaults before the adapter sees the entry, whoever
-calls it (the workflow, the command line, a test, a benchmark): an adapter reads ``spec[key]`` for
-every key its schema gives a default.
+a config entry. The schema's defaults are filled in before the adapter sees the entry, whoever
+builds it (the workflow, the command line, a test, a benchmark; through ``build`` or the registered
+class itself): an adapter reads ``spec[key]`` for every key its schema gives a default.
 """
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -26,9 +27,20 @@ class Registry:
         self.classes: dict[str, type] = {}  # adapter name -> its class, called with the entry
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
-        """Class decorator: make ``build({"adapter": name, ...})`` construct ``cls(spec)``."""
+        """Class decorator: make ``build({"adapter": name, ...})`` construct ``cls(spec)``. The class
+        itself fills in its schema's defaults too: an adapter constructed directly (``BottomUpAttention
+        ({...})``, not through ``build``) reads them as ``build`` gives them, not a KeyError."""
 
         def add(cls: type[T]) -> type[T]:
+            if isinstance(cls, type):  # (a test may register a plain function: build fills its defaults)
+                init: Callable[..., None] = cls.__init__
+                kind = f"{self.kind}s"
+
+                @functools.wraps(init)
+                def with_schema_defaults(obj: Any, spec: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
+                    init(obj, with_defaults({"adapter": name, **spec}, kind), *args, **kwargs)
+
+                setattr(cls, "__init__", with_schema_defaults)  # noqa: B010 (mypy refuses assigning a method)
             self.classes[name] = cls
             return cls
 
@@ -70,3 +82,13 @@ def one_weights_source(spec: Mapping[str, Any], where: str, remote: str | None =
     if given[2] is not None and given[2] != "random":
         raise InputError(f"weights '{given[2]}'", "the only value is `random`"
                                                   + (f"; use {remote} or checkpoint" if remote else ""))
+
+
+def weights_label(spec: Mapping[str, Any]) -> str:
+    """What a model's provenance says of its weights (``info["weights"]``), one vocabulary for every family:
+    ``random-init`` (``weights: random``), ``checkpoint`` (a state_dict file: ``checkpoint``, a local
+    file or a fetched URL) or ``pretrained`` (a published model: a hub id, an open_clip tag, a model
+    folder)."""
+    if spec.get("weights") == "random":
+        return "random-init"
+    return "checkpoint" if spec.get("checkpoint") else "pretrained"

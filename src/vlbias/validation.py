@@ -9,6 +9,7 @@ with the closest. A required key that an unknown key's suggestion already names 
 """
 
 import difflib
+import math
 import re
 
 import jsonschema
@@ -23,8 +24,16 @@ def _pattern(validator, pattern, instance, schema):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+def _finite_number(checker, instance):
+    # YAML's .nan and .inf are floats, which JSON Schema counts as numbers, and a NaN passes every
+    # minimum and maximum: `alpha: .nan` reached the statistics; a configured number is a finite one
+    return jsonschema.Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
+
+
 # the validator of every schema: the config's and the input files'
-Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _pattern})
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"pattern": _pattern},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _finite_number))
 
 
 def key_path(parts):
@@ -66,6 +75,8 @@ def describe(error, where=()):
     if error.validator == "type":
         expected = error.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
+        if isinstance(value, float) and not math.isfinite(value):
+            expected = f"a finite {expected}"
         return f"key '{key_path(path)}': expected {expected}, got {value!r}"
     if error.validator == "enum":
         return (f"key '{key_path(path)}': {value!r} is not one of {error.validator_value}"

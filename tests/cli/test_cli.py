@@ -156,6 +156,9 @@ def test_run_on_own_vectors_gives_the_stores_row(project):
 BAD_INPUTS = [
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "nope"],
      "no model 'nope' in the config; configured: minilm, pub, tiny-clip"),
+    # issue 38 item 21: a typo of a model's name gets what an adapter's typo gets
+    (["run", "resources/stimuli/seat/weat-toy.yaml", "--model", "minlm"],
+     "no model 'minlm' in the config (did you mean 'minilm'?); configured: minilm, pub, tiny-clip"),
     (["run", "missing.yaml", "--model", "pub"], "missing.yaml: stimulus file not found"),
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "tiny-clip"],
      "store results/embeddings/ieat/tiny-clip.h5, not built yet (snakemake --cores all"),

@@ -64,6 +64,16 @@ def regions(request, detector, demo, images):
     return request.param, d.detect([d.prepare(im) for im in images])
 
 
+def test_the_class_constructed_directly_reads_its_schema_defaults(detector):
+    """Issue 38 item 11: BottomUpAttention(entry), not through build, raised KeyError: 'batch_size'
+    (vlbias.runtime reads the schema's defaults, which only build filled in); the registered class fills
+    them in itself, as build does."""
+    from vlbias.regions.bua import BottomUpAttention
+
+    direct = BottomUpAttention({k: v for k, v in SMALL.items() if k != "adapter"})
+    assert direct.settings == detector.settings and direct.proposals == "caffe"  # the schema's selection's
+
+
 def test_prepare_resizes_and_normalises_like_the_reference(detector, demo):
     assert resized_size(480, 640, 600, 1000) == (600, 800)
     assert resized_size(300, 1200, 600, 1000) == (250, 1000)  # the longer side is capped

@@ -198,6 +198,13 @@ FEATURES = b64(detections(3, 1)["features"])  # the bad line's own
     ({"img_id": "COCO_val2014_000000000001"}, "image_id", "already on line 1"),
     ({"img_id": "000001"}, "image_id", "already on line 1"),   # the same COCO image, other spelling
     ({"img_id": "google_image_1"}, "image_id", "no image id of the kind"),
+    # issue 38 item 6: scores outside [0, 1] and non-finite arrays were read into the store
+    ({"objects_conf": b64(np.float32([0.5, 1.5, 0.2]))}, "objects_conf", "scores outside [0, 1] (0.2..1.5)"),
+    ({"attrs_conf": b64(np.float32([0.5, -0.1, 0.2]))}, "attrs_conf", "scores outside [0, 1] (-0.1..0.5)"),
+    ({"objects_conf": b64(np.float32([0.5, np.nan, 0.2]))}, "objects_conf", "not all finite"),
+    ({"features": b64(np.where(np.eye(3, DIM), np.inf, 0).astype(np.float32))}, "features", "not all finite"),
+    ({"features": b64(np.full((3, DIM), np.nan, np.float32))}, "features", "not all finite"),
+    ({"boxes": b64(np.float32([[0, 0, 9, 9], [0, 0, np.nan, 9], [1, 1, 2, 2]]))}, "boxes", "not all finite"),
 ])
 def test_a_malformed_line_names_file_line_and_field(spec, tmp_path, fields, field, says):
     message = malformed(spec, tmp_path, fields)
@@ -214,6 +221,22 @@ def test_lines_of_released_size_are_read(spec, tmp_path):
                      tmp_path / "o.h5")
     with RegionStore(tmp_path / "o.h5") as store:
         np.testing.assert_array_equal(store.get(store.ids[0])[0].features, d["features"])
+
+
+def test_a_line_beyond_the_cap_is_refused_before_it_is_read_whole(spec, tmp_path, monkeypatch):
+    """Issue 38 item 10: a 200 MB line took 16 s and 690 MiB before its error; refused at the per-line cap
+    (here made small), the lines within it read."""
+    import vlbias.regions.tsv as tsv_module
+
+    lines = [row(f"COCO_val2014_00000000000{i}", detections(3, i)) for i in (1, 2)]
+    tsv = write_tsv(tmp_path / "f.tsv", lines)
+    monkeypatch.setattr(tsv_module, "MAX_LINE_BYTES", len("\t".join(lines[0])) + 1)  # a line and its newline
+    entries = entries_of(("X", "COCO_val2014_000000000001.jpg"))
+    assert read_tsv_regions(tsv, entries, TsvSource(spec), tmp_path / "o.h5")["n_lines"] == 2
+    tsv.write_text("\t".join(lines[0]) + "\n" + "\t".join(lines[1]) + "A" * 64 + "\n")
+    with pytest.raises(InputError, match=rf"^{tsv}:2: longer than [\d,]+ bytes: not a line of region features$"):
+        read_tsv_regions(tsv, entries, TsvSource(spec), tmp_path / "o2.h5")
+    assert not (tmp_path / "o2.h5").exists()
 
 
 def test_a_line_with_missing_fields_names_file_and_line(spec, tmp_path):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_rgba
 
-from vlbias.report.mleat import draw_maps, lit, mleat_frame, plot_eat_map, plot_pattern_summary
+from vlbias.report.mleat import adjusted, draw_maps, lit, mleat_frame, plot_eat_map, plot_pattern_summary
 from vlbias.stats import effect_size, permutation_pvalue
 from vlbias.stats.bootstrap import effect_size_ci
 from vlbias.stats.mleat import COLUMNS, PATTERNS, QUADRANTS, mleat
@@ -281,6 +281,36 @@ def test_eat_map_draws_each_quadrant_where_it_belongs(tmp_path):
     title = fig._suptitle.get_text()
     assert "Tiny" in title and "Level 1: d = 1.55, p = 0.167" in title and "pattern XA-YB" in title
     assert "uninformative" not in title
+
+
+def test_stars_mark_the_holm_adjusted_p_as_the_tables_do(tmp_path):
+    """Issue 38 item 4: the summary and the EAT-Maps starred the raw p where every table and heatmap stars
+    the Holm-adjusted p (18 of 73 iEAT cells differed: "0.62**" on a map, "0.62*" in Table 1). Level 1's
+    p adjusted within one model's tests as the results table adjusts it (vlbias.stats.adjust.add_adjusted,
+    family model and stimulus family); Level 2's over those tests' targets."""
+    from vlbias.stats.adjust import add_adjusted, holm
+
+    r = mleat(X, Y, A, B, alpha=0.2, null="count")
+    ps = {("m", "t1"): 0.004, ("m", "t2"): 0.02, ("m", "t3"): 0.03, ("n", "t1"): 0.004, ("n", "t2"): 0.9}
+    rows = mleat_frame({"test": t, "name": t, "family": "own", "model": m, **r.row(), "l1_d": 0.5, "l1_p": p,
+                        "l2x_p": p / 2, "l2y_p": p / 3} for (m, t), p in ps.items())
+    df = adjusted(rows)
+    table = add_adjusted(pd.DataFrame({"model": rows["model"], "family": "own", "p": rows["l1_p"], "status": "ok"}),
+                         family=("model", "family"))
+    assert list(df["l1_p_holm"]) == pytest.approx(list(table["p_holm"]))  # the table's adjusted p, its stars
+    assert list(df["l1_p_holm"]) == pytest.approx([0.012, 0.04, 0.04, 0.008, 0.9])
+    m = rows["model"] == "m"
+    l2 = holm(np.stack([rows.loc[m, "l2x_p"], rows.loc[m, "l2y_p"]], axis=1).ravel()).reshape(-1, 2)
+    assert np.allclose(df.loc[m, ["l2x_p_holm", "l2y_p_holm"]].to_numpy(), l2)
+    fig = plot_pattern_summary(rows, tmp_path / "s.png", "table")
+    label = {t.get_gid(): t.get_text() for t in fig.axes[0].texts}
+    assert (label["t1|m|d"], label["t2|m|d"], label["t1|n|d"]) == ("0.50*", "0.50*", "0.50**")  # raw: ** * **
+    # a map stars the p it is given: its table's (write_mleat hands each map its row's)
+    fig = plot_eat_map(r, tmp_path / "map.png", p_holm={"l1_p_holm": 0.004, "l2x_p_holm": 0.03, "l2y_p_holm": 0.5})
+    axes = {ax.get_gid(): ax for ax in fig.axes}
+    assert "Level 1: d = 1.55**, p = 0.167" in fig._suptitle.get_text()
+    assert "d = 1.61*, p = 0.167" in axes["XA"].get_ylabel() and "d = -1.61, p" in axes["YA"].get_ylabel()
+    assert "Holm-adjusted" in fig._supxlabel.get_text()
 
 
 def test_eat_map_of_a_reversed_pattern_shades_against_the_test(tmp_path):

@@ -69,7 +69,8 @@ def test_a_tables_files(store, tmp_path):
                      title="ML-EAT of iEAT t", caption="Toy <table> & co")
     written = pd.read_csv(out / "t.csv")
     assert list(written.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *COLUMNS,
-                                     "model_id", "revision", "weights"]
+                                     "model_id", "revision", "weights", "l1_p_holm", "l2x_p_holm", "l2y_p_holm"]
+    assert written.loc[0, "l1_p_holm"] == written.loc[0, "l1_p"]  # one test on the model: its own p
     assert list(written["test"]) == ["flower-insect", "gone"] and list(df["test"]) == list(written["test"])
     assert written.loc[0, "l2x_d"] == found[0][1].level2["X"].d and pd.isna(written.loc[1, "pattern"])
     # a map per result, none for the skipped test
@@ -81,6 +82,20 @@ def test_a_tables_files(store, tmp_path):
     assert '<a href="t/flower-insect/clip.png">Flower-Insect on clip</a>' in page  # the map, beside it
     assert "Toy &lt;table&gt; &amp; co" in page and "<table>" not in page.split("<body>")[1].split('<table class')[0]
     assert f"clip</a>: {found[0][1].pattern}</li>" in page
+
+
+def test_each_map_is_starred_by_its_rows_adjusted_p(store, tmp_path, monkeypatch):
+    """Issue 38 item 4: a table's EAT-Maps star the Holm-adjusted p of their own row in the table (two tests
+    on one model: each Level 1 p doubled, at most 1), not the raw p."""
+    import vlbias.report.mleat as report
+
+    drawn = []
+    monkeypatch.setattr(report, "draw_maps", lambda maps, workers: drawn.extend(maps))
+    found = run_mleats([stimulus(), stimulus(test="again")], {"clip": store}, **SETTINGS)
+    out = tmp_path / "mleat"
+    df = write_mleat(found, csv=out / "t.csv", page=out / "t.html", summary=out / "t.png", maps=out / "t",
+                     title="t", caption="c")
+    assert [m[4]["l1_p_holm"] for m in drawn] == list(df["l1_p_holm"]) == [min(1, 2 * df["l1_p"][0])] * 2
 
 
 def test_map_paths_are_one_folder_per_test_whatever_the_names():

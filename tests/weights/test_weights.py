@@ -689,6 +689,17 @@ def test_a_lock_that_is_not_a_mapping_is_refused(tmp_path):
     (lambda r: r.pop("request"), "no request"),
     (lambda r: r["sources"]["path"]["files"]["config.json"].update(sha256="abc"),
      "source path, file 'config.json': expected its size, sha256 and path"),
+    # issue 38 item 8: a field of another type reached the loaders (`"repo": 5`: huggingface_hub's traceback)
+    (lambda r: r["sources"]["path"].update(kind="hub", repo=5, commit="0" * 40),
+     "source path: repo: expected str, got 5"),
+    (lambda r: r["sources"]["path"].update(path=["a"]), "source path: path: expected str, got \\['a'\\]"),
+    (lambda r: r["sources"]["path"].update(kind="hub", commit="0" * 40), "source path: missing repo"),
+    (lambda r: r["sources"]["path"].update(pinned="yes"), "source path: pinned: expected bool, got 'yes'"),
+    (lambda r: r["sources"]["path"].update(repository="org/x"), "source path: unknown field 'repository'"),
+    (lambda r: r.update(request={"adapter": "igpt", "path": {"repo": "org/x", "files": [5]}}),
+     "request path: files: expected file names"),
+    (lambda r: r.update(request={"adapter": 5}), "request adapter: expected a name, got 5"),
+    (lambda r: r.update(request={"adapter": "igpt", "path": {"repo": 5}}), "request path: repo: expected str, got 5"),
 ])
 def test_a_malformed_record_is_refused_in_one_line_naming_file_and_entry(igpt, tmp_path, edit, problem):
     record = fetch("ieat/dir", {**RUN, "path": str(igpt[1])}, cache=tmp_path, lock_path=None)
@@ -954,6 +965,66 @@ def test_parameters_the_family_never_reads_are_dropped_by_name_and_others_refuse
                                          r"BertForPreTraining\): missing none; unexpected none; of another shape "
                                          r"bert.encoder.layer.0.intermediate.dense.bias \(37,\) vs \(38,\)"):
         build({"adapter": "bert_mlm", "device": "cpu", "path": str(folder)})
+
+
+def test_weights_of_no_floating_dtype_nan_or_a_broken_file_are_refused_naming_them(tmp_path):
+    """Issue 38 items 1 and 7: a model folder whose model.safetensors held int64 tensors of the right shapes,
+    or a NaN, loaded as `weights: pretrained` (names and shapes were checked, not values); a truncated file
+    or a header length of 2^40 gave safetensors' traceback. Each refused in one line naming the file (and
+    the tensors); float16 and bfloat16 files load, cast."""
+    import safetensors.torch
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37)
+    folder = _saved(BertForMaskedLM(config), tmp_path / "bert")
+    weights = folder / "model.safetensors"
+    good, state = weights.read_bytes(), safetensors.torch.load_file(weights)
+    entry = {"adapter": "bert_mlm", "device": "cpu", "path": str(folder)}
+    word = "bert.embeddings.word_embeddings.weight"
+    for dtype in (torch.float16, torch.bfloat16):
+        safetensors.torch.save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()},
+                                    weights)
+        assert build(entry).info["weights"] == "pretrained"
+    cases = [({k: (v * 100).long() if v.is_floating_point() else v for k, v in state.items()},
+              r"tensors not of a floating dtype where the model takes floats: \S+, .* and \d+ more$"),
+             ({**state, word: state[word].index_fill(0, torch.tensor([3]), float("nan"))},
+              rf"tensors with NaN or infinite values: {word}(, cls.predictions.decoder.weight)?$")]  # tied to it
+    for bad, says in cases:
+        safetensors.torch.save_file(bad, weights)
+        with pytest.raises(InputError, match=rf"^{weights}: {says}"):
+            build(entry)
+        safetensors.torch.save_file(bad, tmp_path / "checkpoint.safetensors")  # the checkpoint route alike
+        with pytest.raises(InputError, match=rf"^{tmp_path / 'checkpoint.safetensors'}: {says}"):
+            build({"adapter": "bert_mlm", "device": "cpu", "checkpoint": str(tmp_path / "checkpoint.safetensors"),
+                   "config": config.to_diff_dict() | {"architectures": None}})
+    for broken, says in ((good[:-10], r"its tensors take [\d,]+ bytes, the file has [\d,]+: truncated or padded"),
+                         ((2**40).to_bytes(8, "little") + good[8:], r"a header of 1,099,511,627,776 bytes")):
+        weights.write_bytes(broken)
+        with pytest.raises(InputError, match=rf"^{weights}: not a readable safetensors file \({says} in a file"
+                                             if "header" in says else
+                                             rf"^{weights}: not a readable safetensors file \({says}\)$"):
+            build(entry)
+
+
+def test_a_files_names_meet_the_models_without_the_base_models_prefix():
+    """A base model loaded from a task model's file (transformers drops the prefix "bert."), or a task model
+    from a base model's: each tensor is checked under the model's name; an integer buffer (position ids) is
+    the model's to hold as it does."""
+    import torch
+
+    from vlbias.io.checkpoints import refuse_unusable_values
+
+    state = {"embeddings.w": torch.tensor([1.0, float("inf")]), "embeddings.position_ids": torch.arange(3)}
+    for floating in ({"bert.embeddings.w": True, "bert.embeddings.position_ids": False},
+                     {"embeddings.w": True, "embeddings.position_ids": False}):
+        with pytest.raises(InputError, match=r"^f.safetensors: tensors with NaN or infinite values: \S*embeddings.w$"):
+            refuse_unusable_values("f.safetensors", floating, state, "bert.")
+        ours = {f"bert.{k}": v for k, v in state.items()}
+        with pytest.raises(InputError, match="NaN or infinite"):
+            refuse_unusable_values("f.safetensors", floating, ours, "bert.")
+    refuse_unusable_values("f.safetensors", {"embeddings.position_ids": False}, state, "bert.")
 
 
 def test_torchvision_weights_load_as_torchvision_builds_them(hub, tmp_path, monkeypatch):

@@ -4,11 +4,10 @@ the schema declares (for help texts), writing a result."""
 import sys
 from functools import cache
 
-import yaml
-
 from vlbias import CONFIG
 from vlbias.config import load_config, schema_path
 from vlbias.errors import UsageError
+from vlbias.safeyaml import load_yaml
 
 __all__ = ["UsageError", "config_option", "load_config", "schema_default", "schema_path", "write"]
 
@@ -22,7 +21,7 @@ def schema_default(*keys):
     """The default the workflow's schema declares for the config key ``keys`` (for a help text; None
     where no schema is found)."""
     try:
-        node = yaml.safe_load(schema_path().read_text(encoding="utf-8"))
+        node = load_yaml(schema_path().read_text(encoding="utf-8"))
     except UsageError:
         return None
     for key in keys:

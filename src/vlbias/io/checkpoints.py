@@ -5,7 +5,7 @@ import codecs
 import json
 import pickle
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,65 @@ def read_state_dict(path: Path, wrappers: Iterable[str] = ("state_dict",)) -> di
         raise InputError(path, "expected a state_dict (a mapping of names to tensors)")
     # DistributedDataParallel prefixes every name with "module."
     return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+# safetensors' own limit on a file's header (a JSON of names, dtypes, shapes and offsets)
+MAX_SAFETENSORS_HEADER = 100_000_000
+
+
+def safetensors_dtypes(path: Path) -> dict[str, str]:
+    """{tensor name: its safetensors dtype ("F32", "BF16", "I64", ...)} from the header of the
+    .safetensors file ``path``, without reading its tensors; InputError in one line, naming the file,
+    for a file whose header or length is not a safetensors file's (a truncated file, a header length of
+    2^40: safetensors' own reader raised its error as a traceback out of transformers)."""
+    def bad(reason: str) -> InputError:
+        return InputError(path, f"not a readable safetensors file ({reason})")
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little")
+            fits = len(head) == 8 and n <= min(MAX_SAFETENSORS_HEADER, size - 8)
+            header = json.loads(f.read(n)) if fits else None
+    except (OSError, ValueError) as e:  # unreadable, or a header that is not JSON
+        raise bad(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    if not fits:
+        raise bad(f"a header of {n:,} bytes in a file of {size:,}" if len(head) == 8 else "no header")
+    if not isinstance(header, dict):
+        raise bad("its header is not a mapping of tensors")
+    dtypes, end = {}, 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1] and isinstance(info.get("dtype"), str)):
+            raise bad(f"tensor '{name}': no dtype and data offsets")
+        dtypes[name], end = info["dtype"], max(end, offsets[1])
+    if 8 + n + end != size:
+        raise bad(f"its tensors take {8 + n + end:,} bytes, the file has {size:,}: truncated or padded")
+    return dtypes
+
+
+def refuse_unusable_values(path: StrPath, floating: Mapping[str, bool], state: Mapping[str, "torch.Tensor"],
+                           prefix: str = "") -> None:
+    """InputError naming ``path`` and the tensors, after a model loaded the weights file ``path``: a
+    tensor of the file (``floating``: {name: whether its dtype is a floating one}) that the model holds
+    as floating (``state``: its state_dict; names compared without ``prefix``, a base model's) must be
+    floating in the file (int64 weights of the right shapes loaded, cast) and finite in the model (a
+    NaN loaded as any number). float16 and bfloat16 files load, cast as the model holds them."""
+    ours = {k.removeprefix(prefix): v for k, v in state.items()}
+    loaded = {k: ours[k.removeprefix(prefix)] for k in floating if ours.get(k.removeprefix(prefix)) is not None}
+    loaded = {k: v for k, v in loaded.items() if v.is_floating_point()}
+    wrong = sorted(k for k in loaded if not floating[k])
+    if wrong:
+        raise InputError(path, f"tensors not of a floating dtype where the model takes floats: {some(wrong)}")
+    import torch
+
+    infinite = sorted(k for k, v in loaded.items() if not bool(torch.isfinite(v).all()))
+    if infinite:
+        raise InputError(path, f"tensors with NaN or infinite values: {some(infinite)}")
 
 
 def _unpickling_reason(error: BaseException) -> str:

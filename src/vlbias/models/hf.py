@@ -31,8 +31,15 @@ import torch
 import transformers
 
 from vlbias.errors import InputError
-from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, some
+from vlbias.io.checkpoints import (
+    read_state_dict,
+    refuse_custom_code,
+    refuse_unusable_values,
+    safetensors_dtypes,
+    some,
+)
 from vlbias.io.fetch import sha256_file
+from vlbias.registry import weights_label
 from vlbias.weights import as_written, fetched, package_dir, unused
 
 
@@ -77,7 +84,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
             torch.manual_seed(seed)
             model = model_class(config)
         return model, {**source, "model_id": source["model_id"] or f"random {family}",
-                       "weights": "random-init", "seed": seed}, None
+                       "weights": weights_label(spec), "seed": seed}, None
     if spec.get("weights") is not None:
         raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
     if spec.get("checkpoint"):
@@ -100,7 +107,8 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
         if missing or unexpected:
             raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                    f"unexpected {some(unexpected)}")
-        return model, {**source, "model_id": source["model_id"] or path.name, "weights": "checkpoint",
+        refuse_unusable_values(path, {k: v.is_floating_point() for k, v in state.items()}, model.state_dict())
+        return model, {**source, "model_id": source["model_id"] or path.name, "weights": weights_label(spec),
                        "checkpoint": str(as_written(spec, "checkpoint")), "weights_file": str(path),
                        "weights_sha256": digest, **_unused_info(dropped)}, None
     if spec.get("config"):
@@ -116,7 +124,7 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
         raise InputError(f"{family} entry", "a Hugging Face model loads only fetched and verified: build the spec "
                                             "that vlbias.weights.prepare returns")
     model, weights, dropped = from_folder(model_class, model_dir, family)
-    return model, {**source, "model_id": model_id, "weights": "pretrained", "weights_file": str(weights),
+    return model, {**source, "model_id": model_id, "weights": weights_label(spec), "weights_file": str(weights),
                    "weights_sha256": sha256_file(weights), "commit": commit, **_unused_info(dropped)}, model_dir
 
 
@@ -149,11 +157,15 @@ def from_folder(model_class, folder, family, kind="models"):
         model_class = MODEL_MAPPING[type(config)]
     common = dict(config=config, dtype=torch.float32, trust_remote_code=False, output_loading_info=True,
                   ignore_mismatched_sizes=True)  # mismatches reported, then refused below
-    with _quiet_transformers():
-        if weights.suffix == ".safetensors":
+    if weights.suffix == ".safetensors":  # its header read first: a truncated file is an error of one line
+        floating = {k: t.startswith(("F", "BF")) for k, t in safetensors_dtypes(weights).items()}
+        with _quiet_transformers():
             model, report = model_class.from_pretrained(folder, local_files_only=True, use_safetensors=True, **common)
-        else:  # a pickle: read by vlbias's weights-only reader (its errors are one line)
-            model, report = model_class.from_pretrained(None, state_dict=read_state_dict(weights), **common)
+    else:  # a pickle: read by vlbias's weights-only reader (its errors are one line)
+        state = read_state_dict(weights)
+        floating = {k: v.is_floating_point() for k, v in state.items()}
+        with _quiet_transformers():
+            model, report = model_class.from_pretrained(None, state_dict=state, **common)
     patterns = unused(family, kind)
     dropped = sorted(k for k in report["unexpected_keys"] if _matches(k, patterns))
     unexpected = sorted(k for k in report["unexpected_keys"] if not _matches(k, patterns))
@@ -163,6 +175,8 @@ def from_folder(model_class, folder, family, kind="models"):
         raise InputError(folder, f"does not hold a {model_class.__name__} (its config.json declares {declares}): "
                                  f"missing {some(missing)}; unexpected {some(unexpected)}; of another shape "
                                  f"{some(shapes)}")
+    # the file's names with or without the base model's prefix, as transformers loads them
+    refuse_unusable_values(weights, floating, model.state_dict(), f"{model.base_model_prefix}.")
     return model, weights, dropped
 
 

@@ -41,10 +41,10 @@ from torchvision.transforms.v2 import functional as TF
 
 from vlbias.errors import InputError
 from vlbias.images.decode import square_images
-from vlbias.io.checkpoints import read_state_dict, some
+from vlbias.io.checkpoints import read_state_dict, refuse_unusable_values, some
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
-from vlbias.registry import one_weights_source
+from vlbias.registry import one_weights_source, weights_label
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
 
@@ -76,7 +76,7 @@ class OpenClipEncoder:
         if "random_init" in spec:  # the config check says so too (the schema's family: renamed)
             raise InputError("random_init", "no longer read; write `weights: random` instead")
         one_weights_source(spec, f"arch '{arch}'", "pretrained", "an open_clip tag")
-        tag, checkpoint, random_init = spec.get("pretrained"), spec.get("checkpoint"), spec.get("weights") == "random"
+        tag, checkpoint = spec.get("pretrained"), spec.get("checkpoint")
         self.device, self.batch_size = runtime(spec)
         self.precision = precision(spec)
         create = dict(force_preprocess_cfg=spec.get("preprocess"), **model_kwargs)
@@ -102,6 +102,7 @@ class OpenClipEncoder:
             if missing or unexpected:
                 raise InputError(path, f"does not fit the configured model: missing {some(missing)}, "
                                        f"unexpected {some(unexpected)}")
+            refuse_unusable_values(path, {k: v.is_floating_point() for k, v in state.items()}, model.state_dict())
         else:
             seed = int(spec["seed"])
             # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
@@ -134,7 +135,7 @@ class OpenClipEncoder:
             "weights_sha256": sha256_file(path) if path else None,
             "revision": revision,
             "commit": commit,
-            "weights": "random-init" if random_init else "pretrained",
+            "weights": weights_label(spec),
             "seed": seed,
             # what the model runs, whether from the arch, the tag or model_cfg
             "quick_gelu": any(isinstance(m, QuickGELU) for m in self.model.modules()),

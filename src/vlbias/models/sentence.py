@@ -33,15 +33,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import transformers
-from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from vlbias.errors import InputError
-from vlbias.io.checkpoints import refuse_custom_code
+from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, refuse_unusable_values
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.bert_layers import BertModel
 from vlbias.models.hf import from_folder, local_folder, without_unused
+from vlbias.registry import weights_label
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
 
@@ -91,7 +91,7 @@ class SentenceEncoder:
             "weights_sha256": sha256_file(weights),
             "revision": revision,
             "commit": commit,
-            "weights": "pretrained",
+            "weights": weights_label(spec),
             "architecture": model.__class__.__name__,
             "implementation": self.implementation,
             "pooling": self.pooling,
@@ -149,7 +149,7 @@ def _read_json(path):
 
 def _load_bert(weights, config):
     """bert_layers.BertModel with a Hugging Face BERT checkpoint's weights, loaded strictly by name."""
-    state = load_file(weights)
+    state = read_state_dict(weights)  # a file safetensors cannot read: an error of one line
     if not any(k.startswith("embeddings.") for k in state):  # saved from a task model: BertFor...
         state = {k.removeprefix("bert."): v for k, v in state.items()}
     state, _ = without_unused(state, "sentence")  # the pooler, old checkpoints' position ids
@@ -158,6 +158,7 @@ def _load_bert(weights, config):
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
         raise InputError(weights, f"does not fit the BERT described by config.json: {e}") from e
+    refuse_unusable_values(weights, {k: v.is_floating_point() for k, v in state.items()}, model.state_dict())
     return model
 
 

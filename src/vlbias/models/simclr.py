@@ -48,7 +48,7 @@ from vlbias.io.atomic import atomic_path
 from vlbias.io.checkpoints import read_state_dict, some
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
-from vlbias.registry import one_weights_source
+from vlbias.registry import one_weights_source, weights_label
 from vlbias.runtime import autocast, precision, runtime
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ class SimCLREncoder:
             "model_id": spec.get("model_id") or f"SimCLRv2 {name}",
             "revision": spec.get("revision"),
             "architecture": name,
-            "weights": "random-init" if random_init else "checkpoint",
+            "weights": weights_label(spec),
             "weights_file": str(path) if path else None,
             "weights_sha256": sha256_file(path) if path else None,
             "seed": seed,

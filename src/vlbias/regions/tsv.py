@@ -57,6 +57,9 @@ ARRAYS = {"boxes": (np.float32, 4), "features": (np.float32, None), "objects_id"
 # COCO's file names and the TSVs' ids: "COCO_val2014_000000462928(.jpg)" or the bare number
 COCO_ID = re.compile(r"^(?:COCO_[a-z]+\d{4}_)?0*(\d+)$")
 WRITE_BATCH = 32  # wanted images held before they are written: ~10 MiB of 36 x 2048 features
+# a line longer is refused before it is read whole: 1,000 boxes of 2,048 features are 11 MiB of base64 (the
+# released lines hold 10 to 100 boxes, 0.1 to 1.1 MiB); a line of 200 MB took 16 s and 690 MiB to refuse
+MAX_LINE_BYTES = 16 * 2**20
 
 
 def column_names(fields):
@@ -153,6 +156,13 @@ class TsvSource:
                 raise InputError(where, f"field '{key}': {len(raw)} bytes, but num_boxes {n} needs {n} x {per_box} "
                                         f"{np.dtype(dtype).name} = {n * per_box * itemsize}")
             arrays[key] = np.frombuffer(raw, dtype=dtype).reshape((n, per_box) if per_box > 1 else (n,))
+        for key in ("boxes", "features", "objects_conf", "attrs_conf"):
+            if key in arrays and not np.isfinite(arrays[key]).all():
+                raise InputError(where, f"field '{key}': not all finite (NaN or infinite values)")
+        for key in ("objects_conf", "attrs_conf"):
+            if key in arrays and not ((0 <= arrays[key]) & (arrays[key] <= 1)).all():
+                raise InputError(where, f"field '{key}': scores outside [0, 1] "
+                                        f"({arrays[key].min():g}..{arrays[key].max():g})")
         boxes, w, h = arrays["boxes"], sizes["image_w"], sizes["image_h"]
         if n and not ((0 <= boxes[:, :2]) & (boxes[:, :2] <= boxes[:, 2:]) & (boxes[:, 2:] <= [w, h])).all():
             raise InputError(where, f"field 'boxes': not all 0 <= x1 <= x2 <= image_w ({w}), 0 <= y1 <= y2 <= "
@@ -192,9 +202,11 @@ def read_tsv_regions(tsv, entries, source, out_path, provenance=None):
     with write_region_store(out_path, source, {"tsv": str(tsv), **(provenance or {})}) as store, \
             open(tsv, "rb") as f:
         batch = []
-        for line_num, line in enumerate(f, 1):
-            sha256.update(line)
+        for line_num, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
             where = f"{tsv}:{line_num}"
+            if len(line) > MAX_LINE_BYTES:
+                raise InputError(where, f"longer than {MAX_LINE_BYTES:,} bytes: not a line of region features")
+            sha256.update(line)
             tsv_id, regions = source.parse(line.rstrip(b"\r\n").split(b"\t"), where)
             key = image_key(tsv_id, source.image_ids, file=False)
             if key is None:

@@ -41,8 +41,9 @@ from matplotlib.patches import Patch, Rectangle
 
 from vlbias.io.atomic import atomic_path
 from vlbias.report.figures import save_png, stars
-from vlbias.report.formats import format_p, missing
+from vlbias.report.formats import format_p, missing, significance_note
 from vlbias.report.html import figure_html, png_data_uri, table_html, write_page
+from vlbias.stats.adjust import holm
 from vlbias.stats.mleat import ATTRIBUTES, COLUMNS, PATTERNS, QUADRANTS, TARGETS, UNDEFINED
 
 WITH, AGAINST, OFF = "#c53a32", "#3b75af", "0.86"  # a pair with the test, against it, not significant
@@ -53,6 +54,12 @@ DESCRIPTIONS = dict(PATTERNS.values())
 META = ("protocol", "dataset", "test", "name", "family", "model", "column", "level", "X", "Y", "A", "B")
 # the provenance a row carries after the statistics (vlbias.associate, vlbias.suites.grounded.jobs)
 PROVENANCE = ("model_id", "revision", "weights", "commit", "weights_sha256", "detector")
+# Stars, as on every table and heatmap (vlbias.report.formats): on the Holm-adjusted p, within the rows
+# of a table that share these columns (one model's tests of one stimulus family; the grounded suite's
+# one column of one dataset at one level), so Level 1's stars are its results table's
+FAMILY = ("protocol", "dataset", "family", "model", "column", "level")
+ADJUSTED = {"l1_p": "l1_p_holm", "l2x_p": "l2x_p_holm", "l2y_p": "l2y_p_holm"}
+STARS_FAMILY = "one model's tests in the table (Level 1, as its results table) and their targets (Level 2)"
 
 
 def lit(pattern):
@@ -75,20 +82,40 @@ def mleat_frame(rows):
     return df.reindex(columns=[c for c in META if c in df] + COLUMNS + [c for c in PROVENANCE if c in df])
 
 
+def adjusted(rows):
+    """``rows`` (mleat_frame's table) with ``ADJUSTED``'s columns: Level 1's p Holm-adjusted within each
+    family (the rows sharing the ``FAMILY`` columns they have), Level 2's p of both targets of those rows
+    Holm-adjusted together; a missing p (a skipped test) is left out and stays missing."""
+    out = rows.reset_index(drop=True)
+    family = [c for c in FAMILY if c in out] or [lambda _: 0]
+    groups = out.groupby(family, sort=False, dropna=False).indices.values()
+    for level in (["l1_p"], ["l2x_p", "l2y_p"]):
+        values = out[level].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+        result = np.full(values.shape, np.nan)
+        for at in groups:
+            result[at] = holm(values[at].ravel()).reshape(len(at), len(level))
+        out = out.assign(**{ADJUSTED[c]: result[:, j] for j, c in enumerate(level)})
+    return out
+
+
 def _p(p):
     """"p = 0.012", "p < 0.001"."""
     return "p n/a" if missing(p) else (f"p = {p:.3f}" if p >= 0.001 else "p < 0.001")
 
 
-def plot_eat_map(result, path, title="", labels=None):
+def plot_eat_map(result, path, title="", labels=None, p_holm=None):
     """The EAT-Map of one vlbias.stats.mleat.MLEATResult (module docstring), written to ``path`` as PNG.
 
     ``labels``: the concepts' names ({"X": "Flower", "Y": "Insect", "A": "Pleasant", "B": "Unpleasant"});
-    the set symbols where absent. Each quadrant's Axes has the gid "XA", "XB", "YA" or "YB". Returns the
+    the set symbols where absent. ``p_holm``: the p its stars mark, {"l1_p_holm": ..., "l2x_p_holm": ...,
+    "l2y_p_holm": ...} (``adjusted``: within its table's family); without it, the map's own (Level 1 alone,
+    Level 2's two targets together). Each quadrant's Axes has the gid "XA", "XB", "YA" or "YB". Returns the
     Figure.
     """
     labels = {s: s for s in (*TARGETS, *ATTRIBUTES)} | dict(labels or {})
     l1, l2, l3 = result.level1, result.level2, result.level3
+    if p_holm is None:
+        p_holm = dict(zip(ADJUSTED.values(), [l1.p, *holm([l2[t].p for t in TARGETS])], strict=True))
     shaded = lit(result.pattern)
     points = {t + c: np.asarray(getattr(l2[t], "s_" + c.lower()), dtype=float) for t in TARGETS for c in ATTRIBUTES}
     spans = [v for q in QUADRANTS for v in (*points[q], l3[q].mean - np.nan_to_num(l3[q].std),
@@ -119,10 +146,10 @@ def plot_eat_map(result, path, title="", labels=None):
             if i == 0:
                 ax.set_title(f"{c}: {labels[c]}", fontsize=9)
             if j == 0:
-                d, p = l2[t].d, l2[t].p
-                level2 = f"Level 2: d = {d:.2f}{stars(p)}, {_p(p)}" if np.isfinite(d) else f"Level 2: {l2[t].status}"
+                d, p, mark = l2[t].d, l2[t].p, stars(p_holm[f"l2{t.lower()}_p_holm"])
+                level2 = f"Level 2: d = {d:.2f}{mark}, {_p(p)}" if np.isfinite(d) else f"Level 2: {l2[t].status}"
                 ax.set_ylabel(f"{t}: {labels[t]}\n{level2}", fontsize=8)
-    level1 = f"d = {l1.d:.2f}{stars(l1.p)}, {_p(l1.p)}" if np.isfinite(l1.d) else l1.status
+    level1 = f"d = {l1.d:.2f}{stars(p_holm['l1_p_holm'])}, {_p(l1.p)}" if np.isfinite(l1.d) else l1.status
     head = f"{title}\n" if title else ""
     pattern = f"pattern {result.pattern}" + (f": {DESCRIPTIONS[result.pattern]}" if result.pattern in DESCRIPTIONS
                                               else "")
@@ -130,7 +157,8 @@ def plot_eat_map(result, path, title="", labels=None):
             if result.cosine_uninformative else "")
     fig.suptitle(f"{head}Level 1: {level1}\n{pattern}{flag}", fontsize=9)
     fig.supxlabel(f"points: s(c, T) = mean cos(c, t) over t ∈ T, one per attribute stimulus; line μ, band μ ± σ\n"
-                  f"(all cosines of T with C); shaded: Level 2 p < {result.alpha:g} ({result.null} null)",
+                  f"(all cosines of T with C); shaded: Level 2 p < {result.alpha:g} ({result.null} null); "
+                  f"p as computed; {significance_note(STARS_FAMILY)}",
                   fontsize=6.5, color="0.3")
     # the constrained layout fits the labels in the figure (the note above in two lines, narrower than it): no
     # tight bounding box, whose second draw of the figure would cost a quarter of the map's time
@@ -138,12 +166,12 @@ def plot_eat_map(result, path, title="", labels=None):
     return fig
 
 
-def _draw_map(result, path, title, labels):
-    plot_eat_map(result, path, title, labels)  # the Figure stays in the worker
+def _draw_map(result, path, title, labels, p_holm=None):
+    plot_eat_map(result, path, title, labels, p_holm)  # the Figure stays in the worker
 
 
 def draw_maps(maps, workers=1):
-    """Each (result, path, title, labels) of ``maps`` drawn by plot_eat_map, in up to ``workers``
+    """Each (result, path, title, labels[, p_holm]) of ``maps`` drawn by plot_eat_map, in up to ``workers``
     processes forked from this one (a map is a fraction of a second of matplotlib, all CPU; a table of
     many tests and models spreads over the job's cores). One worker, or no ``fork`` on this platform
     (starting a fresh interpreter would cost more than it saves): one after another, here."""
@@ -159,12 +187,15 @@ def draw_maps(maps, workers=1):
 def plot_pattern_summary(rows, path, title):
     """Every (test, model) of a table's ML-EAT rows (mleat_frame; columns test, model, pattern, l1_d,
     l1_p, cosine_uninformative, and name where present) as a small 2 × 2 map of its pattern beside
-    Level 1's d with stars; a row per test in first order of appearance, a column per model. A row
+    Level 1's d with the stars of its Holm-adjusted p (``adjusted``: ``l1_p_holm`` where ``rows`` has it,
+    else within ``rows``' families); a row per test in first order of appearance, a column per model. A row
     without a pattern (a skipped test) is a blank map marked "skipped". Each square is a Rectangle with
     the gid "<test>|<model>|<quadrant>", each cell's background "<test>|<model>|cell". Returns the
     Figure.
     """
     rows = rows.reset_index(drop=True)
+    if "l1_p_holm" not in rows:
+        rows = adjusted(rows)
     if rows.duplicated(["test", "model"]).any():
         dup = rows[rows.duplicated(["test", "model"], keep=False)][["test", "model"]].drop_duplicates()
         raise ValueError(f"two rows for (test, model): {dup.to_records(index=False).tolist()}")
@@ -190,7 +221,7 @@ def plot_pattern_summary(rows, path, title):
                                    facecolor=colour, edgecolor="0.6" if skipped else "none", linewidth=0.5,
                                    gid=f"{r.test}|{r.model}|{q}"))
         d = pd.to_numeric(pd.Series([r.l1_d]), errors="coerce")[0]
-        p = pd.to_numeric(pd.Series([r.l1_p]), errors="coerce")[0]
+        p = pd.to_numeric(pd.Series([r.l1_p_holm]), errors="coerce")[0]
         if skipped:
             label = "skipped"
         elif r.pattern == UNDEFINED:
@@ -210,7 +241,8 @@ def plot_pattern_summary(rows, path, title):
                Patch(color=AGAINST, label="Level 2: X with B or Y with A (against it)"),
                Patch(color=OFF, label="not significant"),
                Patch(color=FLAGGED, label="cosine similarity uninformative"),
-               Line2D([], [], linestyle="", label="each map: X above Y, A left of B; number: Level 1 d, stars its p")]
+               Line2D([], [], linestyle="", label="each map: X above Y, A left of B; number: Level 1 d; "
+                                                   + significance_note("one model's tests in the table"))]
     fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=7, frameon=False)
     save_png(fig, path)
     return fig
@@ -260,26 +292,28 @@ def write_mleat(found, *, csv, page, summary, maps, title, caption, workers=1):
     the page: ``maps`` beside it). ``workers``: the processes that draw the maps (draw_maps).
     Returns the table.
     """
-    df = mleat_frame(row for row, _ in found)
+    df = adjusted(mleat_frame(row for row, _ in found))  # the p the stars mark, in the CSV beside its p
     with atomic_path(csv) as tmp:
         df.to_csv(tmp, index=False)
     plot_pattern_summary(df, summary, title)
     Path(maps).mkdir(parents=True, exist_ok=True)
     links, drawn = [], []
-    for row, result in found:
+    for (row, result), p_holm in zip(found, df[list(ADJUSTED.values())].to_dict("records"), strict=True):
         if result is None:
             continue
         path = map_path(maps, row["test"], row["model"])
         path.parent.mkdir(parents=True, exist_ok=True)
         label = f"{row.get('name') or row['test']} on {row['model']}"
-        drawn.append((result, path, label, {s: row[s] for s in (*TARGETS, *ATTRIBUTES) if not missing(row.get(s))}))
+        drawn.append((result, path, label, {s: row[s] for s in (*TARGETS, *ATTRIBUTES) if not missing(row.get(s))},
+                      p_holm))
         href = Path(os.path.relpath(path, Path(page).parent)).as_posix()
         links.append(f'<li><a href="{html.escape(href)}">{html.escape(label)}</a>: {html.escape(result.pattern)}</li>')
     draw_maps(drawn, workers)
     note = ("Level 1: the differential EAT (the tables' d and one-sided permutation p); Level 2: each target's "
             "effect size against A and B and its p in the direction of d; Level 3: each target concept's mean "
-            "cosine with each attribute concept. Every statistic with its settings and provenance is in the CSV "
-            f"beside this page ({Path(csv).name}); docs/mleat.md.")
+            "cosine with each attribute concept. Stars in the summary and the EAT-Maps: "
+            f"{significance_note(STARS_FAMILY)} (the CSV's l1_p_holm, l2x_p_holm, l2y_p_holm). Every statistic "
+            f"with its settings and provenance is in the CSV beside this page ({Path(csv).name}); docs/mleat.md.")
     # the maps stay files of their own (a table of many tests and models would make a page of megabytes);
     # the report shows each as an entry (EAT-Maps), the page links them
     maps_part = ('<p class="vlbias-note">EAT-Maps, one per test and model (the report lists them under EAT-Maps):'

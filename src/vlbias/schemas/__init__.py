@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from vlbias.errors import InputError
+from vlbias.safeyaml import load_yaml
 
 SCHEMAS = Path(__file__).resolve().parent
 
@@ -43,7 +44,7 @@ def document(name: str) -> dict[str, Any]:
         return {}
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f) or {}
+            doc = load_yaml(f) or {}
     except (OSError, yaml.YAMLError) as e:
         raise InputError(path, f"not a readable schema file ({e})") from None
     if not isinstance(doc, dict):

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from vlbias.safeyaml import load_yaml
 from vlbias.schemas import adapter_schema, adapters, document
 
 Row = tuple[str, str, str, str]  # key path, type, default, description
@@ -91,7 +90,7 @@ def _table(found: list[Row]) -> list[str]:
 
 def reference(schema_path: str | Path) -> str:
     """The reference page (Markdown): a section per top-level key of the config, then per adapter."""
-    schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
+    schema = load_yaml(Path(schema_path).read_text(encoding="utf-8"))
     defs = schema.get("$defs", {})
     sections = {key: _resolve(node, defs) for key, node in schema["properties"].items()}
     scalar = [key for key, node in sections.items() if not _has_keys(node)]

@@ -64,7 +64,8 @@ def hub_download(repo: str, revision: str | None, patterns: Iterable[str], *, ca
         raise
     except Exception as e:  # hub, HTTP and cache errors alike: the files are not to be had
         raise InputError(f"'{repo}'", f"could not be downloaded from the Hugging Face hub at revision '{revision}' "
-                                      f"({e}); give a local copy instead or run with network access") from e
+                                      f"({e}); run with network access, or give a local copy: a model folder under "
+                                      "`path:` or a weights file under `checkpoint:`, as the adapter takes") from e
     # as given (huggingface_hub makes paths absolute): a cluster's nodes may mount the working
     # directory elsewhere
     snapshot = hub_snapshot(cache_dir, repo, commit)

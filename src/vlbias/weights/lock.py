@@ -17,7 +17,7 @@ import yaml
 from vlbias.errors import InputError
 from vlbias.io.atomic import atomic_path
 from vlbias.io.paths import StrPath
-from vlbias.io.stimuli import load_yaml
+from vlbias.safeyaml import load_yaml
 
 fcntl: ModuleType | None
 try:

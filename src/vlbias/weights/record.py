@@ -35,6 +35,15 @@ RESOLVED = ("commit", "pinned", "files")  # what a record's source adds to the s
 WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".h5", ".msgpack", ".gguf", ".onnx",
                 ".npz", ".index.json")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# every field a record's source may have, with its types (None: null allowed), and those each kind needs:
+# a record is read back from disk, and a field of another type reached the loaders (`"repo": 5`: a traceback)
+_FIELDS: dict[str, tuple[type | None, ...]] = {
+    "kind": (str,), "repo": (str,), "revision": (str, None), "commit": (str,), "url": (str,), "sha256": (str, None),
+    "folder": (str,), "path": (str,), "request": (str,), "arch": (str, None), "tag": (str,), "enum": (str,),
+    "origin": (str,), "sha256_prefix": (str, None), "pinned": (bool,), "seed": (int,), "config": (dict,),
+    "files": (dict, list)}
+_NEEDS = {"hub": ("repo", "commit"), "url": ("url", "folder"), "local": ("path",), "open_clip": ("arch", "tag"),
+          "torchvision": ("arch", "enum", "url"), "random": ("seed",)}
 Record: TypeAlias = dict[str, Any]  # a weights record (``fetch``): JSON-able
 
 
@@ -152,9 +161,22 @@ def check_record(record: object, where: object) -> None:
         raise bad("expected entry (a name) and sources (a mapping)")
     if "request" not in record or not isinstance(record["request"], dict | None):
         raise bad("no request (what the entry asked for, as the lock keeps it)")
+    for key, asked in (record["request"] or {}).items():
+        if key == "adapter":
+            problem = None if isinstance(asked, str | None) else f"expected a name, got {asked!r}"
+        elif not isinstance(asked, dict):
+            problem = f"expected a mapping, got {type(asked).__name__}"
+        else:
+            problem = _field_problem(asked, ())
+            if problem is None and not all(isinstance(f, str) for f in asked.get("files") or []):
+                problem = "files: expected file names"
+        if problem:
+            raise bad(f"request {key}: {problem}")
     for key, source in record["sources"].items():
         if not isinstance(source, dict) or source.get("kind") not in KINDS:
             raise bad(f"source {key}: expected a mapping with kind one of {', '.join(KINDS)}")
+        if problem := _field_problem(source, _NEEDS[source["kind"]]):
+            raise bad(f"source {key}: {problem}")
         files = source.get("files")
         if not isinstance(files, dict):
             raise bad(f"source {key}: files is {type(files).__name__}, expected a mapping")
@@ -164,6 +186,21 @@ def check_record(record: object, where: object) -> None:
                 raise bad(f"source {key}, file '{file}': expected its size, sha256 and path")
         if source["kind"] == "hub" and not isinstance(source.get("commit"), str):
             raise bad(f"source {key}: a hub source without its commit")
+
+
+def _field_problem(fields: Mapping[str, Any], needs: Iterable[str]) -> str | None:
+    """What is wrong with a record's source (or request) ``fields``: an unknown field, one of another
+    type than _FIELDS says, or one of ``needs`` missing; None when nothing is."""
+    for name, value in fields.items():
+        types = _FIELDS.get(name)
+        if types is None:
+            return f"unknown field {name!r}"
+        if not any(value is None if t is None else isinstance(value, t) and not (t is int and isinstance(value, bool))
+                   for t in types):
+            kinds = " or ".join("null" if t is None else t.__name__ for t in types)
+            return f"{name}: expected {kinds}, got {value!r:.60}"
+    missing = [n for n in needs if n not in fields]
+    return f"missing {', '.join(missing)}" if missing else None
 
 
 def provenance(record: Record) -> Record:
