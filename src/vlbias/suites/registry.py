@@ -17,8 +17,9 @@ from vlbias.suites.mlm.suite import SUITE as MLM
 from vlbias.suites.regions import STAGE as REGIONS
 from vlbias.suites.seat.suite import SUITE as SEAT
 from vlbias.suites.stage import Suite
+from vlbias.suites.zoo.suite import SUITE as ZOO
 
-STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM)
+STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM, ZOO)
 
 
 def present(config):
