@@ -1,13 +1,14 @@
 # The encoder zoo (Ghate et al. 2025; docs/zoo.md): the selection's models over the iEAT battery, each
 # beside its metadata, and the model-level analyses. Per model: its weights (local, tolerant: a fetch that
 # fails is a failure record) and one embedding job (every image and text of the battery, through the
-# content-keyed cache), grouped zoo/group_size to a cluster job; then one job per table, each reading
+# content-keyed cache), bundled to cluster jobs by the profile's group-components (profiles/slurm); then one
+# job per table, each reading
 # the stores one at a time. Planned in vlbias.suites.zoo.plan; declared in vlbias.suites.zoo.suite.
 
-from vlbias.suites.zoo.plan import UPSTREAM, ZooPlan
+from vlbias.suites.zoo.plan import EMBED_GROUP, UPSTREAM, ZooPlan
 
-ZOO = config["zoo"]
 ZOO_PLAN = ZooPlan(config)
+ZOO = ZOO_PLAN.zoo  # {} without a zoo section: its settings are read inside functions
 ZOO_MODELS = ZOO_PLAN.models
 
 
@@ -20,7 +21,7 @@ localrules:
 
 rule zoo_upstream:
     input:
-        manifest=ZOO["manifest"],
+        manifest=lambda w: ZOO["manifest"],
     output:
         f"{UPSTREAM}/{{file}}",
     log:
@@ -57,8 +58,8 @@ rule zoo_weights:
 rule zoo_embed:
     input:
         weights=ZOO_PLAN.record("{model}"),
-        images=ZOO_PLAN.image_store(),
-        stimuli=ZOO_PLAN.text_stimuli(),
+        images=lambda w: ZOO_PLAN.image_store(),
+        stimuli=lambda w: ZOO_PLAN.text_stimuli(),
     output:
         ZOO_PLAN.store("{model}"),
     log:
@@ -66,15 +67,15 @@ rule zoo_embed:
     wildcard_constraints:
         model=alternatives(list(ZOO_MODELS)),
     group:
-        lambda w: ZOO_PLAN.group(w.model)
+        EMBED_GROUP
     conda:
         "../../environment.yml"
-    threads: ZOO["threads"]
+    threads: lambda w: ZOO["threads"]
     resources:
         mem_mb=8000,
     params:
         spec=lambda w: ZOO_MODELS[w.model],
-        threads=ZOO["threads"],
+        threads=lambda w: ZOO["threads"],
         provenance=lambda w: provenance(ZOO_MODELS[w.model]),
         cache=config["cache"],
         weights_lock=config["weights_lock"],
@@ -84,8 +85,8 @@ rule zoo_embed:
 
 rule zoo_models:
     input:
-        datasets=ZOO["datasets"],
-        accuracy=ZOO_PLAN.accuracy(),
+        datasets=lambda w: ZOO["datasets"],
+        accuracy=lambda w: ZOO_PLAN.accuracy(),
     output:
         "results/zoo/models.csv",
     log:
@@ -101,8 +102,8 @@ rule zoo_models:
 
 rule zoo_eats:
     input:
-        stores=ZOO_PLAN.stores(),
-        stimuli=ZOO_PLAN.stimuli(),
+        stores=lambda w: ZOO_PLAN.stores(),
+        stimuli=lambda w: ZOO_PLAN.stimuli(),
         models="results/zoo/models.csv",
     output:
         csv=report(
@@ -147,7 +148,7 @@ rule zoo_predictors:
     conda:
         "../../environment.yml"
     params:
-        level=ZOO["bootstrap"]["level"],
+        level=lambda w: ZOO["bootstrap"]["level"],
     script:
         "../scripts/zoo_predictors.py"
 
@@ -174,6 +175,6 @@ rule zoo_performance:
     conda:
         "../../environment.yml"
     params:
-        bootstrap=ZOO["bootstrap"],
+        bootstrap=lambda w: ZOO["bootstrap"],
     script:
         "../scripts/zoo_performance.py"

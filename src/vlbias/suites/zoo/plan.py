@@ -1,10 +1,9 @@
 """What the zoo workflow builds (workflow/rules/zoo.smk), planned from the checked config alone: its
 models (the selection expanded: vlbias.suites.zoo.select), each one's weights record and store, its
-tests (the iEAT stimuli), the cluster groups of its embedding jobs, its tables.
+tests (the iEAT stimuli), its tables.
 
     plan = ZooPlan(config)
     plan.store("vit-b-32-openai")     # results/zoo/embeddings/vit-b-32-openai.h5
-    plan.group("vit-b-32-openai")     # "zoo-embed-0": the cluster job it is embedded in
 """
 
 from functools import cached_property
@@ -16,6 +15,8 @@ from vlbias.suites.plan import stimulus_ids
 TABLES = {"models": ("csv",), "eats": ("csv", "md"), "predictors": ("csv", "md", "png"),
           "performance": ("csv", "md", "png")}
 UPSTREAM = "results/zoo/upstream"  # open_clip's own tables, fetched (rule zoo_upstream)
+# the Snakemake group of the embedding jobs: profiles/slurm's group-components bundles its jobs to a cluster job
+EMBED_GROUP = "zoo-embed"
 
 
 def table_path(table, ext="csv"):
@@ -25,14 +26,14 @@ def table_path(table, ext="csv"):
 class ZooPlan:
     def __init__(self, config):
         self.config = config
-        self.zoo = config["zoo"]
+        self.zoo = config.get("zoo") or {}  # the rule file is read without a zoo section too: nothing planned
 
     @cached_property
     def models(self):
         """{name: entry} of the selection (vlbias.suites.zoo.select.zoo_models)."""
         from vlbias.suites.zoo.select import zoo_models
 
-        return zoo_models(self.zoo)
+        return zoo_models(self.zoo) if self.zoo else {}
 
     def targets(self):
         return [table_path(t, ext) for t, exts in TABLES.items() for ext in exts]
@@ -64,11 +65,6 @@ class ZooPlan:
 
     def stores(self):
         return [self.store(m) for m in self.models]
-
-    def group(self, model):
-        """The cluster job a model's embedding runs in: ``zoo/group_size`` models a job, in the selection's
-        order, so a cluster run submits ceil(models / group_size) embedding jobs (docs/zoo.md)."""
-        return f"zoo-embed-{list(self.models).index(model) // self.zoo['group_size']}"
 
     def accuracy(self):
         """The accuracy table: open_clip's, fetched at the pinned commit, or the file ``zoo/accuracy`` names."""
