@@ -214,3 +214,31 @@ def test_a_query_on_a_configured_model_is_the_command_lines_row(tmp_path):
     # ... which is where the workflow's embedding jobs keep it: <cache>/embeddings/<fingerprint of the encoder>
     info = {k: v for k, v in df.attrs["provenance"].items() if k not in ("stimuli", "levels")}
     assert [p.name for p in (tmp_path / "cache/embeddings").iterdir()] == [fingerprint(info)]
+
+
+def test_a_query_on_several_models_gives_a_row_per_model_beside_its_metadata(tmp_path, monkeypatch):
+    from vlbias.suites.zoo.analysis import ranking, ranking_correlations
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text()) | {"cache": str(tmp_path / "cache")}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "accuracy.csv").write_text("name,pretrained,ImageNet 1k,Average perf. on 38 datasets\n"
+                                           "tiny-vit,openai,0.5,0.4\n")
+    entries = [{**{k: v for k, v in copy.deepcopy(TINY_CLIP).items() if k != "images"}, "name": f"tiny{seed}",
+                "seed": seed, "tag": tag}
+               for seed, tag in ((0, "openai"), (1, "laion400m_e32"))]
+    monkeypatch.chdir(REPO)  # the config's relative paths (the dataset table)
+    words = {"Pleasant": ["joy", "love", "peace"], "Unpleasant": ["pain", "hate", "war"]}
+    queries = [Query(FLOWERS, words, name="Flowers"), Query({"I": ["ant", "bee"], "F": ["rose", "tulip"]}, words)]
+    df = run_query(queries, {"models": entries, "accuracy": str(tmp_path / "accuracy.csv")},
+                   config=tmp_path / "config.yaml", ci=False)
+    assert list(df["model"]) == ["tiny0", "tiny0", "tiny1", "tiny1"] and (df["status"] == "ok").all()
+    alone = run_query(queries, {k: v for k, v in entries[1].items() if k not in ("tag", "name")}, name="tiny1",
+                      config=tmp_path / "config.yaml", ci=False)
+    assert df.loc[df["model"] == "tiny1", "d"].tolist() == pytest.approx(alone["d"].tolist(), abs=1e-12)
+    assert df.loc[df["model"] == "tiny0", ["dataset", "imagenet"]].iloc[0].tolist() == ["WIT-400M (OpenAI)", 0.5]
+    assert df.loc[df["model"] == "tiny1", "dataset"].iloc[0] == "LAION-400M" and df["params"].gt(0).all()
+    assert df.loc[df["model"] == "tiny1", "imagenet"].isna().all()
+    # the models ranked per query, and the rank correlation of the queries (two models: ±1)
+    ranks = ranking(df)
+    assert sorted(ranks.columns) == sorted(df["test"].unique()) and sorted(ranks.index) == ["tiny0", "tiny1"]
+    assert abs(ranking_correlations(ranks).iloc[0, 1]) == pytest.approx(1)

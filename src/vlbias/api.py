@@ -151,10 +151,19 @@ def run_query(queries: Query | Sequence[Query], model: str | Mapping[str, Any], 
     its columns join each row (n_specs, d_min, d_max, sign_share, holm_share, twins, twins_mean,
     twins_sd, twins_share, twins_p, robust, ...), ``.attrs["specifications"]`` and ``.attrs["twins"]``
     hold a row per specification and per twin. The other arguments: see ``settings``.
+
+    ``model`` may also be several: a list of entries, or a zoo section (``{"select": {...}, "models":
+    [...]}``, docs/zoo.md): a row per (query, model), one model at a time, each beside the zoo's metadata
+    columns (architecture, parameters, pretraining dataset, accuracy: vlbias.suites.zoo.select.model_rows;
+    an entry's ``tag`` names its dataset). ``ranking`` and ``ranking_correlations`` of
+    vlbias.suites.zoo.analysis rank the models per query and correlate the rankings.
     """
     from vlbias.associate import run_test
     from vlbias.report.tables import assemble
 
+    if isinstance(model, (list, tuple)) or (isinstance(model, Mapping) and {"select", "models"} & set(model)):
+        return _run_on_models(queries, model, config=config, cache=cache, n_samples=n_samples, exact=exact,
+                              seed=seed, ci=ci, robustness=robustness)
     queries = [queries] if isinstance(queries, Query) else list(queries)
     if not queries or not all(isinstance(q, Query) for q in queries):
         raise UsageError("run_query: one Query or a list of them")
@@ -212,6 +221,29 @@ def _robustness(table, queries, stimuli, suite, name, entry, config, cache, robu
     table = table.merge(summary(curve, twins, robust)[["test", "model", *extra]], on=["test", "model"], how="left")
     table.attrs |= {"specifications": curve, "twins": twins}
     return table
+
+
+def _run_on_models(queries, models, *, config, **settings):
+    """run_query on every model of a list of entries or a zoo section, with the zoo's metadata columns."""
+    import copy
+
+    import pandas as pd
+
+    from vlbias.config import check_config
+    from vlbias.suites.zoo import accuracy_path, adapter_entry
+    from vlbias.suites.zoo.metadata import read_accuracy
+    from vlbias.suites.zoo.select import ROW_COLUMNS, model_rows, zoo_models
+
+    loaded = _config(config)
+    if loaded is None:
+        raise UsageError("run_query on several models: needs the workflow config (its zoo defaults, ieat images, cache)")
+    zoo = {"models": list(models)} if isinstance(models, (list, tuple)) else dict(models)
+    checked = check_config({**copy.deepcopy(loaded), "zoo": zoo}, schema_path())
+    entries = zoo_models(checked["zoo"])
+    metadata = pd.DataFrame(model_rows(entries, checked["zoo"], read_accuracy(accuracy_path(checked))))[ROW_COLUMNS]
+    tables = [run_query(queries, {k: v for k, v in adapter_entry(entry).items() if k != "name"}, name=name,
+                        config=config, **settings) for name, entry in entries.items()]
+    return pd.concat(tables, ignore_index=True).merge(metadata.drop(columns="adapter"), on="model", how="left")
 
 
 def find_model(config, name, suite):

@@ -23,6 +23,9 @@ import yaml
 from helpers import REPO
 from hub import Hub
 from helpers.project import SNAKEMAKE, hub_env, make_project, seat_from_hub, serve_minilm
+from helpers.zoo import GROUP_SIZE
+from helpers.zoo import TARGETS as ZOO_TARGETS
+from helpers.zoo import make_zoo
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slurm
@@ -224,3 +227,18 @@ def test_a_killed_pytests_cluster_ends_with_it(tmp_path):
     while any(Path(f"/proc/{pid}").exists() for pid in pids) or root.exists():
         assert time.monotonic() < deadline, f"daemons {pids} or {root} still there 60 s after their pytest was killed"
         time.sleep(0.2)
+
+
+@needs_plugin
+@pytest.mark.workflow
+def test_the_tiny_zoo_submits_no_more_than_the_documented_jobs(slurm_cluster, tmp_path):
+    # docs/zoo.md: ceil(models / group-components) embedding jobs, then eats, predictors and performance;
+    # the weights, the metadata and the iEAT images on this node
+    config = make_zoo(tmp_path)
+    proc = run_cluster(tmp_path, {**slurm_cluster.env, "VLBIAS_SLURM_PARTITION": "debug"}, slurm_cluster,
+                       *ZOO_TARGETS, "--group-components", f"zoo-embed={GROUP_SIZE}")  # last: it takes several
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    submitted = re.findall(r"submitted with SLURM jobid \d+ \(log: \S*/slurm_logs/(\w+)", proc.stderr)
+    groups = -(-len(config["zoo"]["models"]) // GROUP_SIZE)
+    assert groups == 2 and len(submitted) <= groups + 3, submitted
+    assert (tmp_path / "results/zoo/performance.csv").is_file()

@@ -25,10 +25,8 @@ Config entry keys:
     model_id, revision            recorded in ``.info`` (default: arch, and the tag's source)
 """
 
-import json
 import logging
 import pickle
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -44,35 +42,18 @@ from vlbias.images.decode import square_images
 from vlbias.io.checkpoints import read_state_dict, refuse_unusable_values, some
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
+from vlbias.models.open_clip_config import DEFINED, model_config
 from vlbias.registry import one_weights_source, weights_label
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
 
 log = logging.getLogger(__name__)
 
-# architectures defined by a config entry's model_cfg rather than shipped with open_clip
-_DEFINED = set()
-
-
 @register("open_clip")
 class OpenClipEncoder:
     def __init__(self, spec):
         arch, model_cfg = spec.get("arch"), spec.get("model_cfg") or {}
-        if not isinstance(arch, str) or not arch:
-            raise InputError("arch", "an open_clip encoder needs `arch`, an architecture name")
-        if arch in open_clip.list_models() and arch not in _DEFINED:
-            base = open_clip.get_model_config(arch)
-            # create_model replaces top-level keys; merge sub-configs so a partial vision_cfg works
-            model_kwargs = {k: {**base[k], **v} if isinstance(base.get(k), dict) else v for k, v in model_cfg.items()}
-        elif {"embed_dim", "vision_cfg", "text_cfg"} <= set(model_cfg):
-            # open_clip builds models by name only, so a new architecture is registered under its name
-            # (again on every build: two entries may define the same name differently)
-            _add_model_config(arch, model_cfg)
-            _DEFINED.add(arch)
-            base, model_kwargs = model_cfg, {}
-        else:
-            raise InputError(f"arch '{arch}'", "not an open_clip architecture (see open_clip.list_models()); to "
-                                               "define one, give model_cfg with embed_dim, vision_cfg and text_cfg")
+        base, model_kwargs = model_config(arch, model_cfg)
         if "random_init" in spec:  # the config check says so too (the schema's family: renamed)
             raise InputError("random_init", "no longer read; write `weights: random` instead")
         one_weights_source(spec, f"arch '{arch}'", "pretrained", "an open_clip tag")
@@ -119,7 +100,7 @@ class OpenClipEncoder:
         self.std = torch.tensor(pp["std"], dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
         self.dim = int({**base, **model_kwargs}["embed_dim"])
         self.tokenizer_name = spec.get("tokenizer") or arch
-        if not (self.tokenizer_name in open_clip.list_models() or self.tokenizer_name in _DEFINED
+        if not (self.tokenizer_name in open_clip.list_models() or self.tokenizer_name in DEFINED
                 or self.tokenizer_name.startswith(("hf-hub:", "local-dir:"))):
             # open_clip would fall back to OpenAI's tokenizer without a word
             raise InputError(f"tokenizer '{self.tokenizer_name}'", "not an open_clip model name (see open_clip."
@@ -222,16 +203,3 @@ def _from_file(arch, path, tag_cfg, create):
 def _mismatch(error):
     """torch's load_state_dict error, on one line."""
     return " ".join(str(error).split())
-
-
-def _add_model_config(arch, model_cfg):
-    """Register ``model_cfg`` as open_clip architecture ``arch`` through its public ``add_model_config``,
-    which reads a <arch>.json file (kept in its registry after the file is gone)."""
-    if "/" in arch or arch.startswith("."):
-        raise InputError(f"arch '{arch}'", "a new architecture's name is a file name: no '/', no leading '.'")
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder, f"{arch}.json")
-        path.write_text(json.dumps(model_cfg))
-        open_clip.add_model_config(path)
-    if arch not in open_clip.list_models():  # open_clip names it by the file's stem
-        raise InputError(f"arch '{arch}'", "not a name open_clip registers an architecture under")

@@ -19,8 +19,9 @@ from vlbias.suites.robustness import STAGE as ROBUSTNESS
 from vlbias.suites.seat.suite import SUITE as SEAT
 from vlbias.suites.skew.suite import STAGE as SKEW
 from vlbias.suites.stage import Suite
+from vlbias.suites.zoo.suite import SUITE as ZOO
 
-STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM, SKEW, ROBUSTNESS)
+STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM, SKEW, ROBUSTNESS, ZOO)
 
 
 def present(config):

@@ -99,13 +99,17 @@ class Suite(Stage):
 
     tests   config -> [(suite label, test id, stimulus file)] of its tests
     tables  config -> {name: Table} of the tables it builds, by the name ``vlbias show`` takes
+    models  config -> {name: entry} of its models, or None: its section's ``models`` mapping
     """
 
     tests: Callable[[dict], list] = _nothing
     tables: Callable[[dict], dict] = _none_by_name
+    models: Callable[[dict], dict] | None = None
 
     def model_entries(self, config):
         """{name: entry} of its models."""
+        if self.models is not None:
+            return self.models(config)
         return dict(self.section(config).get("models") or {})
 
 

@@ -1,0 +1,49 @@
+"""The tiny zoo the zoo's workflow and SLURM tests run (tests/workflow/test_zoo_workflow.py,
+tests/slurm/test_cluster.py): six tiny random open_clip architectures under three made-up datasets
+(`weights: random`), one model whose weights cannot be had, one the accuracy table lacks, on
+make_project's iEAT stimuli and images."""
+
+import copy
+
+from helpers.project import make_project, write_yaml
+
+# three made-up datasets, each under tags of two sample counts
+DATASETS = {"toyweb_*": ("ToyWeb", "web-scraped", 13000000), "toyclip_*": ("ToyClip", "CLIP-filtered", 1000),
+            "toyprop_*": ("ToyProp", "proprietary", "")}
+TEXT = {"context_length": 8, "width": 16, "heads": 2, "layers": 1}  # OpenAI's tokenizer: its 49408 ids
+
+
+def tiny(name, tag, width, layers, patch, seed):
+    return {"name": name, "tag": tag, "adapter": "open_clip", "arch": f"zoo-{name}", "weights": "random", "seed": seed,
+            "batch_size": 8, "model_cfg": {"embed_dim": 8, "text_cfg": TEXT, "vision_cfg": {
+                "image_size": 16, "layers": layers, "width": width, "patch_size": patch, "head_width": 8}}}
+
+
+MODELS = [tiny(f"m{i}", tag, width, layers, patch, i) for i, (tag, width, layers, patch) in enumerate([
+    ("toyweb_s13m_b4k", 16, 1, 8), ("toyweb_s26m_b4k", 24, 1, 4), ("toyclip_s128m_b4k", 16, 2, 8),
+    ("toyclip_s64m_b4k", 32, 1, 8), ("toyprop_s1b_b8k", 16, 1, 4), ("toyprop_s2b_b8k", 24, 2, 8)])]
+# a checkpoint that is not there: its weights cannot be fetched
+BROKEN = {"name": "broken", "tag": "toyweb_s13m_b4k", "adapter": "open_clip", "arch": "RN50",
+          "checkpoint": "models/absent.safetensors"}
+
+
+def make_zoo(root):
+    config = make_project(root)
+    # the zoo reads the iEAT stimuli and images alone: the project's tables are left unbuilt
+    config["ieat"]["specificity"]["models"], config["ieat"]["build_images"] = [], False
+    config["stats"] |= {"n_samples": 200, "ci": None, "mleat": {"build": False}}
+    (root / "resources/zoo").mkdir(parents=True)
+    (root / "resources/zoo/datasets.tsv").write_text("tag\tarch\tdataset\tpairs\tcuration\tsource\n" + "".join(
+        f"{tag}\t*\t{name}\t{pairs}\t{kind}\tmade up for the test\n" for tag, (name, kind, pairs) in DATASETS.items()))
+    # m5 is not in the accuracy table
+    (root / "accuracy.csv").write_text("name,pretrained,ImageNet 1k,Average perf. on 38 datasets\n" + "".join(
+        f"{m['arch']},{m['tag']},{0.1 + i / 20},{0.2 + i / 30}\n" for i, m in enumerate(MODELS[:5])))
+    config["zoo"] = {"models": copy.deepcopy([*MODELS, BROKEN]), "accuracy": "accuracy.csv",
+                     "bootstrap": {"n_boot": 50}}
+    write_yaml(root / "config/config.yaml", config)
+    return config
+
+
+# what it builds: the zoo's three tables
+TARGETS = ["results/zoo/eats.csv", "results/zoo/predictors.csv", "results/zoo/performance.csv"]
+GROUP_SIZE = 4  # embedding jobs to a cluster job in the SLURM test (--group-components zoo-embed=4): 7 models, 2 jobs
