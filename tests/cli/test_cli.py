@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -12,6 +13,7 @@ from helpers import REPO
 from helpers.project import copy_project
 
 from vlbias.report.tables import TABLE_COLUMNS
+from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
 
 pytestmark = pytest.mark.workflow  # runs the real Snakefile for the tables it compares with
 
@@ -117,18 +119,27 @@ def test_run_options_override_the_config(project):
 
 
 def test_list_and_show(project):
-    models, tests, tables, shown, seat = vlbias_several(project, ["list", "models"], ["list", "tests"],
-                                                        ["list", "tables"], ["show", "t2"],
-                                                        ["show", "results/seat/minilm/table.csv"])
+    models, tests, tables, shown, seat, mleat, every = vlbias_several(
+        project, ["list", "models"], ["list", "tests"], ["list", "tables"], ["show", "t2"],
+        ["show", "results/seat/minilm/table.csv"], ["show", "mleat/t2"], ["show", "mleat/t2", "--all"])
     assert models.stdout.splitlines() == ["ieat\tpub\tsource published\ttoy",
                                           "ieat\ttiny-clip\topen_clip\ttiny random ViT",
                                           "seat\tminilm\tsentence\tsentence-transformers/all-MiniLM-L6-v2"]
     assert "ieat\tinsect-flower\tresources/stimuli/ieat/insect-flower.yaml\n" in tests.stdout
     assert "seat\tweat-toy\t" in tests.stdout
     assert "ieat\tt2\tresults/ieat/t2.csv\ttoy 2\n" in tables.stdout
+    # each table's ML-EAT, by "mleat/<table>"
+    assert "ieat\tmleat/t2\tresults/ieat/mleat/t2.csv\tML-EAT: toy 2\n" in tables.stdout
+    assert "seat\tmleat/minilm\tresults/seat/mleat/minilm.csv\t" in tables.stdout
     # a table by its name: the workflow's own Markdown
     assert shown.returncode == 0 and shown.stdout == (project / "results/ieat/t2.md").read_text()
     assert seat.stdout.startswith("**table**")
+    # an ML-EAT table: its page's columns, rounded (issue 38: 55 columns of 17 digits); --all: every column
+    header, rule, first = mleat.stdout.splitlines()[2:5]
+    assert mleat.returncode == 0 and header.startswith("| test | model | n (X, Y, A, B) | pattern |"), mleat.stdout
+    assert header.count("|") == 16 and re.search(r"\| -?\d\.\d\d \| ", first), first
+    assert "--all" in mleat.stdout.splitlines()[-1]
+    assert all(f" {c} |" in every.stdout.splitlines()[2] for c in MLEAT_COLUMNS)
 
 
 def test_run_on_own_vectors_gives_the_stores_row(project):

@@ -11,7 +11,7 @@ from vlbias.errors import InputError
 from vlbias.models.plan import embeds
 from vlbias.suites.grounded.plan import COMPARISON_CAPTION, TABLE1_CAPTION, GroundedImagesPlan, GroundedPlan, table_path
 from vlbias.suites.grounded.protocol import resolve
-from vlbias.suites.stage import Suite, Table
+from vlbias.suites.stage import Suite, Table, mleat_tables
 from vlbias.validation import suggest
 
 FIGURES = ["heatmap", "published"]  # results/grounded/<figure>.png, of the main protocol's tables
@@ -117,7 +117,8 @@ def tests(config):
 def tables(config):
     plan = GroundedPlan(config)
     found = {TABLE1: Table(table_path(TABLE1), TABLE1_CAPTION)}
-    found |= {target: Table(table_path(target), plan.caption(target)) for target in plan.table_targets}
+    targets = {target: Table(table_path(target), plan.caption(target)) for target in plan.table_targets}
+    found |= targets | mleat_tables("grounded", targets)
     if plan.published:
         found[COMPARISON] = Table(table_path(COMPARISON), COMPARISON_CAPTION)
     return found

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vlbias.suites.ieat.plan import IeatPlan, encodes, ieat_models, sweep_name, table_models, table_path
 from vlbias.suites.plan import stimulus_ids
-from vlbias.suites.stage import Suite, Table, unknown_names
+from vlbias.suites.stage import Suite, Table, mleat_tables, unknown_names
 from vlbias.validation import key_path, suggest
 
 UPSTREAM = ("sources", "ieat")  # the authors' repository: the stimulus images and the published vectors
@@ -103,7 +103,7 @@ def tables(config):
         found["specificity"] = Table(table_path("specificity"), "Specificity of the permutation test: the false-positive rate of random re-partitions of one test")
     if ieat["sweep"]["models"]:
         found["sweep"] = Table(table_path("sweep"), ieat["sweep"]["caption"])
-    return found
+    return found | mleat_tables("ieat", {name: t for name, t in found.items() if name != "specificity"})
 
 
 SUITE = Suite(
