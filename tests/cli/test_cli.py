@@ -103,6 +103,31 @@ def test_run_gives_the_workflows_row(project):
             row[column] == seat[column], column
 
 
+# The program as its console script runs it, with a last exit handler (run after vlbias's own, last in
+# first out) saying whether the objects torch and transformers made were frozen out of the exit's collections.
+PROGRAM = """
+import atexit, gc, sys
+atexit.register(lambda: print(f"frozen at exit: {gc.get_freeze_count() > 0}", file=sys.stderr))
+from vlbias.cli import main
+sys.argv[0] = "vlbias"
+sys.exit(main())
+"""
+
+
+def test_run_shows_its_progress_and_exits_promptly(project):
+    proc = subprocess.run([sys.executable, "-c", PROGRAM, "run", "resources/stimuli/seat/weat-toy.yaml", "--model",
+                           "minilm"], cwd=project, env={**os.environ, **ENV}, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    *logged, last = proc.stderr.splitlines()
+    messages = [line.split(" INFO ", 1)[1] for line in logged if " INFO " in line]
+    # as a workflow job's terminal: the steps and the encoding's progress, before the row is printed
+    assert messages[0] == "resources/stimuli/seat/weat-toy.yaml on minilm"
+    assert "seat/minilm: building the model, encoding weat-toy" in messages
+    assert any(m.startswith("texts: ") and " done in " in m for m in messages), messages
+    assert last == "frozen at exit: True"
+
+
 def test_run_options_override_the_config(project):
     md, out = vlbias_several(project, ["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub", "--exact",
                                        "false", "--n-samples", "500", "--seed", "3", "--no-ci", "--format", "md",
