@@ -4,6 +4,7 @@
     layout_html(layout)                      # a grounded paper-layout table (report.layout.Layout)
     table_html(df, caption)                  # any table, a row per row of the DataFrame
     figure_html("heatmap.png", caption)      # an inline figure
+    figure_page("heatmap.png", "heatmap.html", caption)   # a page of a figure (the report's view of it)
     write_page("report/ieat.html", "iEAT", [table, figure, ...])    # one standalone page
 
 Every text from a table (test names, set labels, a skipped test's reason) is escaped.
@@ -175,6 +176,12 @@ def figure_html(src, caption, alt=None):
     """An inline figure: the image at ``src`` (a path relative to the page) with its caption."""
     return (f'<figure><img src="{_e(src)}" alt="{_e(alt or caption)}">'
             f"<figcaption>{_e(caption)}</figcaption></figure>\n")
+
+
+def figure_page(png, path, caption):
+    """Write ``path``, a page of the PNG ``png`` (inlined) under ``caption``: how the report shows a tall
+    figure from its top (it centres a bare image in its window, cutting off the top of one taller)."""
+    write_page(path, caption, [figure_html(png_data_uri(png), caption)], heading=False)
 
 
 def png_data_uri(path):

@@ -20,6 +20,10 @@ from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path, stimulus_ids
 from vlbias.weights import record_path
 
 
+SPECIFICITY_CAPTION = ("Specificity of the permutation test: the false-positive rate of random re-partitions of "
+                       "one test")
+
+
 def table_path(table, ext="csv"):
     """An iEAT table's file: ``table`` a name under ieat/tables, "specificity" or "sweep"."""
     return f"results/ieat/{table}.{ext}"

@@ -4,7 +4,7 @@ its weights, its tests and tables."""
 
 from pathlib import Path
 
-from vlbias.suites.ieat.plan import IeatPlan, encodes, ieat_models, sweep_name, table_models, table_path
+from vlbias.suites.ieat.plan import SPECIFICITY_CAPTION, IeatPlan, encodes, ieat_models, sweep_name, table_models, table_path
 from vlbias.suites.plan import stimulus_ids
 from vlbias.suites.stage import Suite, Table, mleat_tables, unknown_names
 from vlbias.validation import key_path, suggest
@@ -100,7 +100,7 @@ def tables(config):
     ieat = config["ieat"]
     found = {name: Table(table_path(name), spec["caption"]) for name, spec in ieat["tables"].items()}
     if ieat["specificity"]["models"]:
-        found["specificity"] = Table(table_path("specificity"), "Specificity of the permutation test: the false-positive rate of random re-partitions of one test")
+        found["specificity"] = Table(table_path("specificity"), SPECIFICITY_CAPTION)
     if ieat["sweep"]["models"]:
         found["sweep"] = Table(table_path("sweep"), ieat["sweep"]["caption"])
     return found | mleat_tables("ieat", {name: t for name, t in found.items() if name != "specificity"})
