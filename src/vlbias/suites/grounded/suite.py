@@ -15,6 +15,7 @@ from vlbias.suites.stage import Suite, Table, mleat_tables
 from vlbias.validation import suggest
 
 FIGURES = ["heatmap", "published"]  # results/grounded/<figure>.png, of the main protocol's tables
+FIGURE_PAGES = ["heatmap"]  # results/grounded/<figure>.html: the report's view of the figure (rule grounded_figures)
 TABLE1 = "table1"  # the datasets' images (grounded_images.smk)
 COMPARISON = "comparison"  # the printed numbers beside each protocol's
 
@@ -100,7 +101,8 @@ def targets(config, down):
     found = GroundedImagesPlan(config).targets(offline=offline)
     if not offline:
         tables = GroundedPlan(config).targets()
-        found += tables + ([table_path(f, "png") for f in FIGURES] if tables else [])
+        found += tables + ([table_path(f, "png") for f in FIGURES] + [table_path(f, "html") for f in FIGURE_PAGES]
+                           if tables else [])
     return found
 
 

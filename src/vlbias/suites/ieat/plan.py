@@ -115,7 +115,7 @@ class IeatPlan:
         targets = [table_path(t, ext) for t, spec in self.tables.items() if keep(spec["models"])
                    for ext in ("csv", "md", "html", "missing.tsv")]
         if self.ieat["specificity"]["models"] and keep(self.ieat["specificity"]["models"]):
-            targets.append(table_path("specificity"))
+            targets += [table_path("specificity"), table_path("specificity", "html")]
         if self.ieat["build_images"] and upstream:
             targets.append(f"results/images/ieat/{self.default_store}/manifest.tsv")
         if self.sweep_models and upstream:  # image models: they read the images

@@ -11,6 +11,7 @@ from vlbias.validation import key_path, suggest
 
 UPSTREAM = ("sources", "ieat")  # the authors' repository: the stimulus images and the published vectors
 FIGURES = ["heatmap", "published"]  # results/ieat/<figure>.png, of every table (rule ieat_figures)
+FIGURE_PAGES = ["heatmap"]  # results/ieat/<figure>.html: the report's view of the figure
 
 
 def check(config, root):
@@ -81,7 +82,8 @@ def targets(config, down):
     """Tables 1-3, the specificity check, the sweep, the images and the figures; without the upstream
     repository (``down``) only the tables that need none of it (one's own vectors), and no figures."""
     plan, upstream = IeatPlan(config), UPSTREAM not in down
-    figures = [table_path(f, "png") for f in FIGURES] if plan.tables and upstream else []
+    figures = ([table_path(f, "png") for f in FIGURES] + [table_path(f, "html") for f in FIGURE_PAGES]
+               if plan.tables and upstream else [])
     return plan.targets(upstream=upstream) + figures
 
 

@@ -10,6 +10,7 @@ from vlbias.suites.seat import plan
 from vlbias.suites.stage import Suite, Table, mleat_tables, unknown_names
 
 HEATMAP = "results/seat/heatmap.png"  # of every model's table (rule seat_figures)
+HEATMAP_PAGE = "results/seat/heatmap.html"  # the report's view of it
 
 
 def check(config, root):
@@ -27,7 +28,7 @@ def check(config, root):
 
 
 def targets(config, down):
-    return plan.targets(config) + ([HEATMAP] if config["seat"]["models"] else [])
+    return plan.targets(config) + ([HEATMAP, HEATMAP_PAGE] if config["seat"]["models"] else [])
 
 
 def tests(config):
