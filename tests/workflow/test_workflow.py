@@ -469,7 +469,7 @@ await sleep(500);
 FIGURE_TOP = """
 const page = document.querySelector("#app iframe");
 const top = page ? page.getBoundingClientRect().top + page.contentDocument.images[0].getBoundingClientRect().top
-                 : document.querySelector("#app img").getBoundingClientRect().top;
+                 : document.querySelector("#app img[src^='data:image/png']").getBoundingClientRect().top;
 document.body.append(`figure top: ${Math.round(top)}`);
 """
 
