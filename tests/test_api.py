@@ -109,6 +109,11 @@ def test_images_and_words_on_a_tiny_model_equal_the_statistics_on_its_vectors(no
     assert row["d"] == pytest.approx(effect_size(*vectors, A, B), abs=1e-6)
     assert row["p"] == pytest.approx(permutation_pvalue(*vectors, A, B, n_samples=100_000, seed=0).p, abs=1e-12)
     assert df.attrs["provenance"]["adapter"] == "open_clip"
+    # the same entry on words alone (issue 38: "seat/models/tiny/images: unknown key"): its text tower
+    words_only = run_query(Query({"Sunny": ["sun", "light"], "Grey": ["rain", "fog"]}, words), copy.deepcopy(TINY_CLIP),
+                           name="tiny", cache="cache", ci=False).iloc[0]
+    rain = [encoder.encode_texts(w) for w in (["sun", "light"], ["rain", "fog"])]
+    assert words_only["status"] == "ok" and words_only["d"] == pytest.approx(effect_size(*rain, A, B), abs=1e-6)
     # an image that is not there, or not an image: an error naming it
     (nowhere / "page.png").write_text("<html>")
     for bad, message in ((nowhere / "gone.png", "gone.png"), (nowhere / "page.png", "page.png")):

@@ -2,8 +2,12 @@
 key of the config's schema and of each adapter's, once, with the schema's description and default;
 and every key described (an entry of a mapping or list by its parent's description)."""
 
+import importlib.util
+import logging
 import re
+from types import SimpleNamespace
 
+import markdown
 import yaml
 from helpers import REPO
 
@@ -60,8 +64,8 @@ def test_every_adapter_key_is_in_its_section():
         for name in adapters(kind):
             keys = [key for key, *_ in page[name]]
             assert keys[: len(adapter_schema(kind, name)["properties"])] == list(adapter_schema(kind, name)["properties"])
-    assert dict((k, d) for k, _, _, d in page["sentence"])["path"] == ("a model directory, package:<python package>, "
-                                                                    "or a Hugging Face id")
+    assert dict((k, d) for k, _, _, d in page["sentence"])["path"] == ("a model directory, package:&lt;python "
+                                                                    "package&gt;, or a Hugging Face id")
 
 
 def test_types_are_written_as_a_reader_reads_them():
@@ -70,3 +74,30 @@ def test_types_are_written_as_a_reader_reads_them():
     assert type_of({"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "string"}}]}) == \
         "all or list of string"
     assert type_of({"enum": [True, False, "auto"]}) == "one of: true, false, auto"
+
+
+def hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs/hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_placeholder_shows_as_written_and_an_unescaped_one_fails_the_build(tmp_path, caplog):
+    schema = {"type": "object", "properties": {
+        "mirror": {"type": "string", "description": "files at <mirror>/<name>/<path>, or `<cache>/x`"},
+        "data": {"type": "object", "description": "everything under <mirror>",
+                 "properties": {"n": {"type": "integer", "description": "<n> | more"}}}}}
+    (tmp_path / "schema.yaml").write_text(yaml.safe_dump(schema))
+    html = markdown.markdown(reference(tmp_path / "schema.yaml"), extensions=["tables"])
+    # a row's description, a section's, a code span left as written
+    assert "files at &lt;mirror&gt;/&lt;name&gt;/&lt;path&gt;, or <code>&lt;cache&gt;/x</code>" in html
+    assert "<p>everything under &lt;mirror&gt;</p>" in html and "<td>&lt;n&gt; | more</td>" in html
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="configuration.md"))
+    with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.vlbias"):
+        hooks().on_page_content(html, page, None, None)
+        assert not caplog.records
+        # what the page said before its placeholders were escaped (issue 38): "files at // ..."
+        hooks().on_page_content(markdown.markdown(schema["properties"]["mirror"]["description"]), page, None, None)
+    [warning] = caplog.records
+    assert warning.getMessage().startswith("configuration.md: <mirror>, <name>, <path>: placeholders left as HTML")

@@ -352,19 +352,24 @@ def _entry(config, model, name, suite):
         return section, name or model, dict(spec)
     if not isinstance(model, Mapping):
         raise UsageError("run_query: model is a config entry (a mapping) or a configured model's name")
-    name, entry = name or "model", dict(model)
-    if suite == "ieat" and "source" not in entry:
-        entry["source"] = "vectors" if "vectors" in entry else "images"
-    if suite == "seat" and "vectors" in entry:
-        entry.setdefault("source", "vectors")
     from vlbias.config import entry_problems
 
-    problems = entry_problems(suite, name, entry, schema_path())
-    if not problems and entry.get("source") == "vectors" and "vectors" not in entry:
-        problems = [f"key '{suite}/models/{name}': source vectors needs `vectors`"]
-    if problems:
-        raise InputError(f"model '{name}'", "; ".join(problems))
-    return suite, name, entry
+    name, first = name or "model", None
+    # image sets are the iEAT section's; words the SEAT section's, or the iEAT section's for an entry only it
+    # takes (an image model's, with its `images:`: the docs' tiny_clip on a words-only query)
+    for section in ("ieat",) if suite == "ieat" else ("seat", "ieat"):
+        entry = dict(model)
+        if section == "ieat" and "source" not in entry:
+            entry["source"] = "vectors" if "vectors" in entry else "images"
+        if section == "seat" and "vectors" in entry:
+            entry.setdefault("source", "vectors")
+        problems = entry_problems(section, name, entry, schema_path())
+        if not problems and entry.get("source") == "vectors" and "vectors" not in entry:
+            problems = [f"key '{section}/models/{name}': source vectors needs `vectors`"]
+        if not problems:
+            return section, name, entry
+        first = first or problems
+    raise InputError(f"model '{name}'", "; ".join(first))
 
 
 def _slug(title):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -12,6 +13,7 @@ from helpers import REPO
 from helpers.project import copy_project
 
 from vlbias.report.tables import TABLE_COLUMNS
+from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
 
 pytestmark = pytest.mark.workflow  # runs the real Snakefile for the tables it compares with
 
@@ -101,6 +103,31 @@ def test_run_gives_the_workflows_row(project):
             row[column] == seat[column], column
 
 
+# The program as its console script runs it, with a last exit handler (run after vlbias's own, last in
+# first out) saying whether the objects torch and transformers made were frozen out of the exit's collections.
+PROGRAM = """
+import atexit, gc, sys
+atexit.register(lambda: print(f"frozen at exit: {gc.get_freeze_count() > 0}", file=sys.stderr))
+from vlbias.cli import main
+sys.argv[0] = "vlbias"
+sys.exit(main())
+"""
+
+
+def test_run_shows_its_progress_and_exits_promptly(project):
+    proc = subprocess.run([sys.executable, "-c", PROGRAM, "run", "resources/stimuli/seat/weat-toy.yaml", "--model",
+                           "minilm"], cwd=project, env={**os.environ, **ENV}, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    *logged, last = proc.stderr.splitlines()
+    messages = [line.split(" INFO ", 1)[1] for line in logged if " INFO " in line]
+    # as a workflow job's terminal: the steps and the encoding's progress, before the row is printed
+    assert messages[0] == "resources/stimuli/seat/weat-toy.yaml on minilm"
+    assert "seat/minilm: building the model, encoding weat-toy" in messages
+    assert any(m.startswith("texts: ") and " done in " in m for m in messages), messages
+    assert last == "frozen at exit: True"
+
+
 def test_run_options_override_the_config(project):
     md, out = vlbias_several(project, ["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "pub", "--exact",
                                        "false", "--n-samples", "500", "--seed", "3", "--no-ci", "--format", "md",
@@ -117,18 +144,27 @@ def test_run_options_override_the_config(project):
 
 
 def test_list_and_show(project):
-    models, tests, tables, shown, seat = vlbias_several(project, ["list", "models"], ["list", "tests"],
-                                                        ["list", "tables"], ["show", "t2"],
-                                                        ["show", "results/seat/minilm/table.csv"])
+    models, tests, tables, shown, seat, mleat, every = vlbias_several(
+        project, ["list", "models"], ["list", "tests"], ["list", "tables"], ["show", "t2"],
+        ["show", "results/seat/minilm/table.csv"], ["show", "mleat/t2"], ["show", "mleat/t2", "--all"])
     assert models.stdout.splitlines() == ["ieat\tpub\tsource published\ttoy",
                                           "ieat\ttiny-clip\topen_clip\ttiny random ViT",
                                           "seat\tminilm\tsentence\tsentence-transformers/all-MiniLM-L6-v2"]
     assert "ieat\tinsect-flower\tresources/stimuli/ieat/insect-flower.yaml\n" in tests.stdout
     assert "seat\tweat-toy\t" in tests.stdout
     assert "ieat\tt2\tresults/ieat/t2.csv\ttoy 2\n" in tables.stdout
+    # each table's ML-EAT, by "mleat/<table>"
+    assert "ieat\tmleat/t2\tresults/ieat/mleat/t2.csv\tML-EAT: toy 2\n" in tables.stdout
+    assert "seat\tmleat/minilm\tresults/seat/mleat/minilm.csv\t" in tables.stdout
     # a table by its name: the workflow's own Markdown
     assert shown.returncode == 0 and shown.stdout == (project / "results/ieat/t2.md").read_text()
     assert seat.stdout.startswith("**table**")
+    # an ML-EAT table: its page's columns, rounded (issue 38: 55 columns of 17 digits); --all: every column
+    header, rule, first = mleat.stdout.splitlines()[2:5]
+    assert mleat.returncode == 0 and header.startswith("| test | model | n (X, Y, A, B) | pattern |"), mleat.stdout
+    assert header.count("|") == 16 and re.search(r"\| -?\d\.\d\d \| ", first), first
+    assert "--all" in mleat.stdout.splitlines()[-1]
+    assert all(f" {c} |" in every.stdout.splitlines()[2] for c in MLEAT_COLUMNS)
 
 
 def test_run_on_own_vectors_gives_the_stores_row(project):
@@ -166,7 +202,7 @@ BAD_INPUTS = [
     (["run", "resources/stimuli/seat/weat-toy.yaml", "--vectors", "nope.csv"], "nope.csv"),
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--store", "nope.h5"], "nope.h5: no such embedding store"),
     (["show", "t1"], "results/ieat/t1.csv: not built yet"),
-    (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, specificity, minilm"),
+    (["show", "t9"], "no table 't9': give a CSV path or one of t1, t2, specificity, mleat/t1, mleat/t2, minilm, mleat/minilm"),
     (["list", "models", "--config", "none.yaml"], "none.yaml: no such config"),
 ]
 

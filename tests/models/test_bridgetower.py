@@ -4,6 +4,9 @@ and its masked-LM log-probabilities BridgeTowerForMaskedLM's, on inputs prepared
 mask I paints the person boxes; what it refuses. A tiny random BridgeTowerConfig
 (helpers.tiny.TINY_BRIDGETOWER) and a tiny byte-level BPE tokenizer (helpers.tiny.tiny_bpe_tokenizer)."""
 
+import copy
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -37,6 +40,11 @@ def tiny(tokenizer_dir):
 @pytest.fixture(scope="module")
 def encoder(tiny):
     return build(tiny)
+
+
+@pytest.fixture(scope="module")
+def blank(tiny):
+    return build({**tiny, "no_image": "blank"})
 
 
 @pytest.fixture(scope="module")
@@ -160,13 +168,31 @@ def test_log_probabilities_are_bridgetower_for_masked_lm(encoder, processor):
         np.testing.assert_allclose(g, w, atol=1e-4)
 
 
-def test_no_image_is_a_blank_mean_colour_image(encoder, processor):
-    grey = np.full((32, 32, 3), [123, 117, 104], np.uint8)
-    want = masked_lm_logprobs(encoder, processor, MASKED, [grey, IMAGES[0].image, grey])
+def test_no_image_is_bridgetower_for_masked_lm_whose_cross_attention_reads_nothing(encoder, processor):
+    """no_image: masked (the default): transformers' own forward of the model whose text cross-attention's
+    values are zero, so that it adds nothing whatever the image (any: another one here); the caption with its
+    image beside it in the batch as before."""
+    blind = copy.deepcopy(encoder.model)
+    for layer in blind.bridgetower.cross_modal_text_layers:
+        torch.nn.init.zeros_(layer.crossattention.self.value.weight)
+        torch.nn.init.zeros_(layer.crossattention.self.value.bias)
+    want = masked_lm_logprobs(SimpleNamespace(model=blind), processor, MASKED, [IMAGES[2].image] * 3)
     got = encoder.mask_logprobs(MASKED, [None, IMAGES[0], None])
+    for j in (0, 2):
+        np.testing.assert_allclose(got[j], want[j], atol=1e-4)
+    np.testing.assert_allclose(got[1], masked_lm_logprobs(encoder, processor, MASKED[1:2], [IMAGES[0].image])[0],
+                               atol=1e-4)
+    assert np.abs(got[0] - encoder.mask_logprobs(MASKED[:1], IMAGES[:1])[0]).max() > 1e-3  # S_V sees the image
+    assert "which the text's cross-attention does not read" in encoder.info["no_image"]
+
+
+def test_no_image_blank_is_a_blank_mean_colour_image(blank, processor):
+    grey = np.full((32, 32, 3), [123, 117, 104], np.uint8)
+    want = masked_lm_logprobs(blank, processor, MASKED, [grey, IMAGES[0].image, grey])
+    got = blank.mask_logprobs(MASKED, [None, IMAGES[0], None])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, atol=1e-4)
-    assert "blank 32x32 image" in encoder.info["no_image"]
+    assert blank.info["no_image"] == "a blank 32x32 image (the processor's mean colour [123, 117, 104])"
 
 
 def test_mask_i_leaves_a_pair_without_an_image_as_it_is(encoder):
@@ -179,9 +205,10 @@ def test_mask_i_leaves_a_pair_without_an_image_as_it_is(encoder):
     assert np.abs(masked[1] - without[1]).max() > 1e-4  # the image's person is painted over
 
 
-def test_an_entity_is_spelled_as_after_a_space(encoder, processor):
+def test_an_entity_is_spelled_as_after_a_space(blank, processor):
     """The MLM study's entity: its pieces after a space ("Ġ..."), each read at its <mask> with the pieces
     before it written in (the chain rule of vlbias.suites.mlm.probability), "no image" the blank image."""
+    encoder = blank
     tok = processor.tokenizer
     pieces = tok(" handbag", add_special_tokens=False)["input_ids"]
     assert len(pieces) > 1 and tok.convert_ids_to_tokens(pieces)[0].startswith("Ġ")

@@ -125,14 +125,32 @@ def test_log_probabilities_are_vilt_for_masked_lm(encoder, processor):
         np.testing.assert_allclose(g, w[:, ids], atol=1e-4)
 
 
-def test_no_image_is_a_blank_mean_colour_image(encoder, processor):
+def test_no_image_is_vilt_for_masked_lm_with_its_image_tokens_masked_out(encoder, processor):
+    """no_image: masked (the default): transformers' own forward given image tokens (any: random ones here)
+    and a pixel mask of zeros, which masks them out of the attention; the caption with its image beside it
+    in the batch as before."""
+    text = processor.tokenizer(MASKED, padding=True, return_tensors="pt")
+    tokens = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        logits = encoder.model(**text, image_embeds=tokens, pixel_mask=torch.zeros(3, 5, dtype=torch.long)).logits
+    is_mask = text["input_ids"] == processor.tokenizer.mask_token_id
+    got = encoder.mask_logprobs(MASKED, [None, IMAGES[0], None])
+    for j in (0, 2):
+        np.testing.assert_allclose(got[j], torch.log_softmax(logits[j, is_mask[j]], dim=-1).numpy(), atol=1e-4)
+    np.testing.assert_allclose(got[1], masked_lm_logprobs(encoder, processor, MASKED[1:2], [IMAGES[0].image])[0],
+                               atol=1e-4)
+    assert np.abs(got[0] - encoder.mask_logprobs(MASKED[:1], IMAGES[:1])[0]).max() > 1e-3  # S_V sees the image
+    assert "blank 32x32 image" in encoder.info["no_image"] and "masked out of the attention" in encoder.info["no_image"]
+
+
+def test_no_image_blank_is_a_blank_mean_colour_image(processor):
+    encoder = build({**TINY, "no_image": "blank"})
     grey = np.full((32, 32, 3), 128, np.uint8)
     want = masked_lm_logprobs(encoder, processor, MASKED, [grey, IMAGES[0].image, grey])
     got = encoder.mask_logprobs(MASKED, [None, IMAGES[0], None])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, atol=1e-4)
-    assert np.abs(got[0] - encoder.mask_logprobs(MASKED[:1], IMAGES[:1])[0]).max() > 1e-3  # S_V sees the image
-    assert "blank 32x32 image" in encoder.info["no_image"] and "blank" in encoder.info["mlm_heads"]["no image"]
+    assert encoder.info["no_image"] == "a blank 32x32 image (the processor's mean colour [128, 128, 128])"
 
 
 def test_mask_i_leaves_a_pair_without_an_image_as_it_is(encoder):

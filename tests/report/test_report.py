@@ -261,6 +261,28 @@ def test_the_seat_page_of_every_shipped_test_fits_the_window(browser, tmp_path):
         assert "WEAT 10: young/old people's names × pleasant/unpleasant" in seen.text and "1.23" in seen.text
 
 
+# the words of the table's cells that the browser laid out on more than one line (a cell of one word)
+BROKEN_WORDS = """
+const broken = [...document.querySelectorAll("td")].filter(td => /^\\S+$/.test(td.textContent.trim())).filter(td => {
+  const range = document.createRange();
+  range.selectNodeContents(td);
+  return new Set([...range.getClientRects()].map(box => Math.round(box.top))).size > 1;
+});
+document.body.append("broken: " + JSON.stringify([...new Set(broken.map(td => td.textContent.trim()))]));
+"""
+
+
+def test_a_cell_breaks_between_words_not_inside_them(browser, tmp_path):
+    """Issue 38: a table too wide for its window broke its labels inside words ("Plea|sant"); it now
+    wraps them between words and the page scrolls sideways rather."""
+    rows = [{**r, "name": "Test 1: flowers/insects × pleasant/unpleasant", "X": "Flowers", "A": "Pleasant",
+             "B": "Unpleasant", "model": m} for r in ROWS[:1] for m in ("igpt", "simclr", "igpt-logits")]
+    write_page(tmp_path / "t.html", "iEAT", [results_table_html(assemble(rows, ["t1"], ["igpt", "simclr",
+                                                                                         "igpt-logits"]), "T")])
+    seen = browser.render(tmp_path / "t.html", size=(600, 600), script=BROKEN_WORDS)
+    assert seen.text.endswith('broken: []'), seen.text[-200:]
+
+
 # --- Markdown and any table as HTML ----------------------------------------------------------------
 
 def test_markdown_shows_the_interval_and_the_adjusted_p():

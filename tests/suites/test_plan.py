@@ -168,7 +168,7 @@ def test_the_shipped_config_plans_the_ieat_tables(shipped, monkeypatch):
     plan = IeatPlan(shipped)
     assert plan.targets() == ([f"results/ieat/{t}.{e}" for t in ("table1", "table2", "table3")
                                for e in ("csv", "md", "html", "missing.tsv")]
-                              + ["results/ieat/specificity.csv",
+                              + ["results/ieat/specificity.csv", "results/ieat/specificity.html",
                                  "results/images/ieat/224px-center-bicubic-pil/manifest.tsv"]
                               + mleat_files("ieat", ["table1", "table2", "table3"]))
     # igpt-l: one entry, two outputs, one store; tables name the outputs

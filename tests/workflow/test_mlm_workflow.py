@@ -34,7 +34,7 @@ MODELS = {
     "vlbert": {**E2E, "detector": "frcnn-tiny"},
     # FLAVA reads the pixels of the images the detector's store holds (the images every model reads)
     "flava": {**TINY_FLAVA, "detector": "frcnn-tiny"},
-    # ViLT likewise reads the pixels; its "no image" is a blank image (it has no text-only input)
+    # ViLT likewise reads the pixels; its "no image" a blank image masked out of the attention (no text-only input)
     "vilt": {**TINY_VILT, "detector": "frcnn-tiny"},
 }
 # (entity, gender, file, status): two purses with women, one with a man, a briefcase with a man (the
@@ -159,11 +159,14 @@ def test_flava_reads_its_two_heads_on_the_same_images(project):
     assert scores["S_PT"].notna().all() and np.isfinite(scores.loc[("purse", "female"), "S_V"])
 
 
-@pytest.mark.parametrize("model,architecture", [("vilt", "ViltForMaskedLM"), ("bridgetower", "BridgeTowerForMaskedLM")])
-def test_pixel_models_read_a_blank_image_for_no_image(project, model, architecture):
+@pytest.mark.parametrize("model,architecture,unread", [
+    ("vilt", "ViltForMaskedLM", "its tokens masked out of the attention"),
+    ("bridgetower", "BridgeTowerForMaskedLM", "which the text's cross-attention does not read")])
+def test_pixel_models_read_no_image_for_no_image(project, model, architecture, unread):
     path = project / f"results/mlm/logprobs/{model}.tsv"
     info = next(c for c in path.read_text().splitlines() if c.startswith("# info:"))
     assert '"no image": "mlm_score given a blank 32x32 image' in info and f'"architecture": "{architecture}"' in info
+    assert f"), {unread}" in info  # no_image: masked, the default
     rows = read_manifest(path)
     assert len(rows) == 3 * 46 + 4 * 4 and all(float(r["logprob"]) < 0 for r in rows)
     status = {r["id"]: r["status"] for r in read_manifest(project / f"results/mlm/logprobs/{model}.images.tsv")}

@@ -71,6 +71,9 @@ def test_missing_inputs_are_listed_next_to_the_table(project):
 def test_specificity_and_seat(project):
     spec = pd.read_csv(project / "results/ieat/specificity.csv")
     assert list(spec["alpha"]) == [0.1, 0.01] and spec["false_positive_rate"].between(0, 1).all()
+    # its page (the report's entry: a CSV there downloads rather than shows)
+    page = (project / "results/ieat/specificity.html").read_text()
+    assert "<caption>Specificity of the permutation test" in page and "false_positive_rate" in page
     seat = pd.read_csv(project / "results/seat/minilm/table.csv")
     assert set(seat["test"]) == {"weat-toy", "sent-toy"}
     assert (seat["n_t"] == 2).all() and seat["model_id"].eq("sentence-transformers/all-MiniLM-L6-v2").all()
@@ -462,6 +465,15 @@ await sleep(500);
 """
 
 
+# where the figure the report shows begins, in the window (a bare image, or the first of a page's)
+FIGURE_TOP = """
+const page = document.querySelector("#app iframe");
+const top = page ? page.getBoundingClientRect().top + page.contentDocument.images[0].getBoundingClientRect().top
+                 : document.querySelector("#app img[src^='data:image/png']").getBoundingClientRect().top;
+document.body.append(`figure top: ${Math.round(top)}`);
+"""
+
+
 def test_report_shows_each_table_and_figure(project, browser, tmp_path):
     report(project, tmp_path / "report.html")
     t1 = pd.read_csv(project / "results/ieat/t1.csv").set_index("model")
@@ -473,13 +485,18 @@ def test_report_shows_each_table_and_figure(project, browser, tmp_path):
     assert frame["text"].startswith("toy\n") and "Flower-Insect" in frame["text"]
     pub = t1.loc["pub"]
     assert f"{pub.d:.2f}{stars(pub.p_holm)}\n[{pub.d_low:.2f}, {pub.d_high:.2f}]" in frame["text"] and stars(pub.p_holm)
-    seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "heatmap.png",
-                          script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)"))
-    [figure] = [i for i in seen.images if i["src"].startswith("data:image/png")]
-    assert figure["loaded"] and figure["visible"] and figure["width"] > 200
+    # the heatmap opens at its top, its column headers on screen, in a window shorter than it (issue 38: the
+    # report centres a bare image, so a tall one opened mid-figure, its top out of reach)
+    seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "heatmap.png", size=(1280, 240),
+                          script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)")
+                          + FIGURE_TOP)
+    [frame] = seen.frames
+    [figure] = [i for i in frame["images"] if i["src"].startswith("data:image/png")]
+    assert figure["loaded"] and figure["visible"] and figure["width"] > 200 and figure["height"] > 240
+    assert 0 <= int(seen.text.rsplit("figure top: ", 1)[1]) < 240, seen.text[-300:]
     # the ML-EAT: each table's page and summary, and an EAT-Map per (test, model), each an entry of its own
     html = (tmp_path / "report.html").read_text()
-    for entry in ("results/ieat/mleat/t1.html", "results/ieat/mleat/t2.png", "results/ieat/mleat/t1/flower-insect/pub.png",
+    for entry in ("results/ieat/specificity.html", "results/ieat/mleat/t1.html", "results/ieat/mleat/t2.png", "results/ieat/mleat/t1/flower-insect/pub.png",
                   "results/ieat/mleat/t1/flower-insect/tiny-clip.png", "results/seat/mleat/minilm/weat-toy/minilm.png"):
         assert f'"{entry}"' in html, entry
     seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "eat-map.png",

@@ -177,8 +177,10 @@ rule grounded_figures:
         results=lambda w: existing(GROUNDED_PLAN.main_results()),
         published=GROUNDED_PLAN.published,
     output:
-        heatmap=report(
-            "results/grounded/heatmap.png",
+        heatmap="results/grounded/heatmap.png",
+        # shown in the report as a page (vlbias.report.html.figure_page)
+        page=report(
+            "results/grounded/heatmap.html",
             caption="../report/grounded_heatmap.rst",
             category="Grounded",
             subcategory="Figures",

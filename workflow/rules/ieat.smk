@@ -3,7 +3,7 @@
 # model (all image categories, and the text sets of its cross-modal tests), one job per table (all its
 # tests' statistics in one process). Planned in vlbias.suites.ieat.plan; declared in vlbias.suites.ieat.suite.
 
-from vlbias.suites.ieat.plan import IeatPlan
+from vlbias.suites.ieat.plan import SPECIFICITY_CAPTION, IeatPlan
 
 IEAT = config["ieat"]
 IEAT_PLAN = IeatPlan(config)
@@ -263,8 +263,10 @@ rule ieat_specificity:
         stimulus=lambda w: table_stimuli([IEAT["specificity"]["test"]], IEAT["specificity"]["models"])[0],
         stores=expand("results/embeddings/ieat/{model}.h5", model=IEAT["specificity"]["models"]),
     output:
-        report(
-            "results/ieat/specificity.csv",
+        csv="results/ieat/specificity.csv",
+        # a page in the report (a CSV there is a download)
+        html=report(
+            "results/ieat/specificity.html",
             caption="../report/ieat_specificity.rst",
             category="iEAT",
         ),
@@ -279,6 +281,7 @@ rule ieat_specificity:
         n_samples=IEAT["specificity"]["n_samples"],
         alphas=IEAT["specificity"]["alphas"],
         seed=STATS["seed"],
+        caption=SPECIFICITY_CAPTION,
     script:
         "../scripts/ieat_specificity.py"
 
@@ -288,8 +291,10 @@ rule ieat_figures:
     input:
         unpack(lambda w: existing({table: f"results/ieat/{table}.csv" for table in IEAT_TABLES})),
     output:
-        heatmap=report(
-            "results/ieat/heatmap.png",
+        heatmap="results/ieat/heatmap.png",
+        # shown in the report as a page (vlbias.report.html.figure_page)
+        page=report(
+            "results/ieat/heatmap.html",
             caption="../report/ieat_heatmap.rst",
             category="iEAT",
             subcategory="Figures",

@@ -146,8 +146,10 @@ rule seat_figures:
     input:
         unpack(lambda w: existing({model: f"results/seat/{model}/table.csv" for model in SEAT["models"]})),
     output:
-        heatmap=report(
-            "results/seat/heatmap.png",
+        heatmap="results/seat/heatmap.png",
+        # shown in the report as a page (vlbias.report.html.figure_page)
+        page=report(
+            "results/seat/heatmap.html",
             caption="../report/seat_heatmap.rst",
             category="SEAT",
             subcategory="Figures",

@@ -2,10 +2,10 @@ import logging
 
 import pandas as pd
 
-from vlbias.io.atomic import atomic_path
 from vlbias.io.stimuli import load_stimulus
 from vlbias.io.store import read_set
 from vlbias.logs import Progress, setup_logging
+from vlbias.report.tables import write_tables
 from vlbias.stats.specificity import false_positive_rates, random_partition_pvalues
 
 setup_logging(snakemake.log[0])
@@ -22,5 +22,4 @@ for model, store in zip(p.models, snakemake.input.stores):
         rows.append({"test": stimulus.id, "model": model, "alpha": alpha, "false_positive_rate": rate,
                      "n_tests": p.n_tests, "n_samples": p.n_samples, "seed": p.seed,
                      "n_x": len(X), "n_y": len(Y), "n_a": len(A), "n_b": len(B)})
-with atomic_path(snakemake.output[0]) as tmp:
-    pd.DataFrame(rows).to_csv(tmp, index=False)
+write_tables(pd.DataFrame(rows), p.caption, csv=snakemake.output.csv, html=snakemake.output.html)

@@ -24,6 +24,7 @@ from vlbias.cli import list as list_
 from vlbias.cli import run, show, weights, workflow
 from vlbias.cli.common import UsageError
 from vlbias.errors import InputError
+from vlbias.logs import setup_logging
 
 COMMANDS = (run, list_, show, workflow, weights)
 
@@ -39,7 +40,12 @@ def parser():
 
 
 def main(argv=None):
+    """The exit status of ``vlbias ARGV``; ``argv`` None: the program's own (sys.argv), whose stderr then
+    gets progress as a workflow job's terminal does, and whose exit skips the garbage collections of
+    torch's objects (vlbias.logs.setup_logging)."""
     args = parser().parse_args(argv)
+    if argv is None:
+        setup_logging()
     try:
         return args.func(args)
     except (UsageError, InputError) as e:

@@ -7,6 +7,7 @@ here by its adapter, image stimuli read from the store the workflow built), an e
 one's own vectors.
 """
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from vlbias.errors import InputError
 from vlbias.suites import plan
 
 CI_KEYS = ("level", "n_boot", "seed", "method")
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(sub):
@@ -55,6 +58,8 @@ def add_parser(sub):
 
 
 def main(args):
+    # the first line before the imports and the config (seconds on a busy machine)
+    log.info("%s on %s", args.stimulus, args.model or args.store or args.vectors)
     import h5py
 
     from vlbias.associate import run_test
@@ -79,7 +84,9 @@ def main(args):
             from vlbias.api import find_model
 
             suite, spec = find_model(config, args.model, stimulus.suite)
+            log.info("%s/%s: building the model, encoding %s", suite, args.model, stimulus.id)
             store, model = model_store(config, suite, args.model, spec, stimulus, tmp), args.model
+        log.info("%s on %s: d and p%s", stimulus.id, model, " and d's interval" if ci else "")
         row = run_test(stimulus, store, model, ci=ci, **settings)
     table = assemble([row], [stimulus.id], [model])
     if args.format == "csv":

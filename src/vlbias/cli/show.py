@@ -1,5 +1,6 @@
 """vlbias show: a results table the workflow built, by its name in the config (any suite's table:
-vlbias.suites.registry) or its CSV path, as Markdown or CSV."""
+vlbias.suites.registry) or its CSV path, as Markdown or CSV: an association table as the workflow's
+Markdown, an ML-EAT table as its page's view (vlbias.report.mleat.compact), ``--all`` every column."""
 
 from pathlib import Path
 
@@ -14,6 +15,8 @@ def add_parser(sub):
     p.add_argument("table", help="a table name (e.g. table1, minilm, lxmert/scores; ieat/table3 or grounded/table3 "
                                  "where two suites use it) or a CSV path")
     p.add_argument("--format", choices=["md", "csv"], default="md")
+    p.add_argument("--all", action="store_true", help="every column of the CSV (an association or ML-EAT table shows "
+                                                      "its main numbers by default)")
     config_option(p)
     p.set_defaults(func=main)
 
@@ -24,6 +27,7 @@ def main(args):
     from vlbias.associate import COLUMNS
     from vlbias.report.formats import markdown_table
     from vlbias.report.tables import TABLE_COLUMNS, to_markdown
+    from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
 
     path, caption = table_path(args.table, load_config(args.config) if Path(args.table).suffix != ".csv" else {})
     if not path.is_file():
@@ -33,6 +37,12 @@ def main(args):
     df = df.fillna({c: "" for c in printed if c in df})
     if args.format == "csv":
         text = df.to_csv(index=False)
+    elif args.all:
+        text = markdown_table(df, caption)
+    elif set(MLEAT_COLUMNS) <= set(df.columns):
+        from vlbias.report.mleat import compact  # matplotlib's import: for this table alone
+
+        text = markdown_table(compact(df), caption, "Every statistic with its settings and provenance: --all.")
     elif set(COLUMNS) <= set(df.columns):  # an association table: the workflow's Markdown
         text = to_markdown(df.reindex(columns=[*TABLE_COLUMNS, *(c for c in df if c not in TABLE_COLUMNS)]),
                            caption)

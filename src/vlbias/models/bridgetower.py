@@ -51,8 +51,12 @@ copies of itself, as a batch of it would: a smaller matmul sums in another order
 
 Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk): ``mlm_score`` on the text stream,
 with the image (lp_VL(E | g, I)). BridgeTower has no text-only input (its masked-LM pre-training is
-on image-caption pairs), so "no image" (lp_VL(E | g, -)) is a blank image: every pixel the
-processor's mean colour, which its normalisation maps to (nearly) zero, at the square ``image_size``.
+on image-caption pairs), so "no image" (lp_VL(E | g, -)) is, with ``no_image: masked`` (the default),
+a blank image whose tokens the text stream's cross-attention does not read: its output is zero, the
+attention over no token, and the text stream is RoBERTa's layers and the cross-modal layers' self-attention
+and feed-forward alone (masking the image tokens would not do it: a softmax over keys all masked spreads
+evenly over them); with ``no_image: blank``, the blank image read as any image: every pixel the processor's
+mean colour, which its normalisation maps to (nearly) zero, at the square ``image_size``.
 """
 
 import contextlib
@@ -63,7 +67,7 @@ from transformers import BridgeTowerConfig, BridgeTowerForMaskedLM, BridgeTowerI
 
 from vlbias.errors import InputError
 from vlbias.models import register
-from vlbias.models.pixel_mlm import PixelMaskedLM
+from vlbias.models.pixel_mlm import PixelMaskedLM, hooked
 from vlbias.models.tokenization import encode_text
 from vlbias.models.vl import LENGTH_BUCKET, MIN_ROWS, Given, replaced
 
@@ -75,6 +79,7 @@ class BridgeTowerEncoder(PixelMaskedLM):
     config_class = BridgeTowerConfig
     model_class = BridgeTowerForMaskedLM
     processor_class = BridgeTowerImageProcessor
+    blind_text = "which the text's cross-attention does not read"
     base_config = {}
     feature_dim_key = None
 
@@ -125,7 +130,8 @@ class BridgeTowerEncoder(PixelMaskedLM):
 
     def _batch(self, captions, regions, index, mask, mask_terms, words):
         """(TextBatch, per caption its image's work (``_image_work``), each (image, mask) computed once
-        (``_once``) however many captions, batches and calls read it; a None entry reads the blank image)."""
+        (``_once``) however many captions, batches and calls read it; a None entry reads the blank image;
+        blind (b,), PixelMaskedLM._blind)."""
         text = encode_text(self.tokenizer, self._captions(captions), self.max_length, mask_terms, words,
                            self.token_mask, LENGTH_BUCKET)
         images = []
@@ -134,7 +140,7 @@ class BridgeTowerEncoder(PixelMaskedLM):
             images.append(self._once(entry, seen, lambda entry=entry, i=i, seen=seen: self._image_work(entry, i, seen)))
         text.input_ids = text.input_ids.to(self.device)
         text.attention_mask = text.attention_mask.to(self.device)
-        return text, images
+        return text, images, self._blind(regions)
 
     def _split(self):
         """The text layers BridgeTowerModel.forward runs before its first cross-modal layer (its split_index)."""
@@ -161,9 +167,10 @@ class BridgeTowerEncoder(PixelMaskedLM):
             work.append(model._apply_image_transform(visual.forward_post(states), k + 1))
         return [w[:1].permute(1, 0, 2) for w in work]
 
-    def _states(self, text, images):
+    def _states(self, text, images, blind):
         """(the text stream's states (b, L, dim), the W/S vectors (b, output_dim("S"))): BridgeTowerModel's
-        last cross-modal layer, each caption's image work (``_image_work``) as computed ahead."""
+        last cross-modal layer, each caption's image work (``_image_work``) as computed ahead; a ``blind``
+        caption's cross-attention reading nothing (its output zero)."""
         model = self.model.bridgetower
         visual = model.vision_model.visual
         # the ViT layer before cross-modal layer k gives its work; ln_post and the projection pass it on
@@ -176,6 +183,9 @@ class BridgeTowerEncoder(PixelMaskedLM):
             stack.enter_context(replaced(visual.transformer, resblocks=nn.ModuleList(given)))
             stack.enter_context(replaced(visual, ln_post=nn.Identity()))
             stack.enter_context(replaced(model, cross_modal_image_transform=transform))
+            for layer in model.cross_modal_text_layers:
+                stack.enter_context(hooked(layer.crossattention.self, lambda module, args, output: (
+                    torch.where(blind[:, None, None], 0, output[0]), *output[1:])))
             # no pixels: the ViT's embeddings are not run, its layers read this placeholder and return their work
             out = model(input_ids=text.input_ids, attention_mask=text.attention_mask,
                         image_embeds=images[0][0].new_zeros((len(images), 1, 1)))

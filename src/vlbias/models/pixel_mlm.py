@@ -1,12 +1,16 @@
 """What the masked-LM models that read pixels through one image processor (ViLT, BridgeTower) share.
 
 A family (vlbias.models.vilt, vlbias.models.bridgetower) subclasses ``PixelMaskedLM``: mask I as the
-pixel fill of vlbias.models.pixels, and "no image" as a blank image of the processor's mean colour:
-neither model has a text-only input. By default (ViLT) each distinct image of a batch is processed once
+pixel fill of vlbias.models.pixels, and "no image" (``no_image``) as the closest to no visual input the
+model allows, neither having a text-only input: ``masked``, a blank image's tokens present but out of the
+text's attention (the family's ``_states`` reads ``blind``, per caption whether it has no image), or
+``blank``, a blank image of the processor's mean colour, read as any image. By default (ViLT) each distinct image of a batch is processed once
 by the model's image processor (``pixel_values`` and ``pixel_mask``, padded to the batch's largest);
 BridgeTower overrides ``_batch`` to hand its image work computed once per (image, mask). W/S, C and the
 masked-LM logits are read from the states the family's ``_states`` gives. docs/pixel-mlm.md.
 """
+
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -33,6 +37,7 @@ class PixelMaskedLM(VLEncoder):
     (b, L, dim) and the W/S vectors (b, output_dim("S"))) and ``_lm_head(states)``."""
 
     processor_class = None
+    blind_text = None  # what no_image: masked does to the blank image's tokens, in words
     needs_pixels = True
     supports_image_masking = True
     name = None  # the family's name in messages
@@ -44,7 +49,9 @@ class PixelMaskedLM(VLEncoder):
         size = self._image_size(self.model.config)
         self.blank = Visual(np.zeros((0, 0), np.float32), image_size=(size, size),
                             image=np.full((size, size, 3), self.fill, np.uint8))
-        self.no_image = f"a blank {size}x{size} image (the processor's mean colour {self.fill.tolist()})"
+        self.no_image_mode = spec["no_image"]
+        self.no_image = (f"a blank {size}x{size} image (the processor's mean colour {self.fill.tolist()})"
+                         + (f", {self.blind_text}" if self.no_image_mode == "masked" else ""))
         self.image_masking = (f"the regions' boxes painted with the processor's mean colour {self.fill.tolist()} "
                               "before it runs (this project's extension: vlbias.models.pixels)")
         self.info.update({"image_masking": self.image_masking, "needs_pixels": True, "no_image": self.no_image,
@@ -93,9 +100,14 @@ class PixelMaskedLM(VLEncoder):
             self._tokens[shape] = (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch) + 1
         return self._tokens[shape]
 
+    def _blind(self, regions):
+        """bool (b,): the captions without their image whose image tokens ``no_image: masked`` keeps out of
+        the text's attention (none with ``blank``)."""
+        return torch.tensor([entry is None and self.no_image_mode == "masked" for entry in regions], device=self.device)
+
     def _batch(self, captions, regions, index, mask, mask_terms, words):
-        """(TextBatch, pixel values (b, 3, H, W), pixel mask (b, H, W)): each caption's image (a blank
-        one for None), each distinct image processed once, padded to the batch's largest."""
+        """(TextBatch, pixel values (b, 3, H, W), pixel mask (b, H, W), blind (b,)): each caption's image
+        (a blank one for None), each distinct image processed once, padded to the batch's largest."""
         text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
                            LENGTH_BUCKET)
         images, which, seen = [], [], {}
@@ -110,7 +122,7 @@ class PixelMaskedLM(VLEncoder):
         text.input_ids = text.input_ids.to(self.device)
         text.attention_mask = text.attention_mask.to(self.device)
         return (text, processed["pixel_values"][which].to(self.device),
-                processed["pixel_mask"][which].to(self.device))
+                processed["pixel_mask"][which].to(self.device), self._blind(regions))
 
     def _level_vectors(self, text, visual, level):
         states, pooled = self._states(text, *visual)
@@ -122,3 +134,13 @@ class PixelMaskedLM(VLEncoder):
     def _mask_logits(self, text, visual, is_mask):
         states, _ = self._states(text, *visual)
         return [self._lm_head(states[j, is_mask[j]]) for j in range(len(states))]
+
+
+@contextmanager
+def hooked(module, hook):
+    """``hook`` a forward hook of ``module`` (its output replaced by what it returns) within the block."""
+    handle = module.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()

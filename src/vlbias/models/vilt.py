@@ -36,9 +36,12 @@ they are kept in order instead (``patches_in_order``), so that a vector is bit-r
 
 Masked-LM probabilities (vlbias.suites.mlm, Srinivasan & Bisk): ``mlm_score`` on the caption's
 states, with its image (lp_VL(E | g, I) of S_L and S_V). ViLT has no text-only input (it pre-trained
-on image-caption pairs only), so "no image" (lp_VL(E | g, -) of S_PT, S_V and B_L) is a blank image:
-every pixel the processor's mean colour, which its normalisation maps to (nearly) zero, at the
-config's square ``image_size``. S_V then compares one head with and without the image's content.
+on image-caption pairs only), so "no image" (lp_VL(E | g, -) of S_PT, S_V and B_L) is, with
+``no_image: masked`` (the default), a blank image whose tokens are masked out of the attention: the
+caption's tokens attend to the caption alone, as ViLT's layers run on the caption's tokens by themselves
+would (the closest to the paper's removed visual input its single stream allows; docs/pixel-mlm.md);
+with ``no_image: blank``, the blank image read as any image: every pixel the processor's mean colour,
+which its normalisation maps to (nearly) zero, at the config's square ``image_size``.
 """
 
 from contextlib import contextmanager
@@ -47,7 +50,7 @@ import torch
 from transformers import ViltConfig, ViltForMaskedLM, ViltImageProcessor
 
 from vlbias.models import register
-from vlbias.models.pixel_mlm import PixelMaskedLM
+from vlbias.models.pixel_mlm import PixelMaskedLM, hooked
 
 @register("vilt")
 class ViltEncoder(PixelMaskedLM):
@@ -56,6 +59,7 @@ class ViltEncoder(PixelMaskedLM):
     config_class = ViltConfig
     model_class = ViltForMaskedLM
     processor_class = ViltImageProcessor
+    blind_text = "its tokens masked out of the attention"
     base_config = {}
     feature_dim_key = None
 
@@ -81,11 +85,17 @@ class ViltEncoder(PixelMaskedLM):
     def _patch_size(config):
         return int(config.patch_size)
 
-    def _states(self, text, pixel_values, pixel_mask):
-        """(the caption's states (b, L, dim), [CLS]'s state (b, dim)): ViltModel's last layer."""
+    def _states(self, text, pixel_values, pixel_mask, blind):
+        """(the caption's states (b, L, dim), [CLS]'s state (b, dim)): ViltModel's last layer; a ``blind``
+        caption's image tokens out of the attention (ViltEmbeddings' mask of them zero)."""
+        def unseen(module, args, output):
+            embeddings, masks = output
+            return embeddings, torch.where(blind[:, None], masks * (torch.arange(masks.shape[1], device=masks.device)
+                                                                    < text.input_ids.shape[1]), masks)
+
         # the padding patches a smaller image draws are masked (any draw gives the same vectors): a fixed seed
         # keeps even their choice reproducible, the caller's RNG untouched
-        with torch.random.fork_rng(devices=[]), patches_in_order():
+        with torch.random.fork_rng(devices=[]), patches_in_order(), hooked(self.model.vilt.embeddings, unseen):
             torch.manual_seed(0)
             states = self.model.vilt(input_ids=text.input_ids, attention_mask=text.attention_mask,
                                      pixel_values=pixel_values, pixel_mask=pixel_mask).last_hidden_state

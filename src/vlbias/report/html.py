@@ -4,6 +4,7 @@
     layout_html(layout)                      # a grounded paper-layout table (report.layout.Layout)
     table_html(df, caption)                  # any table, a row per row of the DataFrame
     figure_html("heatmap.png", caption)      # an inline figure
+    figure_page("heatmap.png", "heatmap.html", caption)   # a page of a figure (the report's view of it)
     write_page("report/ieat.html", "iEAT", [table, figure, ...])    # one standalone page
 
 Every text from a table (test names, set labels, a skipped test's reason) is escaped.
@@ -27,7 +28,7 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 table.vlbias { border-collapse: collapse; margin: 1em 0 0.3em; font-size: 13px; }
 table.vlbias caption { caption-side: top; text-align: left; font-weight: 600; padding-bottom: 0.4em; }
 table.vlbias th, table.vlbias td { padding: 0.2em 0.6em; border-bottom: 1px solid #ddd; vertical-align: top; }
-table.vlbias td { overflow-wrap: anywhere; }
+table.vlbias td { overflow-wrap: break-word; }
 table.vlbias thead th { border-bottom: 1px solid #666; text-align: center; }
 table.vlbias td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; overflow-wrap: normal; }
 table.vlbias .sub { display: block; font-size: 85%; color: #555; }
@@ -45,9 +46,10 @@ def _e(value):
 
 
 def _breakable(value):
-    """Escaped text with a line-break opportunity inside CamelCase words ("Incompetent<wbr>Not..."), so
-    a label such as IncompetentNotAchievementOriented wraps between its words, not inside them."""
-    return re.sub(r"(?<=[a-z])(?=[A-Z])", "<wbr>", _e(value))
+    """Escaped text with a line-break opportunity inside CamelCase words ("Incompetent<wbr>Not...") and
+    after "_" or "/", so a label such as IncompetentNotAchievementOriented or my_own_words wraps between
+    its words; never inside a word ("Plea|sant": the cells' CSS breaks only a word wider than the page)."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[_/])(?=\w)", "<wbr>", _e(value))
 
 
 def _float(value):
@@ -174,6 +176,12 @@ def figure_html(src, caption, alt=None):
     """An inline figure: the image at ``src`` (a path relative to the page) with its caption."""
     return (f'<figure><img src="{_e(src)}" alt="{_e(alt or caption)}">'
             f"<figcaption>{_e(caption)}</figcaption></figure>\n")
+
+
+def figure_page(png, path, caption):
+    """Write ``path``, a page of the PNG ``png`` (inlined) under ``caption``: how the report shows a tall
+    figure from its top (it centres a bare image in its window, cutting off the top of one taller)."""
+    write_page(path, caption, [figure_html(png_data_uri(png), caption)], heading=False)
 
 
 def png_data_uri(path):

@@ -262,8 +262,8 @@ def _number(value, digits=2):
     return "" if missing(value) else f"{float(value):.{digits}f}"
 
 
-def _compact(df):
-    """The page's view of a table: per (test, model) the pattern, the flag and each level's numbers."""
+def compact(df):
+    """The page's (and `vlbias show`'s) view of a table: per (test, model) the pattern, the flag and each level's numbers."""
     out = pd.DataFrame({"test": df["name"] if "name" in df else df["test"], "model": df["model"]})
     if "level" in df:
         out.insert(1, "level", df["level"])
@@ -318,7 +318,7 @@ def write_mleat(found, *, csv, page, summary, maps, title, caption, workers=1):
     # the report shows each as an entry (EAT-Maps), the page links them
     maps_part = ('<p class="vlbias-note">EAT-Maps, one per test and model (the report lists them under EAT-Maps):'
                  "</p>\n<ul>\n" + "\n".join(links) + "\n</ul>\n") if links else ""
-    write_page(page, title, [f"<p>{html.escape(caption)}</p>\n", table_html(_compact(df), title, note),
+    write_page(page, title, [f"<p>{html.escape(caption)}</p>\n", table_html(compact(df), title, note),
                              figure_html(png_data_uri(summary), f"{title}: the pattern of each test and model."),
                              maps_part])
     return df

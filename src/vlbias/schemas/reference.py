@@ -9,6 +9,7 @@ A key is named by its path (``ieat.models.<name>.images.size``; ``<name>`` for a
 definition (a YAML anchor) is listed where it is, with that description.
 """
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,12 +81,23 @@ def _has_keys(node: dict[str, Any]) -> bool:
                 or isinstance(node.get("additionalProperties"), dict))
 
 
+def escape(text: str) -> str:
+    """``text`` as Markdown shows it: a placeholder (``<mirror>/<name>``) outside a code span escaped,
+    which Markdown would otherwise pass on as an HTML tag and the browser drop."""
+    return "".join(part if part.startswith("`") else part.replace("<", "&lt;").replace(">", "&gt;")
+                   for part in re.split(r"(`[^`]*`)", text))
+
+
 def _table(found: list[Row]) -> list[str]:
     lines = ["| key | type | default | description |", "|---|---|---|---|"]
     for key, kind, default, text in found:
-        cells = [f"`{key}`", kind, f"`{default}`" if default else "", text]
+        cells = [f"`{key}`", escape(kind), f"`{default}`" if default else "", escape(text)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
+
+
+def _described(node: dict[str, Any]) -> str:
+    return escape(" ".join(str(node.get("description", "")).split()))
 
 
 def reference(schema_path: str | Path) -> str:
@@ -97,14 +109,14 @@ def reference(schema_path: str | Path) -> str:
     out = [INTRO, "## Top level", "", *_table([r for key in scalar for r in rows(sections[key], defs, (key,))]), ""]
     for key, node in sections.items():
         if key not in scalar:  # the section's description heads it, its keys follow
-            out += [f"## `{key}`", "", " ".join(str(node.get("description", "")).split()), ""]
+            out += [f"## `{key}`", "", _described(node), ""]
             out += [*_table(list(rows(node, defs, (key,)))[1:]), ""]
     for kind, title in (("models", "Model adapters"), ("detectors", "Detector adapters")):
         out += [f"## {title}", "", f"The keys of an entry with `adapter: <name>` (`src/vlbias/schemas/{kind}/`), "
                 "beside its section's own keys above.", ""]
         for name in adapters(kind):
             own = adapter_schema(kind, name)
-            out += [f"### `{name}`", "", " ".join(str(document(f"{kind}/{name}").get("description", "")).split()), ""]
+            out += [f"### `{name}`", "", _described(document(f"{kind}/{name}")), ""]
             out += [*_table([r for key, sub in own["properties"].items() for r in rows(sub, {}, (key,))]), ""]
     return "\n".join(out).rstrip() + "\n"
 

@@ -29,6 +29,14 @@ class Table(NamedTuple):
     caption: str
 
 
+def mleat_tables(suite, tables):
+    """{"mleat/<name>": Table} of the ML-EAT of each of ``tables`` ({name: Table} of ``suite``), which the
+    workflow builds beside each (by name, or in the default target with stats/mleat/build)."""
+    from vlbias.suites.plan import mleat_path
+
+    return {f"mleat/{name}": Table(mleat_path(suite, name), f"ML-EAT: {table.caption}") for name, table in tables.items()}
+
+
 def _nothing(*_):
     return []
 

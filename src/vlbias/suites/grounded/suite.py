@@ -11,10 +11,11 @@ from vlbias.errors import InputError
 from vlbias.models.plan import embeds
 from vlbias.suites.grounded.plan import COMPARISON_CAPTION, TABLE1_CAPTION, GroundedImagesPlan, GroundedPlan, table_path
 from vlbias.suites.grounded.protocol import resolve
-from vlbias.suites.stage import Suite, Table
+from vlbias.suites.stage import Suite, Table, mleat_tables
 from vlbias.validation import suggest
 
 FIGURES = ["heatmap", "published"]  # results/grounded/<figure>.png, of the main protocol's tables
+FIGURE_PAGES = ["heatmap"]  # results/grounded/<figure>.html: the report's view of the figure (rule grounded_figures)
 TABLE1 = "table1"  # the datasets' images (grounded_images.smk)
 COMPARISON = "comparison"  # the printed numbers beside each protocol's
 
@@ -100,7 +101,8 @@ def targets(config, down):
     found = GroundedImagesPlan(config).targets(offline=offline)
     if not offline:
         tables = GroundedPlan(config).targets()
-        found += tables + ([table_path(f, "png") for f in FIGURES] if tables else [])
+        found += tables + ([table_path(f, "png") for f in FIGURES] + [table_path(f, "html") for f in FIGURE_PAGES]
+                           if tables else [])
     return found
 
 
@@ -117,7 +119,8 @@ def tests(config):
 def tables(config):
     plan = GroundedPlan(config)
     found = {TABLE1: Table(table_path(TABLE1), TABLE1_CAPTION)}
-    found |= {target: Table(table_path(target), plan.caption(target)) for target in plan.table_targets}
+    targets = {target: Table(table_path(target), plan.caption(target)) for target in plan.table_targets}
+    found |= targets | mleat_tables("grounded", targets)
     if plan.published:
         found[COMPARISON] = Table(table_path(COMPARISON), COMPARISON_CAPTION)
     return found

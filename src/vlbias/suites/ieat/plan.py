@@ -20,6 +20,10 @@ from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path, stimulus_ids
 from vlbias.weights import record_path
 
 
+SPECIFICITY_CAPTION = ("Specificity of the permutation test: the false-positive rate of random re-partitions of "
+                       "one test")
+
+
 def table_path(table, ext="csv"):
     """An iEAT table's file: ``table`` a name under ieat/tables, "specificity" or "sweep"."""
     return f"results/ieat/{table}.{ext}"
@@ -111,7 +115,7 @@ class IeatPlan:
         targets = [table_path(t, ext) for t, spec in self.tables.items() if keep(spec["models"])
                    for ext in ("csv", "md", "html", "missing.tsv")]
         if self.ieat["specificity"]["models"] and keep(self.ieat["specificity"]["models"]):
-            targets.append(table_path("specificity"))
+            targets += [table_path("specificity"), table_path("specificity", "html")]
         if self.ieat["build_images"] and upstream:
             targets.append(f"results/images/ieat/{self.default_store}/manifest.tsv")
         if self.sweep_models and upstream:  # image models: they read the images

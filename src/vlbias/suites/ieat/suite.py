@@ -4,13 +4,14 @@ its weights, its tests and tables."""
 
 from pathlib import Path
 
-from vlbias.suites.ieat.plan import IeatPlan, encodes, ieat_models, sweep_name, table_models, table_path
+from vlbias.suites.ieat.plan import SPECIFICITY_CAPTION, IeatPlan, encodes, ieat_models, sweep_name, table_models, table_path
 from vlbias.suites.plan import stimulus_ids
-from vlbias.suites.stage import Suite, Table, unknown_names
+from vlbias.suites.stage import Suite, Table, mleat_tables, unknown_names
 from vlbias.validation import key_path, suggest
 
 UPSTREAM = ("sources", "ieat")  # the authors' repository: the stimulus images and the published vectors
 FIGURES = ["heatmap", "published"]  # results/ieat/<figure>.png, of every table (rule ieat_figures)
+FIGURE_PAGES = ["heatmap"]  # results/ieat/<figure>.html: the report's view of the figure
 
 
 def check(config, root):
@@ -81,7 +82,8 @@ def targets(config, down):
     """Tables 1-3, the specificity check, the sweep, the images and the figures; without the upstream
     repository (``down``) only the tables that need none of it (one's own vectors), and no figures."""
     plan, upstream = IeatPlan(config), UPSTREAM not in down
-    figures = [table_path(f, "png") for f in FIGURES] if plan.tables and upstream else []
+    figures = ([table_path(f, "png") for f in FIGURES] + [table_path(f, "html") for f in FIGURE_PAGES]
+               if plan.tables and upstream else [])
     return plan.targets(upstream=upstream) + figures
 
 
@@ -100,10 +102,10 @@ def tables(config):
     ieat = config["ieat"]
     found = {name: Table(table_path(name), spec["caption"]) for name, spec in ieat["tables"].items()}
     if ieat["specificity"]["models"]:
-        found["specificity"] = Table(table_path("specificity"), "Specificity of the permutation test: the false-positive rate of random re-partitions of one test")
+        found["specificity"] = Table(table_path("specificity"), SPECIFICITY_CAPTION)
     if ieat["sweep"]["models"]:
         found["sweep"] = Table(table_path("sweep"), ieat["sweep"]["caption"])
-    return found
+    return found | mleat_tables("ieat", {name: t for name, t in found.items() if name != "specificity"})
 
 
 SUITE = Suite(

@@ -26,7 +26,8 @@ under the same template, so this cue is the same in numerator and denominator.
 caption alone (zero regions), LXMERT one region with zero features and the whole-image box (its
 masked-object input; LXMERT cannot run without regions), ViLBERT likewise (a zero region on the
 whole image after its then zero global token), VL-BERT the input of its text-only pre-training (no
-box, every token's visual feature its learned text-corpus embedding), text-only BERT has no visual
+box, every token's visual feature its learned text-corpus embedding), ViLT and BridgeTower a blank
+image the caption's tokens do not attend to (their ``no_image: masked``), text-only BERT has no visual
 input at all.
 """
 

@@ -7,9 +7,10 @@ from pathlib import Path
 from vlbias.models.plan import embeds
 from vlbias.suites.plan import stimulus_ids
 from vlbias.suites.seat import plan
-from vlbias.suites.stage import Suite, Table, unknown_names
+from vlbias.suites.stage import Suite, Table, mleat_tables, unknown_names
 
 HEATMAP = "results/seat/heatmap.png"  # of every model's table (rule seat_figures)
+HEATMAP_PAGE = "results/seat/heatmap.html"  # the report's view of it
 
 
 def check(config, root):
@@ -27,7 +28,7 @@ def check(config, root):
 
 
 def targets(config, down):
-    return plan.targets(config) + ([HEATMAP] if config["seat"]["models"] else [])
+    return plan.targets(config) + ([HEATMAP, HEATMAP_PAGE] if config["seat"]["models"] else [])
 
 
 def tests(config):
@@ -36,7 +37,8 @@ def tests(config):
 
 
 def tables(config):
-    return {model: Table(plan.table_path(model), plan.caption(model)) for model in config["seat"]["models"]}
+    found = {model: Table(plan.table_path(model), plan.caption(model)) for model in config["seat"]["models"]}
+    return found | mleat_tables("seat", found)
 
 
 SUITE = Suite(
