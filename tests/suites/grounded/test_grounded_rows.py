@@ -34,7 +34,7 @@ def test_a_target_set_of_one_pair_gives_no_d_and_no_p(tmp_path, sizes, says):
     for row in rows(tmp_path, **sizes):
         assert row["status"].startswith(says), row["status"]
         assert "d" not in row and "p" not in row
-        assert (row["n_X"], row["n_Y"]) == ((SIZES | sizes)["X"], (SIZES | sizes)["Y"])
+        assert (row["n_x"], row["n_y"]) == ((SIZES | sizes)["X"], (SIZES | sizes)["Y"])
 
 
 def test_an_attribute_set_of_one_pair_is_enough(tmp_path):

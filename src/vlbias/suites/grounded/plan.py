@@ -53,6 +53,13 @@ def embedding_path(protocol, dataset, model, ext="h5"):
     return f"results/embeddings/grounded/{protocol}/{dataset}/{model}.{ext}"
 
 
+def embedding_job(path, ext="missing.tsv"):
+    """(protocol, dataset, model) of an ``embedding_path`` of ``ext``: whose pairs a missing.tsv lists (a
+    model's name may hold dots)."""
+    *_, protocol, dataset, name = Path(path).parts
+    return protocol, dataset, name.removesuffix(f".{ext}")
+
+
 def experiment_path(protocol, dataset, model):
     return f"results/grounded/experiments/{protocol}/{dataset}/{model}.csv"
 
