@@ -25,3 +25,9 @@ def test_the_citation_names_this_version_and_license_and_the_three_papers():
     assert (cff["version"], cff["license"]) == (pyproject()["version"], pyproject()["license"])
     assert [r["authors"][0]["family-names"] for r in cff["references"]] == ["Ross", "Steed", "Srinivasan"]
     assert "MIT License" in (REPO / "LICENSE").read_text() and "the vlbias developers" in (REPO / "LICENSE").read_text()
+
+
+def test_no_rule_file_spells_a_store_path_the_library_builds():
+    # vlbias.suites.plan.embedding_path (the command line's), and the grounded suite's own
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        assert "results/embeddings/" not in path.read_text(), path.name

@@ -25,6 +25,7 @@ from vlbias.io.store import read_provenance, read_set
 from vlbias.report.formats import stars
 from vlbias.report.mleat import map_path
 from vlbias.stats.row import MLEAT
+from vlbias.suites.plan import embedding_path
 from vlbias.stats.mleat import mleat
 from vlbias.weights import package_dir, provenance, read_record, record_path
 
@@ -56,6 +57,9 @@ def test_tables_are_built(project):
     assert "Flower-Insect" in md and "| pub |" in md
     assert "| d [95 % CI] | p | p Holm | p BH |" in md
     assert f"{pub.d:.2f}{stars(pub.p_holm)} [{pub.d_low:.2f}, {pub.d_high:.2f}]" in md and stars(pub.p_holm)
+    # the rules write each store where the library (the command line's --model) looks for it
+    stores = sorted(p.relative_to(project).as_posix() for p in (project / "results/embeddings").rglob("*.h5"))
+    assert stores == sorted([*(embedding_path("ieat", m) for m in ("pub", "tiny-clip")), embedding_path("seat", "minilm")])
 
 
 def test_missing_inputs_are_listed_next_to_the_table(project):
