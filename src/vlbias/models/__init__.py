@@ -35,4 +35,4 @@ from vlbias.registry import Registry
 _ADAPTERS = Registry("model", "vlbias.models")  # adapter <name>: module vlbias.models.<name>
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the
 # config entry also carries what the workflow itself reads.
-register, build = _ADAPTERS.register, _ADAPTERS.build
+register, build, build_recorded = _ADAPTERS.register, _ADAPTERS.build, _ADAPTERS.build_recorded

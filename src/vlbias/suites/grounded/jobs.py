@@ -175,6 +175,24 @@ def vision_passes(stimuli, levels, masks, batch_size, supports_image_masking=Tru
     return {"pairs": pairs, "images": len(distinct), "before": before, "after": len(distinct)}
 
 
+def store_attrs(job, column, switches, info, record, detector, region_store, region_weights):
+    """The root attributes of one embedding job's store: what ``run_experiments`` and ``run_mleat`` copy
+    into each row (the job, the model's column and provenance, the detector) and what reproduces it.
+
+    ``job``: (protocol, dataset, model); ``info``: the encoder's; ``record``: its weights record
+    (vlbias.weights.provenance keeps what is not local to this machine); ``detector``: the region
+    store's entry, ``region_store`` its file, ``region_weights`` the detector's weights it records.
+    """
+    from vlbias.weights import provenance
+
+    protocol, dataset, model = job
+    return {"protocol": protocol, "switches": json.dumps(switches, sort_keys=True), "dataset": dataset, "model": model,
+            "column": column, **{k: info[k] or "" for k in ("model_id", "revision", "commit")},
+            "weights": info["weights"], "weights_sha256": info["weights_sha256"] or "", "detector": detector,
+            "region_store": str(region_store), "region_store_sha256": sha256_file(region_store),
+            "region_weights": str(region_weights), "weights_record": json.dumps(provenance(record), sort_keys=True)}
+
+
 def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), cache=None,
                 image_mask="persons", mask_labels=None, label_offset=0):
     """Embed every (caption, image) pair of each test of ``stimuli`` at each configured level and mask,
