@@ -202,3 +202,11 @@ def test_an_attribute_never_set_is_caught():
     assert mismatches(Unset, ImageEncoder) == ["no attribute dim"]
     Unset.dim = 4
     assert mismatches(Unset, ImageEncoder) == []
+
+
+def test_every_adapter_is_in_the_static_roles_with_its_class():
+    # mypy checks the roles only of the families _static_roles names: one left out would go unchecked
+    source = ast.parse(inspect.getsource(importlib.import_module(__name__)))
+    static = next(node for node in ast.walk(source) if isinstance(node, ast.FunctionDef) and node.name == "_static_roles")
+    named = {a.arg: ast.unparse(a.annotation) for a in static.args.args}
+    assert named == {adapter: adapter_class(adapter).__name__ for adapter in adapters("models")}
