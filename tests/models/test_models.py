@@ -242,7 +242,7 @@ def test_unreachable_pretrained_weights_say_what_to_do(tmp_path):
     from vlbias.weights import prepare
 
     spec = {"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"}
-    # issue 25 row 3: an adapter never downloads; the registry names the key and the way to fetch it
+    # an adapter never downloads: the registry names the key and the way to fetch it
     with pytest.raises(InputError, match=r"^open_clip entry: `pretrained: openai` names remote weights, .*"
                                          r"vlbias\.weights\.prepare"):
         build(spec)

@@ -55,7 +55,7 @@ def test_seeded_and_around_d():
 
 
 def test_same_numbers_on_any_number_of_threads():
-    # issue 18 row 6: --cores 1 vs --cores 2 gave the same d and p but an interval differing in the
+    # the same interval on any thread count: --cores 1 vs --cores 2 gave the same d and p but an interval differing in the
     # last digits: the cosine matrix was a multi-threaded OpenBLAS product, its sums split by thread
     rng = np.random.default_rng(6)
     sets = gaussian_sets(rng, (25, 25, 25, 25), [np.full(768, 0.05)] * 4)

@@ -450,7 +450,7 @@ def test_every_declared_weights_key_is_a_key_of_its_adapter(kind):
             assert set(named) <= keys, (adapter, key, sorted(set(named) - keys))
 
 
-# --- issue 25: every load vouched for ---------------------------------------------------------------
+# --- every load vouched for ------------------------------------------------------------------------
 
 
 def test_a_record_edited_to_load_other_weights_is_refused(hub, igpt, tmp_path):

@@ -134,8 +134,8 @@ TABLES = ["results/ieat/t1.csv", "results/ieat/t2.csv", "results/seat/minilm/tab
 
 
 def test_the_tables_do_not_depend_on_the_jobs_threads(built_project, project, tmp_path):
-    # issue 18 rows 6 and 10: a job's thread count (--cores, a cluster profile's set-threads) changed
-    # torch's vectors in the 7th digit, through torch's threads, and the intervals through BLAS's. Here
+    # the tables do not depend on a job's thread count (--cores, a cluster profile's set-threads), which once
+    # changed torch's vectors in the 7th digit, through torch's threads, and the intervals through BLAS's. Here
     # the jobs that compute the tables' numbers run again with another count than in `project` (--cores 2,
     # the rules' threads), the models on every vector (the embedding cache gone), the rest as built.
     copy_project(built_project, tmp_path)
@@ -154,7 +154,7 @@ def test_the_tables_do_not_depend_on_the_jobs_threads(built_project, project, tm
 
 
 def test_the_model_jobs_read_their_weights_records(project):
-    # issue 20: one weights job per entry records what it loads; each store names that record
+    # one weights job per entry records what it loads; each store names that record
     for name, store in [("ieat/tiny-clip", "embeddings/ieat/tiny-clip.h5"), ("seat/minilm", "embeddings/seat/minilm.h5")]:
         record = read_record(project / record_path(name))
         assert record["entry"] == name

@@ -54,7 +54,7 @@ The authors' code reads Level 1 the same way (normal, observed direction); Level
 tables' one-sided count p, with the normal reading beside it (``Level1.p_normal``).
 
 Undefined statistics are NaN with a status, never an error: d₁ needs |X| ≥ 2 and |Y| ≥ 2, d_T needs
-|A| ≥ 2 and |B| ≥ 2 (two sets of one give d = ±√2 whatever the vectors; the rule of issue 25 for
+|A| ≥ 2 and |B| ≥ 2 (two sets of one give d = ±√2 whatever the vectors; the rule for
 every d), each needs s-values that vary; σ_TC needs two cosines. Malformed vectors (NaN, zero rows, mismatched dimensions) raise ValueError
 naming the set (vlbias.stats.weat).
 

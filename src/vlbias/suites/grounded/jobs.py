@@ -157,7 +157,7 @@ def vision_passes(stimuli, levels, masks, batch_size, supports_image_masking=Tru
     FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end), planned as
     ``embed_tests`` plans the pairs, no model needed: {"pairs", "images" (distinct (image, mask I or
     not)), "before" (once per distinct image of each batch of ``batch_size`` pairs of one (test, level,
-    mask, role) in the stimulus' order, as up to e10739f), "after" (once per (image, mask I or not) of
+    mask, role) in the stimulus' order: an image read again in every batch that holds it), "after" (once per (image, mask I or not) of
     the job: ``embed_tests``)}. ``images``: the image ids the region store holds (default: every
     image the stimuli name)."""
     combos, _ = embedding_combos(levels, masks, supports_image_masking)
