@@ -66,7 +66,7 @@ def test_each_family_declares_what_it_embeds():
     import importlib
 
     from vlbias import models
-    from vlbias.config import adapters
+    from vlbias.schemas import adapters
     from vlbias.models.plan import embeds
 
     for adapter in adapters("models"):

@@ -20,7 +20,7 @@ from vlbias.models.protocols import (
     VisionLanguageEncoder,
     roles,
 )
-from vlbias.registry import adapters
+from vlbias.schemas import adapters
 
 if TYPE_CHECKING:
     from vlbias.models.bert_mlm import BertMaskedLM

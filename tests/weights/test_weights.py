@@ -437,7 +437,7 @@ def test_offline_a_hub_model_comes_from_the_cache_its_revision_names(hub, igpt, 
 @pytest.mark.parametrize("kind", ["models", "detectors"])
 def test_every_declared_weights_key_is_a_key_of_its_adapter(kind):
     from vlbias.config import adapter_schema
-    from vlbias.registry import adapters
+    from vlbias.schemas import adapters
     from vlbias.weights import declared
 
     kinds = {"hub", "file", "directory", "open_clip", "torchvision"}
