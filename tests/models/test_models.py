@@ -378,7 +378,7 @@ def _mean_pooled(model, tokenizer, texts):
 
 
 def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path):
-    """The differential test of bert_layers.BertModel: random weights, texts of different lengths in
+    """The differential test of bert_layers.PortedBert: random weights, texts of different lengths in
     one batch (padding), against transformers' BertModel; the real MiniLM is checked against
     sentence-transformers above."""
     model, tokenizer = _tiny_bert_dir(tmp_path)
