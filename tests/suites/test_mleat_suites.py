@@ -1,6 +1,6 @@
 """The ML-EAT wired into the suites (docs/mleat.md): a test on a model's store (vlbias.associate), the
 grounded tests of an embedding file, a table's ML-EAT files (vlbias.report.mleat.write_mleat) and its
-settings. The workflow runs them in tests/workflow/test_workflow.py (iEAT, SEAT) and test_grounded_pipeline.py."""
+settings. The workflow runs them in tests/workflow/test_workflow.py (iEAT, SEAT) and tests/workflow/test_grounded_pipeline.py."""
 
 
 import numpy as np
