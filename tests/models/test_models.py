@@ -60,14 +60,14 @@ def test_import_does_not_import_torch():
 
 
 def test_each_family_declares_what_it_embeds():
-    """What a family's schema file declares it embeds (vlbias.models.plan.embeds, read by the config
+    """What a family's schema file declares it embeds (vlbias.models.families.embeds, read by the config
     check and the workflow, which import no adapter) is exactly the encode_images / encode_texts its
     class has; the registry finds each class by the convention vlbias.models.<adapter>."""
     import importlib
 
     from vlbias import models
     from vlbias.schemas import adapters
-    from vlbias.models.plan import embeds
+    from vlbias.models.families import embeds
 
     for adapter in adapters("models"):
         importlib.import_module(f"vlbias.models.{adapter}")

@@ -26,7 +26,7 @@ in the registry to them.
 Adapter modules are imported only when an entry names them (see vlbias.registry), with their
 schema's defaults filled in. Adding a family means its module vlbias.models.<adapter>, its schema
 vlbias/schemas/models/<adapter>.yaml (its keys and their defaults, and what it embeds and gives:
-vlbias.models.plan), a network ported here in vlbias.models.modeling_<adapter>, and a config entry
+vlbias.models.families), a network ported here in vlbias.models.modeling_<adapter>, and a config entry
 (docs/architecture.md).
 """
 

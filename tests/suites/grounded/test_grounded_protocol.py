@@ -64,7 +64,7 @@ def test_each_feed_a_family_declares_is_a_protocol_switch_with_its_values():
     """A family's declared feeds (its schema file) are switches of the protocol, the family's own value
     the paper's; the W/S switch's values are those the two-stream families declare."""
     from vlbias.schemas import adapters
-    from vlbias.models.plan import feeds, ws_vectors
+    from vlbias.models.families import feeds, ws_vectors
 
     declared = {a: feeds(a) for a in adapters("models") if feeds(a)}
     assert sorted(declared) == ["vilbert", "vlbert"]

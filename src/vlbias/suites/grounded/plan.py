@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from vlbias import CONFIG
 from vlbias.errors import InputError
 from vlbias.io.fetch import Source, read_manifest
-from vlbias.models.plan import embeds
+from vlbias.models.families import embeds
 from vlbias.regions.plan import images_path, store_path
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
 from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path
