@@ -2,6 +2,7 @@
 dependencies, CITATION.cff names this version and license (each rule's `conda:` directive is
 `snakemake --lint`'s to check, in CI)."""
 
+import re
 import tomllib
 
 import yaml
@@ -31,3 +32,11 @@ def test_no_rule_file_spells_a_store_path_the_library_builds():
     # vlbias.suites.plan.embedding_path (the command line's), and the grounded suite's own
     for path in (REPO / "workflow/rules").glob("*.smk"):
         assert "results/embeddings/" not in path.read_text(), path.name
+
+
+def test_every_rule_runs_in_the_one_environment():
+    # docs/development.md says why one: each job is a script calling the library, whose pins are pyproject's
+    for path in (REPO / "workflow/rules").glob("*.smk"):
+        for rule in re.split(r"^(?=rule \w+:)", path.read_text(), flags=re.MULTILINE)[1:]:
+            if re.search(r"^    (script|shell|run):", rule, re.MULTILINE):  # a job (not an aggregate)
+                assert '    conda:\n        "../../environment.yml"\n' in rule, f"{path.name}: {rule.split(':')[0]}"
