@@ -51,7 +51,7 @@ def test_own_vectors_give_the_hand_worked_d_and_p(nowhere):
     assert row["d"] == pytest.approx(0.8 / np.sqrt(2.08 / 3), abs=1e-12)
     # the 6 splits of {1, -.2, -1, .2} into 2 + 2: sums over X .8 (observed), 0, 1.2, -1.2, 0, -.8; 2 reach .8
     assert row["p"] == pytest.approx(1 / 3, abs=1e-12) and row["exact"] and row["n_samples"] == 6
-    assert (row["n_t"], row["n_y"], row["n_a"], row["n_b"]) == (2, 2, 1, 1)
+    assert (row["n_x"], row["n_y"], row["n_a"], row["n_b"]) == (2, 2, 1, 1)
     assert (row["name"], row["model"], row["family"], row["X"], row["B"]) == ("Flowers", "mine", "own", "Flowers",
                                                                              "Unpleasant")
     assert row["weights"] == "user vectors" and row["status"] == "ok" and pd.isna(row["d_low"])
@@ -100,7 +100,7 @@ def test_images_and_words_on_a_tiny_model_equal_the_statistics_on_its_vectors(no
     df = run_query(Query({"Sunny": X, "Grey": Y}, words), copy.deepcopy(TINY_CLIP), name="tiny", cache="cache",
                    ci=False)
     row = df.iloc[0]
-    assert row["status"] == "ok" and (row["n_t"], row["n_y"], row["n_a"]) == (3, 3, 3)
+    assert row["status"] == "ok" and (row["n_x"], row["n_y"], row["n_a"]) == (3, 3, 3)
     # the same model built directly, the images prepared as the image store does (32 px, centre, bicubic, Pillow)
     encoder = build({k: v for k, v in TINY_CLIP.items() if k != "images"})
     vectors = [encoder.encode_images(np.stack([prepare(p, 32, "center", "bicubic", "pil") for p in paths]))
@@ -212,7 +212,7 @@ def test_a_query_on_a_configured_model_is_the_command_lines_row(tmp_path):
     row = df.iloc[0]
     for column in ("d", "d_low", "d_high", "p", "p_parametric"):
         assert row[column] == pytest.approx(cli[column], rel=1e-9), column
-    for column in ("n_t", "n_y", "n_a", "n_b", "n_samples", "exact", "model", "model_id", "revision", "ci_n_boot"):
+    for column in ("n_x", "n_y", "n_a", "n_b", "n_samples", "exact", "model", "model_id", "revision", "ci_n_boot"):
         assert row[column] == cli[column], column
     after = sorted((p.name, p.stat().st_size) for p in (tmp_path / "cache/embeddings").rglob("*") if p.is_file())
     assert after == before  # every text came from the cache the command line filled

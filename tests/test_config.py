@@ -9,8 +9,9 @@ import pytest
 import yaml
 from helpers import REPO
 
-from vlbias.config import ConfigError, adapter_schema, adapters, check_config, load_config
+from vlbias.config import ConfigError, check_config, load_config
 from vlbias.errors import InputError
+from vlbias.schemas import adapter_schema, adapters
 from vlbias.suites.ieat.plan import ieat_models, table_models
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"

@@ -1,4 +1,4 @@
-"""A job's terminal: summary lines; per-item detail (extra=FILE_ONLY) in its log file only (issue 30)."""
+"""A job's terminal: summary lines; per-item detail (extra=FILE_ONLY) in its log file only."""
 
 import subprocess
 import sys

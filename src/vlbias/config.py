@@ -27,7 +27,7 @@ import yaml
 
 from vlbias import CONFIG, SCHEMA
 from vlbias.errors import InputError, UsageError
-from vlbias.models.plan import family
+from vlbias.models.families import family
 from vlbias.safeyaml import load_yaml
 from vlbias.schemas import adapter_schema, adapters
 from vlbias.suites import registry

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from vlbias.errors import InputError
+from vlbias.io.paths import StrPath
 from vlbias.schemas import adapters, with_defaults
 
 T = TypeVar("T")
@@ -68,6 +69,17 @@ class Registry:
                                               "load only fetched and verified: build the spec that vlbias.weights."
                                               "prepare(name, spec, cache=..., lock_path=...) returns")
         return self.classes[name](with_defaults(spec, f"{self.kind}s"))
+
+    def build_recorded(self, name: str, spec: Mapping[str, Any], record_path: StrPath, *, cache: StrPath,
+                       lock_path: StrPath | None, threads: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """Entry ``name``'s adapter as a workflow job builds it: from the files the weights record at
+        ``record_path`` verifies, offline (a compute node needs no network; vlbias.weights.localize),
+        on ``threads`` threads. Returns (the adapter, the localized spec, the record)."""
+        from vlbias.weights import localize, read_record
+
+        record = read_record(record_path)
+        local = localize(name, spec, record, cache=cache, lock_path=lock_path)
+        return self.build({**local, "threads": threads}), local, record
 
 
 def one_weights_source(spec: Mapping[str, Any], where: str, remote: str | None = None, hint: str = "") -> None:

@@ -41,9 +41,10 @@ from vlbias.errors import UsageError
 from vlbias.io.cache import RecordCache, cached_vectors, digest, fingerprint
 from vlbias.io.stimuli import SETS
 from vlbias.logs import Progress
-from vlbias.models import plan
+from vlbias.models import families
 from vlbias.schemas import adapter_schema
 from vlbias.stats.adjust import add_adjusted
+from vlbias.stats.row import ASSOCIATION, IDENTITY, PROVENANCE, SIZES, Row
 from vlbias.weights.declarations import declared
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ ADAPTER_AXES = ("pooling", "layer")
 # the columns of a specification's row beside the test's (vlbias.associate.score): one place, so that a
 # result row declared elsewhere takes them up as they are
 SPEC_COLUMNS = ["specification", "template", "casing", *ADAPTER_AXES, *IMAGE_AXES, "draw", "perm_seed", "default"]
+# a specification's row: the association row, the twin's seed and the specification after its provenance
+SPECIFICATION = Row(IDENTITY, SIZES, ASSOCIATION.statistics, (*PROVENANCE, "weights_seed", *SPEC_COLUMNS))
 SUMMARY_COLUMNS = ["test", "name", "family", "model", "d", "p_holm", "n_specs", "d_min", "d_max", "sign_share",
                    "holm_share", "twins", "twin_seeds", "twins_mean", "twins_sd", "twins_share", "twins_p", "robust",
                    "status", "model_id", "revision", "weights"]
@@ -124,12 +127,12 @@ def specifications(settings, entry):
     adapter = entry.get("adapter")
     if adapter is None:
         raise UsageError("robustness: one's own vectors cannot be re-extracted along any axis: give a model entry")
-    embeds = set(plan.embeds(adapter))
+    embeds = set(families.embeds(adapter))
     for axis, needs in (("template", "texts"), ("casing", "texts"), *((a, "images") for a in IMAGE_AXES)):
         if settings[axis] and needs not in embeds:
             raise refuse(adapter, axis, f"it embeds no {needs}")
     for axis in ADAPTER_AXES:
-        if settings[axis] and axis not in plan.axes(adapter):
+        if settings[axis] and axis not in families.axes(adapter):
             raise refuse(adapter, axis, "its schema declares no such switch (`family: axes:`)")
     for value in settings["template"]:
         templates(value, adapter)
@@ -205,7 +208,7 @@ class Embedder:
         return self.read[key]
 
     def _sets(self, stimulus, spec, entry):
-        keys = plan.axes(entry.get("adapter"))
+        keys = families.axes(entry.get("adapter"))
         entry = {**entry, **{keys[axis]: value for axis, value in spec.adapter}}
         encoder, records = self.encoder(entry)
         where = fingerprint(encoder.info)
@@ -327,15 +330,15 @@ def _row(stimulus, model, spec, entry, settings, stats, embedder, threads, defau
         vectors = draw(vectors, spec.draw, settings)
     row = {"test": stimulus.id, "name": stimulus.name, "family": stimulus.family, "model": model,
            **{s: getattr(stimulus, s).label for s in SETS},
-           "n_t": len(vectors["X"]), "n_y": len(vectors["Y"]), "n_a": len(vectors["A"]), "n_b": len(vectors["B"]),
+           **{n: len(vectors[s]) for n, s in zip(SIZES, SETS, strict=True)},
            "model_id": info.get("model_id", ""), "revision": info.get("revision", ""),
            "weights": info.get("weights", ""), "weights_seed": info.get("seed", ""),
            "specification": spec.label, **spec.axes(), "default": default}
     if empty := [s for s in SETS if len(vectors[s]) == 0]:
-        return {**row, "status": f"skipped: no stimuli left in {', '.join(empty)}"}
+        return SPECIFICATION.build(row, status=f"skipped: no stimuli left in {', '.join(empty)}")
     seed = stats["seed"] if spec.seed is None else spec.seed
     return score(row, vectors, f"{stimulus.path} on {model} ({spec.label})", n_samples=settings["n_samples"],
-                 seed=seed, exact=stats["exact"], threads=threads, ci=settings["ci"])
+                 seed=seed, exact=stats["exact"], threads=threads, ci=settings["ci"], declared=SPECIFICATION)
 
 
 def summary(curve, twins, settings):

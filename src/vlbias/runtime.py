@@ -37,7 +37,7 @@ def runtime(spec: Mapping[str, Any], precisions: tuple[str, ...] = PRECISIONS) -
     the adapter's schema, vlbias/schemas/_runtime.yaml). ``threads`` sets torch's intra-op threads
     for the whole process; the workflow passes its config's ``threads`` (which the job also asks the
     scheduler for), never the job's own thread count: torch splits its sums by thread, so the vectors
-    differed by 2e-7 between a 1-thread local job and a 4-thread SLURM job (issue 18 row 10). An
+    differed by 2e-7 between a 1-thread local job and a 4-thread SLURM job. An
     entry without it leaves torch's setting as it is.
     """
     import torch

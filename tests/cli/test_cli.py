@@ -13,7 +13,7 @@ from helpers import REPO
 from helpers.project import copy_project
 
 from vlbias.report.tables import TABLE_COLUMNS
-from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
+from vlbias.stats.row import MLEAT
 
 pytestmark = pytest.mark.workflow  # runs the real Snakefile for the tables it compares with
 
@@ -98,7 +98,7 @@ def test_run_gives_the_workflows_row(project):
     assert text.returncode == 0, text.stderr
     [row] = json.loads(text.stdout)
     seat = pd.read_csv(project / "results/seat/minilm/table.csv").set_index("test").loc["weat-toy"]
-    for column in ("d", "d_low", "d_high", "p", "n_t", "n_samples", "model_id"):
+    for column in ("d", "d_low", "d_high", "p", "n_x", "n_samples", "model_id"):
         assert row[column] == pytest.approx(seat[column]) if isinstance(row[column], float) else \
             row[column] == seat[column], column
 
@@ -144,9 +144,14 @@ def test_run_options_override_the_config(project):
 
 
 def test_list_and_show(project):
-    models, tests, tables, shown, seat, mleat, every = vlbias_several(
+    # a table written before n_t became n_x (vlbias.stats.row.RENAMED) shows as today's
+    table = (project / "results/ieat/t2.csv").read_text()
+    (project / "t2.csv").write_text(table.replace(",n_x,", ",n_t,", 1))
+    models, tests, tables, shown, seat, mleat, every, new, old = vlbias_several(
         project, ["list", "models"], ["list", "tests"], ["list", "tables"], ["show", "t2"],
-        ["show", "results/seat/minilm/table.csv"], ["show", "mleat/t2"], ["show", "mleat/t2", "--all"])
+        ["show", "results/seat/minilm/table.csv"], ["show", "mleat/t2"], ["show", "mleat/t2", "--all"],
+        ["show", "results/ieat/t2.csv"], ["show", "t2.csv"])
+    assert old.returncode == 0 and old.stdout == new.stdout and "| n_x | n_a |" in old.stdout
     assert models.stdout.splitlines() == ["ieat\tpub\tsource published\ttoy",
                                           "ieat\ttiny-clip\topen_clip\ttiny random ViT",
                                           "seat\tminilm\tsentence\tsentence-transformers/all-MiniLM-L6-v2"]
@@ -164,7 +169,7 @@ def test_list_and_show(project):
     assert mleat.returncode == 0 and header.startswith("| test | model | n (X, Y, A, B) | pattern |"), mleat.stdout
     assert header.count("|") == 16 and re.search(r"\| -?\d\.\d\d \| ", first), first
     assert "--all" in mleat.stdout.splitlines()[-1]
-    assert all(f" {c} |" in every.stdout.splitlines()[2] for c in MLEAT_COLUMNS)
+    assert all(f" {c} |" in every.stdout.splitlines()[2] for c in MLEAT.computed)
 
 
 def test_run_on_own_vectors_gives_the_stores_row(project):
@@ -184,7 +189,7 @@ def test_run_on_own_vectors_gives_the_stores_row(project):
                                       [*common, "--store", "results/embeddings/ieat/pub.h5"],
                                       [*common, "--vectors", "mine.csv", "--manifest", "more.tsv"])
     [mine], [store] = json.loads(mine.stdout), json.loads(store.stdout)
-    assert mine["model"] == "mine" and mine["n_t"] == store["n_t"]
+    assert mine["model"] == "mine" and mine["n_x"] == store["n_x"]
     assert (mine["d"], mine["p"]) == pytest.approx((store["d"], store["p"]), abs=1e-12)
     assert out.returncode == 2 and "mine.csv" in out.stderr and "toy/flower/new.png" in out.stderr, out.stderr
 

@@ -14,12 +14,17 @@ from PIL import Image
 from helpers import REPO
 from vlbias.errors import FetchError, InputError
 from vlbias.images import acquire as acq
-from vlbias.images.acquire import (MANIFEST_COLUMNS, acquire, get_sh_digests, mark_duplicates, parse_get_sh,
-                                   parse_get_sh_tree, pin_sha256, summarize, table1_rows)
+from vlbias.images.acquire import (DIGEST_PREFIX, MANIFEST_COLUMNS, acquire, manifest_comments, mark_duplicates,
+                                   parse_get_sh, parse_get_sh_tree, pin_sha256, summarize, table1_rows)
 from vlbias.io.fetch import read_manifest, write_manifest
 from vlbias.report.formats import latex_table, markdown_table
 
 COMMITTED = REPO / "resources/manifests/grounded_google_images.tsv"
+
+
+def get_sh_digests(path):
+    """The "<test>/<role> <sha256>" lines recorded in a manifest's header."""
+    return [c[len(DIGEST_PREFIX):] for c in manifest_comments(path) if c.startswith(DIGEST_PREFIX)]
 
 
 def image_bytes(fmt, colour=(200, 30, 30), size=(24, 16)):

@@ -118,7 +118,7 @@ def test_get_many_reads_what_get_reads(tmp_path):
             np.testing.assert_array_equal(record["v"], c.get(key)["v"])
 
 
-# -- damaged shards (issue 18 row 1): every record checked against its digest when read ------------
+# -- damaged shards: every record checked against its digest when read ------------
 
 DIM = 384  # a MiniLM vector
 

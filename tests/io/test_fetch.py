@@ -120,7 +120,7 @@ ROUTES = {
     "to-ftp.csv": (302, b"", [("Location", "ftp://127.0.0.1/x")]),
     "error.csv": (500, b"oops"),
     "flaky.csv": _flaky,
-    # two URLs with one file name, different content (issue 18 row 5)
+    # two URLs with one file name, different content: each kept apart
     "a/model_final.pkl": b"weights of a",
     "b/model_final.pkl": b"weights of b",
 }

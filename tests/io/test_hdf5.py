@@ -1,5 +1,5 @@
 """Stores the workflow reads back (vlbias.io.hdf5): a file whose bytes changed after it was written is
-a named error, never numbers (issue 18 row 1, for the embedding, region and image stores)."""
+a named error, never numbers (the embedding, region and image stores)."""
 
 import logging
 from types import SimpleNamespace

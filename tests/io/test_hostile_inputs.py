@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 18), property-based: the readers of vectors files (CSV, NPY + ids, HDF5),
+"""Hostile inputs, property-based: the readers of vectors files (CSV, NPY + ids, HDF5),
 stimulus files (association, grounded, MLM), TSV manifests and the config, given valid files mutated
 (bytes flipped, truncated, hostile snippets inserted: NaN, inf, 1e309, quotes, NUL, newlines, odd
 unicode, ``..`` paths, huge header claims) and valid documents with a value or a key replaced. Each

@@ -1,5 +1,4 @@
-"""The one confinement rule for paths from data (vlbias.io.paths) and its readers (issue 18 rows 2
-and 9): a manifest row, a published table's path or a name may not lead outside its folder."""
+"""The one confinement rule for paths from data (vlbias.io.paths) and its readers: a manifest row, a published table's path or a name may not lead outside its folder."""
 
 import copy
 import os

@@ -222,7 +222,7 @@ def test_a_target_set_of_one_gives_no_d_and_says_why(tmp_path):
         row = run_test(stimulus, store, "toy", n_samples=100, seed=0,
                        ci={"level": 0.95, "n_boot": 100, "seed": 0, "method": "bca"})
         assert row["status"] == f"too-few: {short} stimulus; d and p need at least 2 in each target set"
-        assert (row["n_t"], row["n_y"]) == sizes[:2] and "d" not in row and "p" not in row
+        assert (row["n_x"], row["n_y"]) == sizes[:2] and "d" not in row and "p" not in row
     stimulus, store = _store_of(tmp_path, (2, 2, 1, 1))  # one attribute each: s(w, A, B) is defined
     assert run_test(stimulus, store, "toy", n_samples=100, seed=0)["status"] == "ok"
 

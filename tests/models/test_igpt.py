@@ -19,7 +19,7 @@ from helpers.tiny import TINY_IGPT as TINY
 from vlbias.errors import InputError
 from vlbias.images.decode import area_resize
 from vlbias.models import build
-from vlbias.models.plan import outputs
+from vlbias.models.families import outputs
 
 
 

@@ -1,4 +1,4 @@
-"""Image-only work once per (image, mask), and vectors that do not depend on their batch (issue 28).
+"""Image-only work once per (image, mask), and vectors that do not depend on their batch.
 
 Each grounded family that does work on the image alone (BLIP's vision model and its cross-attention
 keys and values, FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end,
@@ -63,7 +63,7 @@ def blip_states(encoder, captions, regions, index, mask):
 
 
 def flava_states(encoder, captions, regions, index, mask):
-    """FlavaModel.forward's fusion as the adapter ran it up to e10739f, the image encoder on each caption's image."""
+    """FlavaModel.forward's fusion with the image encoder run on each caption's image: what image-once must equal."""
     text = encode_text(encoder.tokenizer, captions, encoder.max_length, None, None, encoder.token_mask, LENGTH_BUCKET)
     pixels = encoder.processor(images=[encoder._image(r, i, mask) for i, r in zip(index, regions)],
                                return_tensors="pt")["pixel_values"]
@@ -94,8 +94,9 @@ def bridgetower_states(encoder, captions, regions, index, mask):
 
 
 def vlbert_states(encoder, captions, regions, index, mask):
-    """VL-BERT end to end as up to e10739f: the res5 RoI head on each caption's kept boxes, the backbone once per
-    image of the batch (region_features on the same tensor)."""
+    """VL-BERT end to end with no work shared between captions (what image-once must equal): the res5 RoI
+    head on each caption's kept boxes, the backbone once per image of the batch (region_features on the
+    same tensor)."""
     text = encode_text(encoder.tokenizer, captions, encoder.max_length, None, None, encoder.token_mask, LENGTH_BUCKET)
     lengths = text.attention_mask.sum(1).tolist()
     keep = [encoder._object_tokens(n, r) for n, r in zip(lengths, regions)]
@@ -242,7 +243,7 @@ def test_vision_passes_counts_the_plan():
 
 
 def test_the_google_jobs_vision_passes():
-    """The figure of issue 28: the Google-images job of the paper tables (config.yaml's levels and masks)."""
+    """The figure docs/performance.md gives: the Google-images job of the paper tables (config.yaml's levels and masks)."""
     import yaml
 
     from vlbias.suites.grounded.plan import GroundedPlan

@@ -60,14 +60,14 @@ def test_import_does_not_import_torch():
 
 
 def test_each_family_declares_what_it_embeds():
-    """What a family's schema file declares it embeds (vlbias.models.plan.embeds, read by the config
+    """What a family's schema file declares it embeds (vlbias.models.families.embeds, read by the config
     check and the workflow, which import no adapter) is exactly the encode_images / encode_texts its
     class has; the registry finds each class by the convention vlbias.models.<adapter>."""
     import importlib
 
     from vlbias import models
-    from vlbias.config import adapters
-    from vlbias.models.plan import embeds
+    from vlbias.schemas import adapters
+    from vlbias.models.families import embeds
 
     for adapter in adapters("models"):
         importlib.import_module(f"vlbias.models.{adapter}")
@@ -244,7 +244,7 @@ def test_unreachable_pretrained_weights_say_what_to_do(tmp_path):
     from vlbias.weights import prepare
 
     spec = {"adapter": "open_clip", "arch": "ViT-B-32", "pretrained": "openai"}
-    # issue 25 row 3: an adapter never downloads; the registry names the key and the way to fetch it
+    # an adapter never downloads: the registry names the key and the way to fetch it
     with pytest.raises(InputError, match=r"^open_clip entry: `pretrained: openai` names remote weights, .*"
                                          r"vlbias\.weights\.prepare"):
         build(spec)
@@ -382,7 +382,7 @@ def _mean_pooled(model, tokenizer, texts):
 
 
 def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path):
-    """The differential test of bert_layers.BertModel: random weights, texts of different lengths in
+    """The differential test of bert_layers.PortedBert: random weights, texts of different lengths in
     one batch (padding), against transformers' BertModel; the real MiniLM is checked against
     sentence-transformers above."""
     model, tokenizer = _tiny_bert_dir(tmp_path)

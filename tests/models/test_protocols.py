@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 from vlbias import models
-from vlbias.models import plan
+from vlbias.models import families
 from vlbias.models.protocols import (
     ImageEncoder,
     MaskedLM,
@@ -20,7 +20,7 @@ from vlbias.models.protocols import (
     VisionLanguageEncoder,
     roles,
 )
-from vlbias.registry import adapters
+from vlbias.schemas import adapters
 
 if TYPE_CHECKING:
     from vlbias.models.bert_mlm import BertMaskedLM
@@ -125,7 +125,7 @@ def adapter_class(adapter: str) -> type:
 @pytest.mark.parametrize("adapter", adapters("models"))
 def test_each_adapter_implements_the_roles_its_schema_declares(adapter):
     cls = adapter_class(adapter)
-    declared = roles(plan.family(adapter))
+    declared = roles(families.family(adapter))
     assert declared, adapter
     for protocol in declared:
         assert mismatches(cls, protocol) == [], f"{adapter} as {protocol.__name__}"
@@ -139,8 +139,8 @@ def test_roles_follow_the_family_declaration():
     assert roles({}) == [VisionLanguageEncoder, MaskedLM]
     assert roles({"mlm_head": False, "ws_vectors": ["language"]}) == [VisionLanguageEncoder]
     # the schemas as shipped: BLIP's retrieval model has no masked-LM head, iGPT several outputs
-    assert MaskedLM not in roles(plan.family("blip")) and VisionLanguageEncoder in roles(plan.family("blip"))
-    assert MultiOutputImageEncoder in roles(plan.family("igpt"))
+    assert MaskedLM not in roles(families.family("blip")) and VisionLanguageEncoder in roles(families.family("blip"))
+    assert MultiOutputImageEncoder in roles(families.family("igpt"))
 
 
 class _Good:
@@ -202,3 +202,11 @@ def test_an_attribute_never_set_is_caught():
     assert mismatches(Unset, ImageEncoder) == ["no attribute dim"]
     Unset.dim = 4
     assert mismatches(Unset, ImageEncoder) == []
+
+
+def test_every_adapter_is_in_the_static_roles_with_its_class():
+    # mypy checks the roles only of the families _static_roles names: one left out would go unchecked
+    source = ast.parse(inspect.getsource(importlib.import_module(__name__)))
+    static = next(node for node in ast.walk(source) if isinstance(node, ast.FunctionDef) and node.name == "_static_roles")
+    named = {a.arg: ast.unparse(a.annotation) for a in static.args.args}
+    assert named == {adapter: adapter_class(adapter).__name__ for adapter in adapters("models")}

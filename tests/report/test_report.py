@@ -40,16 +40,16 @@ class Cells(HTMLParser):
             self._cell += data
 
 
-def result(test, model, d, p, n_t=8, status="ok", low=None, high=None):
+def result(test, model, d, p, n_x=8, status="ok", low=None, high=None):
     return {"test": test, "name": {"t1": "Test <One>", "t2": "Test Two"}[test], "model": model,
-            "X": "Flowers & co", "Y": "Insects", "A": "Pleasant", "B": "Unpleasant", "n_t": n_t, "n_y": n_t,
+            "X": "Flowers & co", "Y": "Insects", "A": "Pleasant", "B": "Unpleasant", "n_x": n_x, "n_y": n_x,
             "n_a": 10, "n_b": 10, "d": d, "p": p, "status": status, "d_low": low, "d_high": high,
             "ci_level": 0.95 if low is not None else None}
 
 
 PUBLISHED = pd.DataFrame({"table": "tab", "test": ["t1", "t1", "t2"], "model": ["m1", "m2", "m1"],
                           "d": ["0.60", "-0.20", "1.10"], "p": ["<1e-2", "0.70", "<1e-3"]})
-ROWS = [result("t1", "m1", 0.6234, 0.01, low=0.1, high=1.05), result("t1", "m2", -0.21, 0.7, n_t=7, low=-1.2, high=0.7),
+ROWS = [result("t1", "m1", 0.6234, 0.01, low=0.1, high=1.05), result("t1", "m2", -0.21, 0.7, n_x=7, low=-1.2, high=0.7),
         result("t2", "m1", 1.21, 0.0004, low=0.5, high=1.6),
         {**result("t2", "m2", None, None), "status": "skipped: no stimuli left in X (x)"}]
 
@@ -61,7 +61,7 @@ def table():
 def test_results_table_in_the_papers_layout():
     html = results_table_html(table(), "Table 1 <ours>")
     rows = Cells(html).rows
-    assert rows[0] == ["Test", "X", "Y", "A", "B", "n_t", "n_a", "m1", "m2"]
+    assert rows[0] == ["Test", "X", "Y", "A", "B", "n_x", "n_a", "m1", "m2"]
     assert rows[1] == ["d", "p", "d paper", "p paper"] * 2
     # t1: sizes differ between the models; d bold and starred by its Holm-adjusted p with its interval
     # below, p with the Holm-adjusted p (family m1: 0.01, 0.0004 → 2·0.0004, max(0.0008, 0.01)) below
@@ -248,7 +248,7 @@ def test_the_seat_page_of_every_shipped_test_fits_the_window(browser, tmp_path):
     stimuli = sorted((load_stimulus(f) for f in (REPO / "resources/stimuli/seat").glob("*.yaml")),
                      key=lambda s: natural_key(s.id))
     rows = [{"test": s.id, "name": s.name, "model": "minilm", **{k: st.label for k, st in s.sets.items()},
-             "n_t": 8, "n_y": 8, "n_a": 10, "n_b": 10, "d": 1.2345, "d_low": -1.2, "d_high": 1.3, "ci_level": 0.95,
+             "n_x": 8, "n_y": 8, "n_a": 10, "n_b": 10, "d": 1.2345, "d_low": -1.2, "d_high": 1.3, "ci_level": 0.95,
              "p": 0.0123, "status": "ok"} for s in stimuli]
     # and one's own test, its labels without spaces or capitals: they break anywhere rather than overflow
     rows.append({**rows[0], "test": "mine", "name": "mine", "X": "my_own_target_words_" * 6, "Y": "y_" * 40})
@@ -288,7 +288,7 @@ def test_a_cell_breaks_between_words_not_inside_them(browser, tmp_path):
 def test_markdown_shows_the_interval_and_the_adjusted_p():
     df = table().assign(ci_method="bca")
     md = to_markdown(df, "Table <1>").splitlines()
-    assert md[2] == ("| Test | Model | X | Y | A | B | n_t | n_a | d [95 % CI] | p | p Holm | p BH | d (paper) "
+    assert md[2] == ("| Test | Model | X | Y | A | B | n_x | n_a | d [95 % CI] | p | p Holm | p BH | d (paper) "
                      "| p (paper) |")
     # family m1: p = 0.01, 0.0004 → Holm 2·0.0004 and max(0.0008, 0.01); BH 2·0.0004/1, 2·0.01/2
     assert md[4] == ("| Test <One> | m1 | Flowers & co | Insects | Pleasant | Unpleasant | 8 | 10 | 0.62* [0.10, 1.05] "
@@ -299,7 +299,7 @@ def test_markdown_shows_the_interval_and_the_adjusted_p():
     assert "its 95 % BCa bootstrap confidence interval" in md[-1] and "Benjamini–Hochberg" in md[-1]
     plain = to_markdown(assemble([{k: v for k, v in r.items() if not k.startswith(("d_", "ci_"))} for r in ROWS],
                                  ["t1", "t2"], ["m1", "m2"]), "plain").splitlines()
-    assert plain[2] == "| Test | Model | X | Y | A | B | n_t | n_a | d | p | p Holm | p BH |"
+    assert plain[2] == "| Test | Model | X | Y | A | B | n_x | n_a | d | p | p Holm | p BH |"
     assert "| 0.62* | 0.0100 |" in plain[4] and "interval" not in plain[-1]
 
 

@@ -55,7 +55,7 @@ def test_seeded_and_around_d():
 
 
 def test_same_numbers_on_any_number_of_threads():
-    # issue 18 row 6: --cores 1 vs --cores 2 gave the same d and p but an interval differing in the
+    # the same interval on any thread count: --cores 1 vs --cores 2 gave the same d and p but an interval differing in the
     # last digits: the cosine matrix was a multi-threaded OpenBLAS product, its sums split by thread
     rng = np.random.default_rng(6)
     sets = gaussian_sets(rng, (25, 25, 25, 25), [np.full(768, 0.05)] * 4)
@@ -131,7 +131,8 @@ def test_coverage_near_nominal_on_gaussian_embeddings():
 # --- a result row ----------------------------------------------------------------------------
 
 def test_run_test_adds_the_interval_and_its_settings(tmp_path):
-    from vlbias.associate import COLUMNS, run_test
+    from vlbias.associate import run_test
+    from vlbias.stats.row import ASSOCIATION
     from vlbias.io.stimuli import load_stimulus
     from vlbias.io.store import write_embeddings
 
@@ -150,7 +151,7 @@ def test_run_test_adds_the_interval_and_its_settings(tmp_path):
     assert row["d_low"] < row["d"] < row["d_high"]
     assert {k: row[k] for k in ("ci_level", "ci_n_boot", "ci_seed", "ci_method")} == {
         "ci_level": 0.9, "ci_n_boot": 500, "ci_seed": 3, "ci_method": "bca"}
-    assert set(row) <= set(COLUMNS)
+    assert set(row) <= set(ASSOCIATION.columns)
     plain = run_test(load_stimulus(path), store, "toy", n_samples=1000, seed=0)
     assert "d_low" not in plain and plain["d"] == row["d"]
 

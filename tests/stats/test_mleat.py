@@ -12,7 +12,8 @@ from matplotlib.colors import to_rgba
 from vlbias.report.mleat import adjusted, draw_maps, lit, mleat_frame, plot_eat_map, plot_pattern_summary
 from vlbias.stats import effect_size, permutation_pvalue
 from vlbias.stats.bootstrap import effect_size_ci
-from vlbias.stats.mleat import COLUMNS, PATTERNS, QUADRANTS, mleat
+from vlbias.stats.mleat import PATTERNS, QUADRANTS, mleat
+from vlbias.stats.row import MLEAT
 
 # --- hand-checked: every statistic of one tiny test ------------------------------------------------
 # Vectors of length 5 in 3-D, so every cosine is a dot product / 25:
@@ -204,7 +205,7 @@ def test_the_same_seed_gives_the_same_p_and_another_seed_another():
     X, Y, A, B = (rng.normal(size=(n, 5)) for n in (8, 8, 9, 9))
     run = lambda seed: mleat(X, Y, A, B, n_samples=2000, seed=seed, exact=False, null="count").row()
     first, again, other = run(3), run(3), run(4)
-    assert all(first[k] == again[k] or (pd.isna(first[k]) and pd.isna(again[k])) for k in COLUMNS)
+    assert all(first[k] == again[k] or (pd.isna(first[k]) and pd.isna(again[k])) for k in MLEAT.computed)
     assert first["seed"] == 3 and not first["l2x_exact"]
     # every level draws its partitions from the seed (Y's p is a lower tail here: d_Y < 0)
     assert first["l2y_d"] < 0 and all(first[k] != other[k] for k in ("l1_p", "l2x_p", "l2y_p"))
@@ -246,7 +247,7 @@ def test_cosine_flag_marks_a_saturated_space():
 
 def test_row_has_every_column_in_order():
     row = mleat(X, Y, A, B).row()
-    assert list(row) == COLUMNS
+    assert list(row) == MLEAT.computed
     assert row["pattern"] == "none" and row["l1_n_partitions"] == "6" and row["null"] == "normal"
 
 
@@ -355,7 +356,7 @@ def summary_rows():
 
 def test_mleat_frame_orders_identity_then_statistics():
     df = summary_rows()
-    assert list(df.columns) == ["test", "name", "model", "X", *COLUMNS]
+    assert list(df.columns) == ["test", "name", "model", "X", *MLEAT.computed]
     assert df.loc[5, "status"].startswith("skipped") and pd.isna(df.loc[5, "pattern"])
 
 

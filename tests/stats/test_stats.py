@@ -55,7 +55,7 @@ def test_effect_size_sign_follows_X_and_Y():
 
 @pytest.mark.parametrize("scale", [1e200, 1e-160, 1e-300])
 def test_extreme_magnitudes_give_the_same_d_and_interval(scale):
-    # issue 18 row 3: one row of 1e200s overflowed the norm to inf and became a zero vector (d -0.80
+    # the same d at any scale: one row of 1e200s overflowed the norm to inf and became a zero vector (d -0.80
     # instead of -0.22); rows of 1e-160 underflowed their squares into subnormals (d off in the 6th
     # digit), 1e-300 to zero. A cosine does not depend on a vector's length.
     X, Y, A, B = random_sets(np.random.default_rng(5), 8, 8, 8, 8, dim=384)

@@ -1,6 +1,6 @@
 """The ML-EAT wired into the suites (docs/mleat.md): a test on a model's store (vlbias.associate), the
 grounded tests of an embedding file, a table's ML-EAT files (vlbias.report.mleat.write_mleat) and its
-settings. The workflow runs them in tests/workflow/test_workflow.py (iEAT, SEAT) and test_grounded_pipeline.py."""
+settings. The workflow runs them in tests/workflow/test_workflow.py (iEAT, SEAT) and tests/workflow/test_grounded_pipeline.py."""
 
 
 import numpy as np
@@ -14,7 +14,8 @@ from vlbias.associate import run_mleat, run_mleats, run_test
 from vlbias.io.store import write_embeddings
 from vlbias.io.stimuli import Stimulus, StimulusSet
 from vlbias.report.mleat import map_path, write_mleat
-from vlbias.stats.mleat import COLUMNS, mleat
+from vlbias.stats.mleat import mleat
+from vlbias.stats.row import MLEAT
 from vlbias.suites.grounded.jobs import run_mleat as grounded_mleat
 from vlbias.suites.plan import mleat_params
 
@@ -46,7 +47,7 @@ def test_a_test_on_a_store_is_mleat_of_its_sets_and_level1_is_the_tables_row(sto
     row, result = run_mleat(stimulus(), store, "clip", **SETTINGS)
     expected = mleat(*(VECTORS[k] for k in ("img/flower", "img/insect", "txt/A", "txt/B")), **SETTINGS)
     assert result == expected
-    assert {k: row[k] for k in COLUMNS} == pytest.approx(expected.row(), nan_ok=True)
+    assert {k: row[k] for k in MLEAT.computed} == pytest.approx(expected.row(), nan_ok=True)
     assert (row["test"], row["model"], row["X"], row["A"]) == ("flower-insect", "clip", "Flower", "Pleasant")
     assert (row["n_x"], row["n_y"], row["n_a"], row["n_b"]) == (6, 5, 4, 4)
     assert (row["model_id"], row["revision"]) == ("toy/clip", "r1")
@@ -68,7 +69,7 @@ def test_a_tables_files(store, tmp_path):
     df = write_mleat(found, csv=out / "t.csv", page=out / "t.html", summary=out / "t.png", maps=out / "t",
                      title="ML-EAT of iEAT t", caption="Toy <table> & co")
     written = pd.read_csv(out / "t.csv")
-    assert list(written.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *COLUMNS,
+    assert list(written.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *MLEAT.computed,
                                      "model_id", "revision", "weights", "l1_p_holm", "l2x_p_holm", "l2y_p_holm"]
     assert written.loc[0, "l1_p_holm"] == written.loc[0, "l1_p"]  # one test on the model: its own p
     assert list(written["test"]) == ["flower-insect", "gone"] and list(df["test"]) == list(written["test"])

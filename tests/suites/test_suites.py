@@ -12,6 +12,7 @@ from helpers import REPO
 import vlbias.config
 from vlbias import cli
 from vlbias.config import ConfigError, check_config
+from vlbias.errors import InputError
 from vlbias.suites import registry
 from vlbias.suites.stage import Suite, Table, unknown_names
 from vlbias.weights import kind_of, record_path
@@ -157,3 +158,18 @@ def test_a_suite_in_the_registry_is_checked_fetched_built_and_listed(toy, capsys
         assert capsys.readouterr().out.splitlines()[-1] == line
     assert cli.main(["show", "toy/mini", "--config", str(tmp / "config.yaml")]) == 2
     assert "results/toy/mini.csv: not built yet" in capsys.readouterr().err
+
+
+def test_a_stimulus_of_a_new_suite_on_the_weat_format_loads_and_names_a_suite_of_the_registry(toy):
+    from vlbias.io.stimuli import load_stimulus
+
+    _, tmp = toy
+    text = (REPO / "resources/stimuli/seat/weat1.yaml").read_text()
+    assert "\nsuite: seat\n" in text
+    for suite in ("toy", "tyo"):
+        (tmp / suite).mkdir()
+        (tmp / suite / "weat1.yaml").write_text(text.replace("\nsuite: seat\n", f"\nsuite: {suite}\n"))
+    registry.check_suite(load_stimulus(tmp / "toy/weat1.yaml"))  # the registry's line alone: no schema to edit
+    with pytest.raises(InputError, match=r"weat1.yaml: key 'suite': 'tyo' is not a suite of the registry "
+                                         r"\(known: ieat, seat, grounded, mlm, zoo, toy\) \(did you mean 'toy'\?\)"):
+        registry.check_suite(load_stimulus(tmp / "tyo/weat1.yaml"))

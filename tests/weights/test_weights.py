@@ -458,7 +458,7 @@ def test_offline_a_hub_model_comes_from_the_cache_its_revision_names(hub, igpt, 
 @pytest.mark.parametrize("kind", ["models", "detectors"])
 def test_every_declared_weights_key_is_a_key_of_its_adapter(kind):
     from vlbias.config import adapter_schema
-    from vlbias.registry import adapters
+    from vlbias.schemas import adapters
     from vlbias.weights import declared
 
     kinds = {"hub", "file", "directory", "open_clip", "torchvision"}
@@ -471,7 +471,7 @@ def test_every_declared_weights_key_is_a_key_of_its_adapter(kind):
             assert set(named) <= keys, (adapter, key, sorted(set(named) - keys))
 
 
-# --- issue 25: every load vouched for ---------------------------------------------------------------
+# --- every load vouched for ------------------------------------------------------------------------
 
 
 def test_a_record_edited_to_load_other_weights_is_refused(hub, igpt, tmp_path):
@@ -1098,3 +1098,25 @@ def test_vlbias_run_loads_a_hub_entry_fetched_locked_and_verified(hub, tmp_path,
             commit).is_dir() and not (tmp_path / "hf-home").exists()
     hub.stop()  # the locked commit, from the cache
     assert run()["d"] == packaged["d"]
+
+
+def test_a_job_builds_its_adapter_from_the_record_it_reads(tmp_path):
+    import torch
+
+    from vlbias.regions import build_recorded
+
+    spec = {"adapter": "torchvision", "weights": "random", "seed": 0, "min_boxes": 2, "max_boxes": 4, "conf": 0.5,
+            "min_size": 64, "max_size": 96, "device": "cpu"}
+    record = fetch("regions/frcnn", spec, cache=tmp_path, lock_path=None)
+    write_record(tmp_path / "record.json", record)
+    threads = torch.get_num_threads()
+    try:
+        detector, local, read = build_recorded("regions/frcnn", spec, tmp_path / "record.json", cache=tmp_path,
+                                               lock_path=None, threads=threads + 1)
+        assert torch.get_num_threads() == threads + 1  # the job's threads reach the adapter
+    finally:
+        torch.set_num_threads(threads)
+    assert read == record and local == localize("regions/frcnn", spec, record, cache=tmp_path)
+    assert detector.settings["min_size"] == 64
+    with pytest.raises(InputError, match="the record is of entry 'regions/frcnn'"):  # the record, checked
+        build_recorded("regions/other", spec, tmp_path / "record.json", cache=tmp_path, lock_path=None, threads=1)

@@ -137,7 +137,7 @@ def test_tables_1_to_3_put_the_recomputed_models_beside_the_published(project):
         assert (t["status"] == "ok").all() and t["d"].astype(float).abs().le(2).all()
     # the image models lost the missing and the corrupt image, as the image store's manifest says
     igpt = t1[(t1["model"] == "tiny-igpt/layer1") & (t1["test"] == "flower-insect")].iloc[0]
-    assert (igpt.n_t, igpt.n_y, igpt.n_a, igpt.n_b) == (5, 5, 4, 4) and igpt.weights == "random-init"
+    assert (igpt.n_x, igpt.n_y, igpt.n_a, igpt.n_b) == (5, 5, 4, 4) and igpt.weights == "random-init"
     # the paper's printed numbers beside the published column and the recomputed columns reproducing it
     first = t1[t1["test"] == "flower-insect"].set_index("model")["d_paper"]
     assert first.to_dict() == {"pub": "1.00", "tiny-igpt/layer1": "1.00", "tiny-simclr": "1.00", "tiny-clip": "",

@@ -24,7 +24,8 @@ from vlbias.io.stimuli import load_stimulus
 from vlbias.io.store import read_provenance, read_set
 from vlbias.report.formats import stars
 from vlbias.report.mleat import map_path
-from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
+from vlbias.stats.row import MLEAT
+from vlbias.suites.plan import embedding_path
 from vlbias.stats.mleat import mleat
 from vlbias.weights import package_dir, provenance, read_record, record_path
 
@@ -42,8 +43,8 @@ def test_tables_are_built(project):
     assert (t1["status"] == "ok").all()
     pub, clip = t1.iloc[0], t1.iloc[1]
     # the published embeddings list every image; the image model lost one of A and one of B
-    assert (pub.n_t, pub.n_y, pub.n_a, pub.n_b) == (5, 5, 4, 4)
-    assert (clip.n_t, clip.n_y, clip.n_a, clip.n_b) == (5, 5, 4, 4)
+    assert (pub.n_x, pub.n_y, pub.n_a, pub.n_b) == (5, 5, 4, 4)
+    assert (clip.n_x, clip.n_y, clip.n_a, clip.n_b) == (5, 5, 4, 4)
     assert pub.d > 1 and pub.exact  # planted association; C(10, 5) = 252 ≤ 1000 partitions
     assert pub.model_id == "toy" and pub.revision == "r1"
     assert clip.weights == "random-init"
@@ -56,6 +57,9 @@ def test_tables_are_built(project):
     assert "Flower-Insect" in md and "| pub |" in md
     assert "| d [95 % CI] | p | p Holm | p BH |" in md
     assert f"{pub.d:.2f}{stars(pub.p_holm)} [{pub.d_low:.2f}, {pub.d_high:.2f}]" in md and stars(pub.p_holm)
+    # the rules write each store where the library (the command line's --model) looks for it
+    stores = sorted(p.relative_to(project).as_posix() for p in (project / "results/embeddings").rglob("*.h5"))
+    assert stores == sorted([*(embedding_path("ieat", m) for m in ("pub", "tiny-clip")), embedding_path("seat", "minilm")])
 
 
 def test_missing_inputs_are_listed_next_to_the_table(project):
@@ -76,11 +80,11 @@ def test_specificity_and_seat(project):
     assert "<caption>Specificity of the permutation test" in page and "false_positive_rate" in page
     seat = pd.read_csv(project / "results/seat/minilm/table.csv")
     assert set(seat["test"]) == {"weat-toy", "sent-toy"}
-    assert (seat["n_t"] == 2).all() and seat["model_id"].eq("sentence-transformers/all-MiniLM-L6-v2").all()
+    assert (seat["n_x"] == 2).all() and seat["model_id"].eq("sentence-transformers/all-MiniLM-L6-v2").all()
 
 
 # a results table's columns, as they were before the ML-EAT came: its files are its own (docs/mleat.md)
-TABLE_COLUMNS = ("test,name,family,model,X,Y,A,B,n_t,n_y,n_a,n_b,d,d_low,d_high,p,p_holm,p_bh,p_se,p_parametric,"
+TABLE_COLUMNS = ("test,name,family,model,X,Y,A,B,n_x,n_y,n_a,n_b,d,d_low,d_high,p,p_holm,p_bh,p_se,p_parametric,"
                  "n_samples,exact,n_partitions,seed,ci_level,ci_method,ci_n_boot,ci_seed,status,model_id,revision,"
                  "weights")
 
@@ -102,7 +106,7 @@ def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests
     assert table_csv.read_text().splitlines()[0] == TABLE_COLUMNS + (",d_paper,p_paper" if suite == "ieat" else "")
     paper = pd.read_csv(table_csv).set_index(["test", "model"])
     out = pd.read_csv(project / f"results/{suite}/mleat/{table}.csv", keep_default_na=False, na_values=[""])
-    assert list(out.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *MLEAT_COLUMNS,
+    assert list(out.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *MLEAT.computed,
                                  "model_id", "revision", "weights"]
     assert [(r.test, r.model) for r in out.itertuples()] == [(t, m) for t in tests for m in models]
     for r in out.itertuples():
@@ -111,7 +115,7 @@ def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests
         # the config's stats (1000 samples, seed 0, BCa 1000) and stats/mleat's schema defaults
         expected = mleat(*stored_sets(store, stimulus), n_samples=1000, seed=0, alpha=0.05, null="normal",
                          saturation=0.9, ci={"level": 0.95, "n_boot": 1000, "seed": 0, "method": "bca"}).row()
-        for column in MLEAT_COLUMNS:
+        for column in MLEAT.computed:
             value, want = getattr(r, column), expected[column]
             if isinstance(want, float):
                 assert value == pytest.approx(want, rel=1e-12, nan_ok=True), column
@@ -133,8 +137,8 @@ TABLES = ["results/ieat/t1.csv", "results/ieat/t2.csv", "results/seat/minilm/tab
 
 
 def test_the_tables_do_not_depend_on_the_jobs_threads(built_project, project, tmp_path):
-    # issue 18 rows 6 and 10: a job's thread count (--cores, a cluster profile's set-threads) changed
-    # torch's vectors in the 7th digit, through torch's threads, and the intervals through BLAS's. Here
+    # the tables do not depend on a job's thread count (--cores, a cluster profile's set-threads), which once
+    # changed torch's vectors in the 7th digit, through torch's threads, and the intervals through BLAS's. Here
     # the jobs that compute the tables' numbers run again with another count than in `project` (--cores 2,
     # the rules' threads), the models on every vector (the embedding cache gone), the rest as built.
     copy_project(built_project, tmp_path)
@@ -153,7 +157,7 @@ def test_the_tables_do_not_depend_on_the_jobs_threads(built_project, project, tm
 
 
 def test_the_model_jobs_read_their_weights_records(project):
-    # issue 20: one weights job per entry records what it loads; each store names that record
+    # one weights job per entry records what it loads; each store names that record
     for name, store in [("ieat/tiny-clip", "embeddings/ieat/tiny-clip.h5"), ("seat/minilm", "embeddings/seat/minilm.h5")]:
         record = read_record(project / record_path(name))
         assert record["entry"] == name

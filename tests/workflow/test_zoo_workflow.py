@@ -28,7 +28,7 @@ def test_eats_has_a_row_per_model_and_test_beside_its_metadata(project):
     assert len(eats) == len(names) * 2 and set(eats["test"]) == {"flower-insect", "insect-flower"}
     ok = eats[eats["model"] != "broken"]
     assert (ok["status"] == "ok").all() and ok["d"].abs().le(2).all()
-    assert (ok["order"] == "image-image").all() and (ok["n_t"] == 5).all()
+    assert (ok["order"] == "image-image").all() and (ok["n_x"] == 5).all()
     assert set(COLUMNS) <= set(eats.columns)
     m0 = eats[eats["model"] == "m0"].iloc[0]
     assert (m0.dataset, m0.curation, m0.samples_seen, m0.embed_dim, m0.image_size) == ("ToyWeb", "web-scraped", 13e6, 8, 16)

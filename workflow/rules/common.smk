@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from vlbias.suites import plan, registry
-from vlbias.suites.plan import alternatives, mleat_path, offline, offline_line, provenance, vector_files
+from vlbias.suites.plan import alternatives, embedding_path, mleat_path, offline, offline_line, provenance, vector_files
 from vlbias.weights import record_path
 
 STATS = config["stats"]

@@ -10,7 +10,10 @@
 # declared in vlbias.suites.grounded.suite. A setting is read in a function of the job (`lambda w`):
 # without a grounded section there is none to read, and no job.
 
-from vlbias.suites.grounded.plan import GroundedPlan, embedding_path, experiment_path, table_path
+# its embedding_path under its own name: the rule files share one namespace, where embedding_path is the
+# iEAT and SEAT stores' (vlbias.suites.plan)
+from vlbias.suites.grounded.plan import GroundedPlan, experiment_path, table_path
+from vlbias.suites.grounded.plan import embedding_path as grounded_embedding_path
 
 GROUNDED_PLAN = GroundedPlan(config)
 PROTOCOLS = GROUNDED_PLAN.protocols
@@ -28,8 +31,8 @@ rule grounded_embed:
         regions=lambda w: GROUNDED_PLAN.embed_regions(w.protocol, w.dataset, w.model),
         manifest=lambda w: regions_manifest(w.dataset),
     output:
-        h5=embedding_path("{protocol}", "{dataset}", "{model}"),
-        missing=embedding_path("{protocol}", "{dataset}", "{model}", "missing.tsv"),
+        h5=grounded_embedding_path("{protocol}", "{dataset}", "{model}"),
+        missing=grounded_embedding_path("{protocol}", "{dataset}", "{model}", "missing.tsv"),
     log:
         "results/logs/grounded_embed/{protocol}/{dataset}/{model}.log",
     wildcard_constraints:
@@ -56,7 +59,7 @@ rule grounded_embed:
 
 rule grounded_experiment:
     input:
-        embedding_path("{protocol}", "{dataset}", "{model}"),
+        grounded_embedding_path("{protocol}", "{dataset}", "{model}"),
     output:
         experiment_path("{protocol}", "{dataset}", "{model}"),
     log:

@@ -30,7 +30,7 @@ rule ieat_published_embeddings:
     input:
         manifest=IEAT["embeddings_manifest"],
     output:
-        "results/embeddings/ieat/{model}.h5",
+        embedding_path("ieat", "{model}"),
     log:
         "results/logs/ieat_published_embeddings/{model}.log",
     wildcard_constraints:
@@ -79,7 +79,7 @@ rule ieat_embed_images:
         images=lambda w: f"{image_store(w.model)}/images.h5",
         stimuli=lambda w: IEAT_PLAN.text_stimuli(w.model),
     output:
-        "results/embeddings/ieat/{model}.h5",
+        embedding_path("ieat", "{model}"),
     log:
         "results/logs/ieat_embed_images/{model}.log",
     wildcard_constraints:
@@ -102,9 +102,9 @@ rule ieat_embed_images:
 # a model with several outputs (iGPT's layers and logits from one pass): each output a store of its own
 rule ieat_output_store:
     input:
-        "results/embeddings/ieat/{model}.h5",
+        embedding_path("ieat", "{model}"),
     output:
-        "results/embeddings/ieat/{model}/{output}.h5",
+        embedding_path("ieat", "{model}/{output}"),
     log:
         "results/logs/ieat_output_store/{model}/{output}.log",
     wildcard_constraints:
@@ -122,7 +122,7 @@ rule ieat_vectors:
         manifest=IEAT["images"]["manifest"],
         stimuli=lambda w: [IEAT_PLAN.checked_stimulus("ieat", t) for t in IEAT_PLAN.model_tests(w.model)],
     output:
-        "results/embeddings/ieat/{model}.h5",
+        embedding_path("ieat", "{model}"),
     log:
         "results/logs/ieat_vectors/{model}.log",
     wildcard_constraints:
@@ -138,7 +138,7 @@ rule ieat_vectors:
 
 rule ieat_table:
     input:
-        stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=IEAT_TABLES[w.table]["models"]),
+        stores=lambda w: [embedding_path("ieat", m) for m in IEAT_TABLES[w.table]["models"]],
         stimuli=lambda w: table_stimuli(IEAT_TABLES[w.table]["tests"], IEAT_TABLES[w.table]["models"]),
         published=IEAT["published"],
         images=lambda w: sorted(set(image_stores(IEAT_TABLES[w.table]["models"]).values())),
@@ -176,7 +176,7 @@ rule ieat_table:
 # table, tests x models, and its heatmap
 rule ieat_sweep:
     input:
-        stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=SWEEP_MODELS),
+        stores=lambda w: [embedding_path("ieat", m) for m in SWEEP_MODELS],
         stimuli=lambda w: table_stimuli(IEAT_PLAN.sweep_tests(), SWEEP_MODELS),
         images=lambda w: sorted(set(image_stores(SWEEP_MODELS).values())),
     output:
@@ -214,7 +214,7 @@ rule ieat_sweep:
 # pattern summary, an EAT-Map per (test, model) and the report's page (vlbias.report.mleat; docs/mleat.md)
 rule ieat_mleat:
     input:
-        stores=lambda w: expand("results/embeddings/ieat/{model}.h5", model=IEAT_PLAN.mleat_table(w.table)[1]),
+        stores=lambda w: [embedding_path("ieat", m) for m in IEAT_PLAN.mleat_table(w.table)[1]],
         stimuli=lambda w: table_stimuli(*IEAT_PLAN.mleat_table(w.table)[:2]),
     output:
         csv=mleat_path("ieat", "{table}"),
@@ -261,7 +261,7 @@ rule ieat_mleat:
 rule ieat_specificity:
     input:
         stimulus=lambda w: table_stimuli([IEAT["specificity"]["test"]], IEAT["specificity"]["models"])[0],
-        stores=expand("results/embeddings/ieat/{model}.h5", model=IEAT["specificity"]["models"]),
+        stores=[embedding_path("ieat", m) for m in IEAT["specificity"]["models"]],
     output:
         csv="results/ieat/specificity.csv",
         # a page in the report (a CSV there is a download)

@@ -24,7 +24,7 @@ rule seat_embed:
         weights=record_path("seat/{model}"),
         stimuli=lambda w: seat_stimuli(w.model),
     output:
-        "results/embeddings/seat/{model}.h5",
+        embedding_path("seat", "{model}"),
     log:
         "results/logs/seat_embed/{model}.log",
     wildcard_constraints:
@@ -51,7 +51,7 @@ rule seat_vectors:
         vectors=lambda w: vector_files(SEAT["models"][w.model]),
         stimuli=lambda w: seat_stimuli(w.model),
     output:
-        "results/embeddings/seat/{model}.h5",
+        embedding_path("seat", "{model}"),
     log:
         "results/logs/seat_vectors/{model}.log",
     wildcard_constraints:
@@ -67,7 +67,7 @@ rule seat_vectors:
 
 rule seat_table:
     input:
-        store="results/embeddings/seat/{model}.h5",
+        store=embedding_path("seat", "{model}"),
         stimuli=lambda w: seat_stimuli(w.model),
     output:
         csv="results/seat/{model}/table.csv",
@@ -97,7 +97,7 @@ rule seat_table:
 # the ML-EAT of a model's tests: results/seat/mleat/<model>.* (vlbias.report.mleat; docs/mleat.md)
 rule seat_mleat:
     input:
-        stores=["results/embeddings/seat/{model}.h5"],
+        stores=[embedding_path("seat", "{model}")],
         stimuli=lambda w: seat_stimuli(w.model),
     output:
         csv=mleat_path("seat", "{model}"),

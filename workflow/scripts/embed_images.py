@@ -3,16 +3,14 @@ from pathlib import Path
 from vlbias.io.cache import RecordCache, fingerprint
 from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
-from vlbias.models import build
+from vlbias.models import build_recorded
 from vlbias.suites.ieat import embed_image_store
-from vlbias.weights import localize, provenance, read_record
+from vlbias.weights import provenance
 
 setup_logging(snakemake.log[0])
-# the verified files of the weights record, offline: a compute node needs no network
-record = read_record(snakemake.input.weights)
-spec = localize(f"ieat/{snakemake.wildcards.model}", snakemake.params.spec, record, cache=snakemake.params.cache,
-                lock_path=snakemake.params.weights_lock)
-encoder = build({**spec, "threads": snakemake.params.threads})
+encoder, _, record = build_recorded(f"ieat/{snakemake.wildcards.model}", snakemake.params.spec, snakemake.input.weights,
+                                   cache=snakemake.params.cache, lock_path=snakemake.params.weights_lock,
+                                   threads=snakemake.params.threads)
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]  # the cross-modal tests: their text sets
 with RecordCache(Path(snakemake.params.cache, "embeddings", fingerprint(encoder.info))) as cache:
     embed_image_store(snakemake.input.images, encoder, snakemake.output[0],

@@ -5,19 +5,17 @@ from pathlib import Path
 from vlbias.io.cache import RecordCache
 from vlbias.io.fetch import sha256_file
 from vlbias.logs import setup_logging
-from vlbias.regions import build
+from vlbias.regions import build_recorded
 from vlbias.regions.extract import detector_fingerprint, extract_regions, manifest_entries
 from vlbias.regions.store import write_person_list
-from vlbias.weights import localize, provenance, read_record
+from vlbias.weights import provenance
 
 setup_logging(snakemake.log[0])
-spec, manifest = snakemake.params.spec, snakemake.input.manifest
-# the verified files of the weights record (bua's vocabularies among them), offline: a compute
-# node needs no network
-record = read_record(snakemake.input.weights)
-spec = localize(f"regions/{snakemake.wildcards.detector}", spec, record, cache=snakemake.params.cache,
-                lock_path=snakemake.params.weights_lock)
-detector = build({**spec, "threads": snakemake.params.threads})
+manifest = snakemake.input.manifest
+# the record's verified files: bua's vocabularies among them
+detector, spec, record = build_recorded(f"regions/{snakemake.wildcards.detector}", snakemake.params.spec,
+                                        snakemake.input.weights, cache=snakemake.params.cache,
+                                        lock_path=snakemake.params.weights_lock, threads=snakemake.params.threads)
 with RecordCache(Path(snakemake.params.cache, "regions", detector_fingerprint(detector))) as cache:
     summary = extract_regions(
         manifest_entries(manifest), detector, snakemake.output.store, batch_size=spec["batch_size"],

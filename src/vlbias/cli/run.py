@@ -66,7 +66,10 @@ def main(args):
     from vlbias.io.stimuli import load_stimulus
     from vlbias.report.tables import assemble
 
+    from vlbias.suites.registry import check_suite
+
     stimulus = load_stimulus(args.stimulus)
+    check_suite(stimulus)
     config = load_config(args.config or CONFIG) if args.model or args.config else None
     settings = settings_of(args, config)
     ci = settings.pop("ci")

@@ -24,26 +24,25 @@ def add_parser(sub):
 def main(args):
     import pandas as pd
 
-    from vlbias.associate import COLUMNS
     from vlbias.report.formats import markdown_table
     from vlbias.report.tables import TABLE_COLUMNS, to_markdown
-    from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
+    from vlbias.stats.row import ASSOCIATION, MLEAT, renamed
 
     path, caption = table_path(args.table, load_config(args.config) if Path(args.table).suffix != ".csv" else {})
     if not path.is_file():
         raise UsageError(f"{path}: not built yet (snakemake --cores all {path})")
     printed = {"d_paper": str, "p_paper": str}  # the paper's values, as printed
     df = pd.read_csv(path, dtype=printed)
-    df = df.fillna({c: "" for c in printed if c in df})
+    df = renamed(df.fillna({c: "" for c in printed if c in df}))  # a table written before a rename too
     if args.format == "csv":
         text = df.to_csv(index=False)
     elif args.all:
         text = markdown_table(df, caption)
-    elif set(MLEAT_COLUMNS) <= set(df.columns):
+    elif set(MLEAT.computed) <= set(df.columns):
         from vlbias.report.mleat import compact  # matplotlib's import: for this table alone
 
         text = markdown_table(compact(df), caption, "Every statistic with its settings and provenance: --all.")
-    elif set(COLUMNS) <= set(df.columns):  # an association table: the workflow's Markdown
+    elif set(ASSOCIATION.columns) <= set(df.columns):  # an association table: the workflow's Markdown
         text = to_markdown(df.reindex(columns=[*TABLE_COLUMNS, *(c for c in df if c not in TABLE_COLUMNS)]),
                            caption)
     else:

@@ -152,11 +152,6 @@ def manifest_comments(path):
     return comments
 
 
-def get_sh_digests(path):
-    """The "<test>/<role> <sha256>" lines recorded in a manifest's header."""
-    return [c[len(DIGEST_PREFIX):] for c in manifest_comments(path) if c.startswith(DIGEST_PREFIX)]
-
-
 def pin_sha256(manifest, status_rows):
     """Fill the empty sha256 cells of ``manifest`` from images obtained (status "ok") at the same
     URL; the file is rewritten in place with its header comments. Returns how many were filled.

@@ -26,7 +26,7 @@ in the registry to them.
 Adapter modules are imported only when an entry names them (see vlbias.registry), with their
 schema's defaults filled in. Adding a family means its module vlbias.models.<adapter>, its schema
 vlbias/schemas/models/<adapter>.yaml (its keys and their defaults, and what it embeds and gives:
-vlbias.models.plan), a network ported here in vlbias.models.modeling_<adapter>, and a config entry
+vlbias.models.families), a network ported here in vlbias.models.modeling_<adapter>, and a config entry
 (docs/architecture.md).
 """
 
@@ -35,4 +35,4 @@ from vlbias.registry import Registry
 _ADAPTERS = Registry("model", "vlbias.models")  # adapter <name>: module vlbias.models.<name>
 # Keys of an entry other than the adapter's own (``source``, ``model_id``, ...) are allowed: the
 # config entry also carries what the workflow itself reads.
-register, build = _ADAPTERS.register, _ADAPTERS.build
+register, build, build_recorded = _ADAPTERS.register, _ADAPTERS.build, _ADAPTERS.build_recorded

@@ -113,9 +113,9 @@ class Embeddings(nn.Module):
         return self.LayerNorm(self.sum(input_ids, token_type_ids))
 
 
-class BertModel(nn.Module):
+class PortedBert(nn.Module):
     """BERT's encoder: what transformers' ``BertModel`` gives as ``last_hidden_state`` for a config with
-    absolute positions, exact GELU and LayerNorm eps 1e-12 (``BertModel.fits(config)``); its
+    absolute positions, exact GELU and LayerNorm eps 1e-12 (``PortedBert.fits(config)``); its
     checkpoints load by name (the pooler, unused, is left out). A text encoder built on it starts in
     a fraction of a second, where importing transformers' modelling stack takes about three."""
 
@@ -135,7 +135,7 @@ class BertModel(nn.Module):
         return (config.get("model_type") == "bert" and config.get("hidden_act", "gelu") == "gelu"
                 and config.get("position_embedding_type", "absolute") == "absolute"
                 and config.get("layer_norm_eps", LN_EPS) == LN_EPS and not config.get("is_decoder", False)
-                and all(isinstance(config.get(k), int) for k in BertModel.KEYS))
+                and all(isinstance(config.get(k), int) for k in PortedBert.KEYS))
 
     @classmethod
     def from_config(cls, config):

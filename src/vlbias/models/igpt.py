@@ -17,7 +17,7 @@ What each vector is (Steed & Caliskan 2021; their code, ryansteed/ieat ``ieat/ut
              authors took ``hidden_states[l]`` and ``h[l+1].ln_1``; the paper: l = 20 of iGPT-L's 48.)
     logits   the next-pixel logits at the last position: (n_clusters,) per image
 Both kinds, and several layers, come from one pass (``output: [hidden, logits]``, ``layer: [10, 20]``):
-``encode_outputs`` returns them by name (``vlbias.models.plan.outputs``: ``layer10``, ``layer20``, ``logits``).
+``encode_outputs`` returns them by name (``vlbias.models.families.outputs``: ``layer10``, ``layer20``, ``logits``).
 
 Config entry keys (``adapter: igpt``):
     weights         the keys of vlbias.models.hf (``weights: random`` + ``seed`` + ``config``,
@@ -54,7 +54,7 @@ from vlbias.images.decode import area_resize, square_images
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.hf import load_model
-from vlbias.models.plan import outputs
+from vlbias.models.families import outputs
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.schemas import defaults
 

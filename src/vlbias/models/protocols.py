@@ -1,7 +1,7 @@
 """The encoder contract: what a model adapter offers the suites, one ``typing.Protocol`` per role.
 
 Which roles a family plays is what its schema file declares (``family:`` in
-vlbias/schemas/models/<adapter>.yaml, read by vlbias.models.plan without importing the adapter):
+vlbias/schemas/models/<adapter>.yaml, read by vlbias.models.families without importing the adapter):
 
     embeds: [images]          ImageEncoder            (iEAT: SimCLRv2, iGPT, open_clip, hf_dual)
     embeds: [texts]           TextEncoder             (SEAT: sentence; the text towers of dual encoders)
@@ -145,7 +145,7 @@ class MaskedLM(Encoder, Protocol):
 
 def roles(family: Mapping[str, Any]) -> list[type]:
     """The protocols an adapter implements, from its schema's ``family`` declaration
-    (vlbias.models.plan.family)."""
+    (vlbias.models.families.family)."""
     embeds = family.get("embeds") or []
     found: list[type] = []
     if "images" in embeds:

@@ -39,7 +39,7 @@ from vlbias.errors import InputError
 from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, refuse_unusable_values
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
-from vlbias.models.bert_layers import BertModel
+from vlbias.models.bert_layers import PortedBert
 from vlbias.models.hf import from_folder, local_folder, without_unused
 from vlbias.registry import weights_label
 from vlbias.runtime import autocast, precision, runtime
@@ -73,7 +73,7 @@ class SentenceEncoder:
 
         config = _read_json(model_dir / "config.json")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-        if BertModel.fits(config):
+        if PortedBert.fits(config):
             # the project's BERT (same outputs, see tests/models/test_models.py): no transformers modelling import
             model, self.implementation = _load_bert(weights, config), "vlbias.models.bert_layers"
         else:
@@ -148,12 +148,12 @@ def _read_json(path):
 
 
 def _load_bert(weights, config):
-    """bert_layers.BertModel with a Hugging Face BERT checkpoint's weights, loaded strictly by name."""
+    """bert_layers.PortedBert with a Hugging Face BERT checkpoint's weights, loaded strictly by name."""
     state = read_state_dict(weights)  # a file safetensors cannot read: an error of one line
     if not any(k.startswith("embeddings.") for k in state):  # saved from a task model: BertFor...
         state = {k.removeprefix("bert."): v for k, v in state.items()}
     state, _ = without_unused(state, "sentence")  # the pooler, old checkpoints' position ids
-    model = BertModel.from_config(config)
+    model = PortedBert.from_config(config)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:

@@ -69,7 +69,7 @@ import transformers
 from torch import nn
 
 from vlbias.errors import InputError
-from vlbias.models import plan
+from vlbias.models import families
 from vlbias.models.hf import load_model
 from vlbias.models.tokenization import TOKEN_MASKS, encode_text, load_tokenizer
 from vlbias.runtime import autocast, precision, runtime
@@ -98,7 +98,7 @@ class VLEncoder:
     and implements ``_language_states(text, *visual)`` and ``_lm_head(states)``, where ``visual`` is
     what ``_batch`` gives beside the text (by default features, boxes and the region mask).
     A two-stream family also declares ``ws_vectors: [language, language+visual]`` in its schema file
-    (vlbias.models.plan, as its ``feeds``) and overrides ``_streams`` to return the vision stream's states too (and ``_visual_dim`` if its width differs).
+    (vlbias.models.families, as its ``feeds``) and overrides ``_streams`` to return the vision stream's states too (and ``_visual_dim`` if its width differs).
     A family whose masked-LM head depends on the caption's input (FLAVA: with or without an image)
     overrides ``_mask_logits`` instead of ``_language_states`` and ``_lm_head``.
     """
@@ -130,7 +130,7 @@ class VLEncoder:
         # the W/S vectors the family can give, and {option: its values, the family's own first}: how its
         # inputs are fed where Ross et al.'s loaders fed them otherwise (protocol switches, docs/grounded.md
         # rows 8-12; each changes vectors), as its schema file declares them
-        self.ws_vectors, self.feed_options = plan.ws_vectors(self.family), plan.feeds(self.family)
+        self.ws_vectors, self.feed_options = families.ws_vectors(self.family), families.feeds(self.family)
         self.ws_vector = spec.get("ws_vector", self.ws_vectors[0])  # the family's own first, as each feed's
         if self.ws_vector not in self.ws_vectors:
             raise InputError(f"ws_vector '{self.ws_vector}'", f"{self.family} gives {', '.join(self.ws_vectors)}")

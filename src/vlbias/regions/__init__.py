@@ -20,4 +20,4 @@ network is ported here keeps it apart, in ``modeling_<adapter>`` (docs/architect
 from vlbias.registry import Registry
 
 _ADAPTERS = Registry("detector", "vlbias.regions")  # adapter <name>: module vlbias.regions.<name>
-register, build = _ADAPTERS.register, _ADAPTERS.build
+register, build, build_recorded = _ADAPTERS.register, _ADAPTERS.build, _ADAPTERS.build_recorded

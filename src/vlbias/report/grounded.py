@@ -39,7 +39,9 @@ from vlbias.io.atomic import atomic_path
 from vlbias.report.formats import NA, latex_escape, markdown_table, read_published
 from vlbias.report.layout import Column, Layout, cell_text, display_rows, families, layout_note, value
 from vlbias.stats.adjust import add_adjusted
-from vlbias.suites.grounded.plan import CAPTIONS
+from vlbias.stats.row import GROUNDED, renamed
+from vlbias.suites.grounded.jobs import MISSING_COLUMNS
+from vlbias.suites.grounded.plan import CAPTIONS, embedding_job
 
 DASHES = ("–", "-")  # what the paper prints where it has no number
 EXPERIMENT_NAMES = {"1": "Experiment 1", "2": "Experiment 2", "3": "Experiment 3 (congruent vs. incongruent)",
@@ -275,6 +277,35 @@ def paper_table(spec, rows, printed=None):
     return layout
 
 
+def protocol_caption(spec):
+    """A table's caption (its config's, or the paper's) and the protocol it was computed under, with
+    its switches."""
+    switches = ", ".join(f"{k} {v}" for k, v in spec["switches"].items())
+    return f"{spec['caption'] or CAPTIONS[spec['table']]}. Protocol '{spec['protocol']}': {switches}"
+
+
+def _read(path, **kwargs):
+    return pd.read_csv(path, dtype=str, keep_default_na=False, **kwargs)
+
+
+def read_rows(paths, tests):
+    """The experiment rows (vlbias.stats.row.GROUNDED, as text) of ``tests`` in the experiment CSVs
+    ``paths``: an experiment job covers every table's tests of its dataset. Columns of older names are
+    read as today's (vlbias.stats.row.renamed)."""
+    rows = pd.concat([renamed(_read(p)) for p in paths] or [pd.DataFrame(columns=GROUNDED.columns)],
+                     ignore_index=True)
+    return rows[rows["test"].isin(tests)]
+
+
+def read_left_out(paths, tests):
+    """The pairs of ``tests`` the embedding jobs left out (their missing.tsv, ``paths``), each named by
+    its job's dataset and model."""
+    parts = [_read(p, sep="\t", comment="#").assign(dataset=embedding_job(p)[1], model=embedding_job(p)[2])
+             for p in paths]
+    left_out = pd.concat(parts or [pd.DataFrame(columns=MISSING_COLUMNS)], ignore_index=True)
+    return left_out[left_out["test"].isin(tests)].reindex(columns=["dataset", "model", *MISSING_COLUMNS])
+
+
 EXTENDED_NOTE = ("{columns}: models the paper did not test (this project's extension; no printed numbers). A model "
                  "that reads pixels, not regions, has mask I as the pixel fill: the boxes of the regions masked "
                  "painted with its processor's mean colour, not the paper's region masking (docs/grounded.md).")
@@ -376,7 +407,7 @@ def comparison(printed, protocols, alpha=0.05, groups=None):
 # -- the suite's figures (vlbias.report.figures) -------------------------------------------------
 
 def figure_rows(rows, printed=None, columns=(), levels=(), groups=None):
-    """Experiment result rows (vlbias.suites.grounded.jobs.RESULT_COLUMNS) as the rows of the suite
+    """Experiment result rows (vlbias.stats.row.GROUNDED) as the rows of the suite
     figures. ``heatmap``: the unmasked experiment-1 results in Table 3's layout, a row (``test``,
     ``name``) per test and level ("Toy toy-a W"), a column (``model``) per table column (with the
     dataset when there are several); tests in their order of appearance, levels in the order of

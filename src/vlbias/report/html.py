@@ -77,7 +77,7 @@ def results_table_html(rows, caption, note=None, family=FAMILY):
     has_holm = "p_holm" in rows and pd.to_numeric(rows["p_holm"], errors="coerce").notna().any()
     has_paper = "d_paper" in rows and (rows["d_paper"].astype(str) != "").any()
     per_model = ["d", "p", *(["d paper", "p paper"] if has_paper else [])]
-    index = ["Test", "X", "Y", "A", "B", "n_t", "n_a"]
+    index = ["Test", "X", "Y", "A", "B", "n_x", "n_a"]
 
     out = ['<table class="vlbias">', f"<caption>{_e(caption)}</caption>", "<thead>", "<tr>"]
     out += [f'<th rowspan="2">{h}</th>' for h in index]
@@ -87,7 +87,7 @@ def results_table_html(rows, caption, note=None, family=FAMILY):
         found = [by[(test, m)] for m in models if (test, m) in by]
         first = found[0]
         cells = [_breakable(first.get("name", test)), *(_breakable(first.get(s, "")) for s in "XYAB"),
-                 *(_e(_same([r.get(n, "") for r in found])) for n in ("n_t", "n_a"))]
+                 *(_e(_same([r.get(n, "") for r in found])) for n in ("n_x", "n_a"))]
         out.append("<tr>" + "".join(f"<td>{c}</td>" if i < 5 else f'<td class="num">{c}</td>'
                                     for i, c in enumerate(cells)))
         for model in models:

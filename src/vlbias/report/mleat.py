@@ -44,16 +44,13 @@ from vlbias.report.figures import save_png, stars
 from vlbias.report.formats import format_p, missing, significance_note
 from vlbias.report.html import figure_html, png_data_uri, table_html, write_page
 from vlbias.stats.adjust import holm
-from vlbias.stats.mleat import ATTRIBUTES, COLUMNS, PATTERNS, QUADRANTS, TARGETS, UNDEFINED
+from vlbias.stats.mleat import ATTRIBUTES, PATTERNS, QUADRANTS, TARGETS, UNDEFINED
+from vlbias.stats.row import MLEAT
 
 WITH, AGAINST, OFF = "#c53a32", "#3b75af", "0.86"  # a pair with the test, against it, not significant
 WITH_LIGHT, AGAINST_LIGHT = "#f6d2cf", "#cfe0f1"  # the EAT-Map's quadrant shading
 FLAGGED = "#fff0b3"
 DESCRIPTIONS = dict(PATTERNS.values())
-# the identifying columns a results row carries (the grounded suite's: protocol, dataset, column, level)
-META = ("protocol", "dataset", "test", "name", "family", "model", "column", "level", "X", "Y", "A", "B")
-# the provenance a row carries after the statistics (vlbias.associate, vlbias.suites.grounded.jobs)
-PROVENANCE = ("model_id", "revision", "weights", "commit", "weights_sha256", "detector")
 # Stars, as on every table and heatmap (vlbias.report.formats): on the Holm-adjusted p, within the rows
 # of a table that share these columns (one model's tests of one stimulus family; the grounded suite's
 # one column of one dataset at one level), so Level 1's stars are its results table's
@@ -75,11 +72,9 @@ def congruent(quadrant):
 
 
 def mleat_frame(rows):
-    """Result rows (each the identifying columns of ``META`` it has, an MLEATResult.row() and the
-    ``PROVENANCE`` it has) as a table, its columns in order: identity, vlbias.stats.mleat.COLUMNS,
-    provenance."""
-    df = pd.DataFrame(list(rows))
-    return df.reindex(columns=[c for c in META if c in df] + COLUMNS + [c for c in PROVENANCE if c in df])
+    """ML-EAT result rows (each its identity, an MLEATResult.row() and its provenance) as a table, its
+    columns those of vlbias.stats.row.MLEAT in order (the identity and provenance its rows have)."""
+    return MLEAT.frame(rows)
 
 
 def adjusted(rows):

@@ -3,15 +3,16 @@ any table as CSV, Markdown and LaTeX (vlbias.report.formats) and an HTML page.""
 
 import pandas as pd
 
-from vlbias.associate import COLUMNS
 from vlbias.io.atomic import atomic_path
 from vlbias.report.formats import (FAMILY, RESULTS_P_DIGITS, format_p, latex_table, markdown_table, missing,
                                    significance_note, stars)
 from vlbias.report.html import results_table_html, table_html, write_page
 from vlbias.stats.adjust import add_adjusted
+from vlbias.stats.row import ASSOCIATION
 
 # A results table: the rows' columns with the adjusted p-values after p.
-TABLE_COLUMNS = [*COLUMNS[: COLUMNS.index("p") + 1], "p_holm", "p_bh", *COLUMNS[COLUMNS.index("p") + 1 :]]
+_ROW = ASSOCIATION.columns
+TABLE_COLUMNS = [*_ROW[: _ROW.index("p") + 1], "p_holm", "p_bh", *_ROW[_ROW.index("p") + 1 :]]
 
 
 def published_as(published, paper):
@@ -26,7 +27,7 @@ def assemble(rows, tests, models, published=None, table=None):
     adjusted p (the family: one model's tests of one stimulus family in this table, skipped tests
     left out: one's own tests never shift a paper's, vlbias.io.stimuli.OWN) and the paper's d and p
     beside ours."""
-    df = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    df = ASSOCIATION.frame(rows)
     order = {(t, m): i for i, (t, m) in enumerate((t, m) for t in tests for m in models)}
     df = df.assign(_o=[order[(t, m)] for t, m in zip(df["test"], df["model"])]).sort_values("_o")
     df = add_adjusted(df.drop(columns="_o").reset_index(drop=True), family=("model", "family"))[TABLE_COLUMNS]
@@ -62,7 +63,7 @@ def to_markdown(df, caption):
     Holm-adjusted p (vlbias.report.formats.stars) with their confidence interval when computed, p with
     its Monte-Carlo error when sampled, the Holm and Benjamini–Hochberg adjusted p; skipped tests say why."""
     ci = _ci_level(df)
-    head = ["Test", "Model", "X", "Y", "A", "B", "n_t", "n_a", "d" if ci is None else f"d [{ci}]", "p", "p Holm",
+    head = ["Test", "Model", "X", "Y", "A", "B", "n_x", "n_a", "d" if ci is None else f"d [{ci}]", "p", "p Holm",
             "p BH"]
     has_paper = "d_paper" in df.columns
     if has_paper:
@@ -73,7 +74,7 @@ def to_markdown(df, caption):
         d = f"{r.d:.2f}{stars(r.p_holm)}" if ok else "–"
         if ok and ci is not None and not missing(r.d_low):
             d += f" [{r.d_low:.2f}, {r.d_high:.2f}]"
-        cells = [r.name, r.model, r.X, r.Y, r.A, r.B, _int(r.n_t), _int(r.n_a), d,
+        cells = [r.name, r.model, r.X, r.Y, r.A, r.B, _int(r.n_x), _int(r.n_a), d,
                  _fmt_p(r.p, r.p_se, r.exact) if ok else r.status, _fmt_p(r.p_holm), _fmt_p(r.p_bh)]
         if has_paper:
             cells += [r.d_paper, r.p_paper]

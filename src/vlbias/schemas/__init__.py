@@ -8,7 +8,7 @@
 An adapter's schema ``<kind>/<adapter>.yaml`` (kind: models or detectors) declares the keys of its
 config entries (``properties``, ``required``), each key's default once (``default:``: the
 registry's build and the config check fill it in, so the adapter reads ``spec[key]``), and what the
-workflow plans from the family without importing it (``family:``, read by vlbias.models.plan and
+workflow plans from the family without importing it (``family:``, read by vlbias.models.families and
 vlbias.weights.declarations). ``include: [<fragment>, ...]`` merges shared fragments first, each a
 file named relative to the including file's folder (``_hf``, ``../_runtime``); a key the including
 file declares again replaces the fragment's. The stimulus schemas (``*.schema.yaml``) are
@@ -70,7 +70,7 @@ def _chain(name: str) -> tuple[str, ...]:
 @cache
 def adapter_schema(kind: str, name: str) -> dict[str, Any]:
     """The JSON schema of adapter ``name``'s own keys: its file with its ``include``d fragments merged
-    (its ``family`` declaration is vlbias.models.plan's and vlbias.weights.declarations' to read)."""
+    (its ``family`` declaration is vlbias.models.families's and vlbias.weights.declarations' to read)."""
     properties: dict[str, Any] = {}
     required: list[str] = []
     for part in chain(kind, name):

@@ -54,13 +54,13 @@ The authors' code reads Level 1 the same way (normal, observed direction); Level
 tables' one-sided count p, with the normal reading beside it (``Level1.p_normal``).
 
 Undefined statistics are NaN with a status, never an error: d₁ needs |X| ≥ 2 and |Y| ≥ 2, d_T needs
-|A| ≥ 2 and |B| ≥ 2 (two sets of one give d = ±√2 whatever the vectors; the rule of issue 25 for
+|A| ≥ 2 and |B| ≥ 2 (two sets of one give d = ±√2 whatever the vectors; the rule for
 every d), each needs s-values that vary; σ_TC needs two cosines. Malformed vectors (NaN, zero rows, mismatched dimensions) raise ValueError
 naming the set (vlbias.stats.weat).
 
     r = mleat(X, Y, A, B, n_samples=100_000, seed=0)
     r.level1.d, r.level2["X"].d, r.level3["XA"].mean, r.pattern, r.cosine_uninformative
-    row = r.row()                     # flat: one line of a results table (``COLUMNS``)
+    row = r.row()                     # flat: one line of a results table (vlbias.stats.row.MLEAT)
 """
 
 from collections.abc import Mapping
@@ -72,6 +72,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
 from vlbias.stats.permutation import Exact, PermutationResult, permutation_test_sw
+from vlbias.stats.row import SIZES
 from vlbias.stats.weat import Embeddings, _sets, effect_size_sw, s_wAB
 
 NULLS = ("normal", "count")
@@ -166,10 +167,10 @@ class MLEATResult:
         return "; ".join(notes) or "ok"
 
     def row(self) -> dict[str, Any]:
-        """The result as one flat row (``COLUMNS``, in order): a line of a results table."""
-        l1, n_x, n_y, n_a, n_b = self.level1, *self.sizes
-        row = {"n_x": n_x, "n_y": n_y, "n_a": n_a, "n_b": n_b, "pattern": self.pattern,
-               "cosine_uninformative": self.cosine_uninformative,
+        """The result as one flat row (vlbias.stats.row.MLEAT's sizes, statistics and status, in order): a
+        line of a results table."""
+        l1 = self.level1
+        row = {**dict(zip(SIZES, self.sizes)), "pattern": self.pattern, "cosine_uninformative": self.cosine_uninformative,
                "l1_d": l1.d, "l1_d_low": l1.d_low, "l1_d_high": l1.d_high, "l1_p": l1.p, "l1_p_se": l1.p_se,
                "l1_p_normal": l1.p_normal, "l1_exact": l1.exact, "l1_n_samples": l1.n_samples,
                "l1_n_partitions": str(l1.n_partitions)}
@@ -185,16 +186,6 @@ class MLEATResult:
         row |= {"alpha": self.alpha, "null": self.null, "saturation": self.saturation,
                 "seed": "" if seed is None else seed, "status": self.status}
         return row
-
-
-COLUMNS = [
-    "n_x", "n_y", "n_a", "n_b", "pattern", "cosine_uninformative",
-    "l1_d", "l1_d_low", "l1_d_high", "l1_p", "l1_p_se", "l1_p_normal", "l1_exact", "l1_n_samples", "l1_n_partitions",
-    *(f"l2{t}_{k}" for t in "xy" for k in ("d", "p", "p_count", "p_normal", "p_se", "exact", "n_samples",
-                                            "n_partitions")),
-    *(f"l3_{q}_{k}" for q in ("xa", "xb", "ya", "yb") for k in ("mean", "std")),
-    "alpha", "null", "saturation", "seed", "status",
-]
 
 
 def _d(s_1: ArrayLike, s_2: ArrayLike, sizes: Mapping[str, int]) -> tuple[float, str]:

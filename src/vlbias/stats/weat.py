@@ -37,7 +37,7 @@ def serial_blas() -> AbstractContextManager[Any]:
     """A context in which numpy's BLAS runs on one thread. Every matrix product of the statistics
     runs in one: OpenBLAS splits a product over its threads in blocks whose sums round differently,
     so a cosine changed in the last bit with the job's thread count (``--cores 1`` vs ``2``, a
-    SLURM job vs a local one) and so did the bootstrap interval (issue 18 row 6). The products are
+    SLURM job vs a local one) and so did the bootstrap interval. The products are
     small; threads gain little on them."""
     return cast(AbstractContextManager[Any], _blas().limit(limits=1, user_api="blas"))
 

@@ -6,11 +6,13 @@ here.
 
     STAGES                           # in the order the Snakefile includes their rules
     suites(config)                   # the configured Suites: what a user lists (models, tests, tables)
+    check_suite(stimulus)            # a stimulus file's suite is one of them
     adapter_sections()               # [((section, ...), kind)] of every entry an adapter builds
     weights_entries(config)          # {"<stage>/<name>": entry} of every entry that loads weights
     default_targets(config, down)    # `rule all`'s files
 """
 
+from vlbias.errors import InputError
 from vlbias.suites.grounded.suite import SUITE as GROUNDED
 from vlbias.suites.ieat.suite import SUITE as IEAT
 from vlbias.suites.mlm.suite import SUITE as MLM
@@ -20,6 +22,7 @@ from vlbias.suites.seat.suite import SUITE as SEAT
 from vlbias.suites.skew.suite import STAGE as SKEW
 from vlbias.suites.stage import Suite
 from vlbias.suites.zoo.suite import SUITE as ZOO
+from vlbias.validation import suggest
 
 STAGES = (IEAT, SEAT, GROUNDED, REGIONS, MLM, SKEW, ROBUSTNESS, ZOO)
 
@@ -32,6 +35,15 @@ def present(config):
 def suites(config):
     """The suites whose section ``config`` has."""
     return [stage for stage in present(config) if isinstance(stage, Suite)]
+
+
+def check_suite(stimulus):
+    """A stimulus file's ``suite`` must name a suite of the registry (the stimulus schema takes any
+    name: a new suite on its format is the registry's line alone); InputError naming the file."""
+    known = [stage.name for stage in STAGES if isinstance(stage, Suite)]
+    if stimulus.suite not in known:
+        raise InputError(stimulus.path, f"key 'suite': '{stimulus.suite}' is not a suite of the registry (known: "
+                                        f"{', '.join(known)}){suggest(stimulus.suite, known)}")
 
 
 def adapter_sections():

@@ -63,8 +63,8 @@ def test_encoder_options_build_the_encoders():
 def test_each_feed_a_family_declares_is_a_protocol_switch_with_its_values():
     """A family's declared feeds (its schema file) are switches of the protocol, the family's own value
     the paper's; the W/S switch's values are those the two-stream families declare."""
-    from vlbias.config import adapters
-    from vlbias.models.plan import feeds, ws_vectors
+    from vlbias.schemas import adapters
+    from vlbias.models.families import feeds, ws_vectors
 
     declared = {a: feeds(a) for a in adapters("models") if feeds(a)}
     assert sorted(declared) == ["vilbert", "vlbert"]

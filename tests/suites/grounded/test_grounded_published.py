@@ -14,10 +14,14 @@ from vlbias.report.grounded import (
     paper_table,
     printed_cells,
     printed_groups,
+    protocol_caption,
+    read_left_out,
     read_printed,
+    read_rows,
     to_frame,
     to_markdown,
 )
+from vlbias.suites.grounded.plan import CAPTIONS, embedding_job, embedding_path
 
 PUBLISHED = REPO / "resources" / "published" / "grounded_tables.tsv"
 MODELS = ["VisualBERT", "ViLBERT", "LXMERT", "VL-BERT"]
@@ -163,3 +167,24 @@ def test_experiment3_summary_is_the_mean_effect_size_and_the_share_significant()
     assert means == {"LXMERT": (pytest.approx(0.4), 2), "VisualBERT": (0.5, 1)}
     assert share == pytest.approx(1 / 3)
     assert math.isnan(experiment3_summary([])[1])
+
+
+def test_a_table_reads_its_tests_rows_under_todays_names_and_names_each_left_out_pair_by_its_job(tmp_path):
+    results = tmp_path / "old.csv"  # an experiment file of an older version: n_X ... n_B_y
+    results.write_text("protocol,dataset,test,model,n_X,n_B_y,status\npaper,google,t1,vb,2,1,ok\n"
+                       "paper,google,other,vb,2,1,ok\n")
+    rows = read_rows([results], {"t1"})
+    assert rows[["test", "n_x", "n_b_y"]].values.tolist() == [["t1", "2", "1"]]
+    missing = tmp_path / embedding_path("paper", "google", "vb.base", "missing.tsv")  # a dotted entry name
+    missing.parent.mkdir(parents=True)
+    missing.write_text("# comment\ntest\tlevel\tmask\trole\tcaption\timage\treason\n"
+                       "t1\tS\tnone\tX\ta man\t7\tno regions\nother\tS\tnone\tX\ta man\t8\tno regions\n")
+    left_out = read_left_out([missing], {"t1"})
+    assert left_out[["dataset", "model", "test", "image"]].values.tolist() == [["google", "vb.base", "t1", "7"]]
+    assert embedding_job(embedding_path("paper", "cc", "vb.base")) == ("paper", "cc", "vb.base.h5")
+    assert embedding_job(embedding_path("paper", "cc", "vb.base"), "h5") == ("paper", "cc", "vb.base")
+
+
+def test_a_tables_caption_names_its_protocol_and_switches():
+    spec = {"caption": "", "table": "table3", "protocol": "code", "switches": {"image_mask": "regions", "seed": 1}}
+    assert protocol_caption(spec) == f"{CAPTIONS['table3']}. Protocol 'code': image_mask regions, seed 1"

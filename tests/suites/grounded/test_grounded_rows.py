@@ -1,12 +1,16 @@
 """The rows of the grounded experiments on an embedding file (vlbias.suites.grounded.jobs.run_experiments):
 sets the statistics cannot use give a row whose status says why, and no numbers."""
 
+import hashlib
+import json
+
 import numpy as np
 import pytest
 
 from helpers.grounded import write_grounded
 
-from vlbias.suites.grounded.jobs import run_experiments
+from vlbias.stats.row import GROUNDED_PROVENANCE
+from vlbias.suites.grounded.jobs import run_experiments, store_attrs
 
 SIZES = {"X": 3, "Y": 3, "A_x": 2, "A_y": 2, "B_x": 2, "B_y": 2}
 
@@ -34,7 +38,7 @@ def test_a_target_set_of_one_pair_gives_no_d_and_no_p(tmp_path, sizes, says):
     for row in rows(tmp_path, **sizes):
         assert row["status"].startswith(says), row["status"]
         assert "d" not in row and "p" not in row
-        assert (row["n_X"], row["n_Y"]) == ((SIZES | sizes)["X"], (SIZES | sizes)["Y"])
+        assert (row["n_x"], row["n_y"]) == ((SIZES | sizes)["X"], (SIZES | sizes)["Y"])
 
 
 def test_an_attribute_set_of_one_pair_is_enough(tmp_path):
@@ -43,3 +47,18 @@ def test_an_attribute_set_of_one_pair_is_enough(tmp_path):
 
 def test_an_emptied_set_is_named(tmp_path):
     assert {r["status"] for r in rows(tmp_path, B_x=0)} == {"skipped: no pairs left in B_x"}
+
+
+def test_an_embedding_store_carries_every_column_its_rows_take_from_it(tmp_path):
+    regions = tmp_path / "regions.h5"
+    regions.write_bytes(b"regions")
+    info = {"model_id": "unc-nlp/lxmert-base-uncased", "revision": None, "commit": "c0ffee", "weights": "hub",
+            "weights_sha256": None}
+    record = {"entry": "grounded/lxmert", "request": None, "sources": {}}
+    attrs = store_attrs(("paper", "google", "lxmert"), "LXMERT", {"seed": 1, "image_mask": "persons"}, info, record,
+                        "frcnn", regions, b"bua")
+    assert {"protocol", "dataset", "model", "column", *GROUNDED_PROVENANCE} <= set(attrs)
+    assert (attrs["revision"], attrs["weights_sha256"], attrs["commit"]) == ("", "", "c0ffee")  # None: ""
+    assert attrs["switches"] == '{"image_mask": "persons", "seed": 1}' and attrs["region_weights"] == "b'bua'"
+    assert attrs["region_store_sha256"] == hashlib.sha256(b"regions").hexdigest()
+    assert json.loads(attrs["weights_record"]) == record

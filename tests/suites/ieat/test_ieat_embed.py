@@ -72,7 +72,7 @@ def test_text_sets_of_a_cross_modal_test_join_the_image_store(images, tmp_path):
     assert read_set(out, "toy/none")[0].shape == (0, 16)
     assert read_provenance(out)["n"] == {"toy/flower": 3, "toy/insect": 2, "toy/none": 0, "mixed/A": 2, "mixed/B": 2}
     row = run_test(test, out, "tiny", n_samples=100, seed=0)
-    assert row["status"] == "ok" and (row["n_t"], row["n_a"]) == (3, 2) and np.isfinite(row["d"])
+    assert row["status"] == "ok" and (row["n_x"], row["n_a"]) == (3, 2) and np.isfinite(row["d"])
     # a rerun meets the images and texts in the cache: nothing reaches the model
     encoder.encode_images = encoder.encode_texts = None
     with RecordCache(tmp_path / "cache" / fingerprint(encoder.info)) as cache:

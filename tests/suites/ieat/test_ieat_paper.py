@@ -51,7 +51,7 @@ def test_effect_sizes_equal_the_paper_to_two_decimals(results):
 
 
 def test_sample_sizes_equal_the_paper(results):
-    assert (results["n_t"] == results["n_t_paper"]).all()
+    assert (results["n_x"] == results["n_t_paper"]).all()
     assert (results["n_a"] == results["n_a_paper"]).all()
 
 

@@ -14,7 +14,7 @@ from PIL import Image
 
 from helpers.tiny import visual
 from vlbias.errors import InputError
-from vlbias.suites.mlm.probability import Query, entity_logprobs, entity_pieces, load_visuals
+from vlbias.suites.mlm.probability import Query, case_study_images, entity_logprobs, entity_pieces, load_visuals
 from vlbias.suites.mlm.scores import (LogProbs, association_scores, bias, bias_scores, contradictions, entity_bias,
                                logprob_table, read_logprob_table, s_l, s_pt, s_v, write_logprob_table)
 from vlbias.suites.mlm.stimuli import ImageRow, load_mlm_stimulus, read_image_manifest
@@ -356,6 +356,15 @@ def test_visuals_from_a_region_store(tmp_path):
     assert v.image_size == (40, 50)  # VL-BERT reads its boxes in pixels
     assert v.boxes_norm.max() <= 1 and set(missing) == {"purse/male/b.jpg", "purse/male/c.jpg"}
     assert "skipped" in missing["purse/male/b.jpg"] and "not in the store" in missing["purse/male/c.jpg"]
+    # the case study's manifest rows: each gets a status, the images with regions are used
+    rows = [ImageRow("purse/female/a.jpg", "purse", "female", "ok", "", str(tmp_path / "a.jpg")),
+            ImageRow("purse/male/b.jpg", "purse", "male", "ok", "", str(tmp_path / "b.jpg")),
+            ImageRow("purse/male/d.jpg", "purse", "male", "failed", "HTTP 404")]
+    status, visuals, used = case_study_images(rows, tmp_path / "r.h5", needs_pixels=True)
+    assert [(s["status"], s["reason"]) for s in status] == [("used", ""), ("no regions", missing["purse/male/b.jpg"]),
+                                                            ("failed", "HTTP 404")]
+    assert used == rows[:1] and visuals["purse/female/a.jpg"].image.shape == (40, 50, 3)
+    assert case_study_images(rows[2:], tmp_path / "absent.h5") == ([{**status[2]}], {}, [])  # no store opened
 
 
 # --- figures and tables -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from vlbias.io.cache import digest, fingerprint
 from vlbias.io.fetch import sha256_file
 from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
 from vlbias.logs import Progress
+from vlbias.stats.row import GROUNDED, GROUNDED_PROVENANCE, MLEAT, SETS, SIZES
 from vlbias.suites.grounded.stimulus import ROLES
 
 log = logging.getLogger(__name__)
@@ -21,11 +22,6 @@ log = logging.getLogger(__name__)
 LEVEL_SOURCE = {"W": "word", "S": "sentence", "C": "sentence"}
 NO_MASK = "none"  # the HDF5 group of unmasked embeddings
 MISSING_COLUMNS = ["test", "level", "mask", "role", "caption", "image", "reason"]
-ROLE_COUNTS = [f"n_{r}" for r in ROLES]
-RESULT_COLUMNS = ["protocol", "dataset", "test", "name", "model", "column", "experiment", "level", "mask", "status",
-                  "statistic", "d", "p", "p_se", "exact", "n_samples", "seed", "d_x", "d_y", "p_x", "p_y",
-                  "masked_statistic",
-                  *ROLE_COUNTS, "model_id", "revision", "commit", "weights_sha256", "detector"]
 
 
 def _words_pattern(words):
@@ -161,7 +157,7 @@ def vision_passes(stimuli, levels, masks, batch_size, supports_image_masking=Tru
     FLAVA's image encoder, LXMERT's vision layers, VL-BERT's RoI head end to end), planned as
     ``embed_tests`` plans the pairs, no model needed: {"pairs", "images" (distinct (image, mask I or
     not)), "before" (once per distinct image of each batch of ``batch_size`` pairs of one (test, level,
-    mask, role) in the stimulus' order, as up to e10739f), "after" (once per (image, mask I or not) of
+    mask, role) in the stimulus' order: an image read again in every batch that holds it), "after" (once per (image, mask I or not) of
     the job: ``embed_tests``)}. ``images``: the image ids the region store holds (default: every
     image the stimuli name)."""
     combos, _ = embedding_combos(levels, masks, supports_image_masking)
@@ -177,6 +173,24 @@ def vision_passes(stimuli, levels, masks, batch_size, supports_image_masking=Tru
                 before += sum(len(set(keys[i:i + batch_size])) for i in range(0, len(keys), batch_size))
                 distinct.update(keys)
     return {"pairs": pairs, "images": len(distinct), "before": before, "after": len(distinct)}
+
+
+def store_attrs(job, column, switches, info, record, detector, region_store, region_weights):
+    """The root attributes of one embedding job's store: what ``run_experiments`` and ``run_mleat`` copy
+    into each row (the job, the model's column and provenance, the detector) and what reproduces it.
+
+    ``job``: (protocol, dataset, model); ``info``: the encoder's; ``record``: its weights record
+    (vlbias.weights.provenance keeps what is not local to this machine); ``detector``: the region
+    store's entry, ``region_store`` its file, ``region_weights`` the detector's weights it records.
+    """
+    from vlbias.weights import provenance
+
+    protocol, dataset, model = job
+    return {"protocol": protocol, "switches": json.dumps(switches, sort_keys=True), "dataset": dataset, "model": model,
+            "column": column, **{k: info[k] or "" for k in ("model_id", "revision", "commit")},
+            "weights": info["weights"], "weights_sha256": info["weights_sha256"] or "", "detector": detector,
+            "region_store": str(region_store), "region_store_sha256": sha256_file(region_store),
+            "region_weights": str(region_weights), "weights_record": json.dumps(provenance(record), sort_keys=True)}
 
 
 def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, manifest_rows=(), cache=None,
@@ -364,7 +378,7 @@ def read_embeddings(path):
 
 
 def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
-    """Rows (RESULT_COLUMNS) of the grounded experiments on every test of one ``embed_tests`` file:
+    """Rows (vlbias.stats.row.GROUNDED) of the grounded experiments on every test of one ``embed_tests`` file:
     experiments 1, 2 and 3 (variant 1) on each unmasked level, experiment 3 variant 2 ("3-masked") on each
     masked one, with experiment ``masked_statistic``'s test ("2" the paper, "1" the authors' code;
     protocol switch, docs/grounded.md). A set left empty (every pair dropped) gives a row whose
@@ -374,37 +388,36 @@ def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
     from vlbias.stats.grounded import grounded_test
 
     tests, attrs, test_attrs = read_embeddings(path)
-    base = {k: attrs.get(k, "") for k in ("protocol", "dataset", "model", "column", "model_id", "revision", "commit",
-                                          "weights_sha256", "detector")}
+    base = {k: attrs.get(k, "") for k in ("protocol", "dataset", "model", "column", *GROUNDED_PROVENANCE)}
     order = lambda kv: ("WSC".index(kv[0][0]), kv[0][1] != NO_MASK, kv[0][1])  # noqa: E731
     jobs = [(test, key, emb) for test, sets in tests.items() for key, emb in sorted(sets.items(), key=order)]
     progress = Progress(sum(3 if key[1] == NO_MASK else 1 for _, key, _ in jobs), "experiments", log)
     rows = []
     for test, (level, mask), emb in jobs:
-        counts = {f"n_{r}": len(emb[r]) for r in ROLES}
+        counts = {n: len(emb[r]) for n, r in zip(GROUNDED.sizes, ROLES)}
         for experiment in (("1", "2", "3") if mask == NO_MASK else ("3-masked",)):
             progress.advance()
-            row = {**base, "test": test, "name": test_attrs[test].get("name", ""), "experiment": experiment,
-                   "level": level, "mask": mask, **counts, "n_samples": n_samples, "seed": seed, "exact": exact}
+            row = GROUNDED.build(base, counts, test=test, name=test_attrs[test].get("name", ""), experiment=experiment,
+                                 level=level, mask=mask, n_samples=n_samples, seed=seed, exact=exact)
             options = {}
             if experiment == "3-masked":
                 row["masked_statistic"] = options["statistic"] = masked_statistic
             empty = [r for r in ROLES if not len(emb[r])]
             if empty:
-                rows.append({**row, "status": f"skipped: no pairs left in {', '.join(empty)}"})
+                rows.append(GROUNDED.build(row, status=f"skipped: no pairs left in {', '.join(empty)}"))
                 continue
             # as vlbias.associate.run_test: a target set of one has no spread of its own (with one on each
             # side d is ±√2 whatever the vectors, and experiment 3's d_x likewise): no d, no p
             few = [f"{r} has {len(emb[r])}" for r in ("X", "Y") if len(emb[r]) < 2]
             if few:
-                rows.append({**row, "status": f"too-few: {' and '.join(few)} pair; d and p need at least 2 in "
-                                              "each target set"})
+                rows.append(GROUNDED.build(row, status=f"too-few: {' and '.join(few)} pair; d and p need at least 2 "
+                                                       "in each target set"))
                 continue
             try:
                 r = grounded_test(experiment, *(emb[role] for role in ROLES), n_samples=n_samples, seed=seed,
                                   exact=exact, **options)
             except ValueError as e:  # e.g. a zero embedding: cosine undefined
-                rows.append({**row, "status": f"skipped: {e}"})
+                rows.append(GROUNDED.build(row, status=f"skipped: {e}"))
                 continue
             row |= {"status": "ok", "statistic": r.statistic, "d": r.effect_size, "p": r.p}
             if r.permutation is not None:
@@ -415,7 +428,7 @@ def run_experiments(path, n_samples, seed, exact, masked_statistic="2"):
                 row |= {"p_se": joint["p_se"], "exact": joint["exact"], "n_samples": joint["n_samples"],
                         "d_x": r.parts["X"]["effect_size"], "d_y": r.parts["Y"]["effect_size"],
                         "p_x": r.parts["X"]["p"], "p_y": r.parts["Y"]["p"]}
-            rows.append(row)
+            rows.append(GROUNDED.build(row))
     progress.done()
     return rows
 
@@ -432,28 +445,26 @@ def run_mleat(path, tests=None, levels=None, *, n_samples, seed, exact, alpha, n
     from vlbias.stats.mleat import mleat
 
     found_tests, attrs, test_attrs = read_embeddings(path)
-    base = {k: attrs.get(k, "") for k in ("protocol", "dataset", "column", "model_id", "revision", "commit",
-                                          "weights_sha256", "detector")}
+    base = {k: attrs.get(k, "") for k in ("protocol", "dataset", "column", *GROUNDED_PROVENANCE)}
     found = []
     for test in sorted(found_tests) if tests is None else [t for t in tests if t in found_tests]:
         for level in [lv for lv in "WSC" if (lv, NO_MASK) in found_tests[test] and (levels is None or lv in levels)]:
             emb = found_tests[test][(level, NO_MASK)]
             sets = {"X": emb["X"], "Y": emb["Y"], "A": np.concatenate([emb["A_x"], emb["A_y"]]),
                     "B": np.concatenate([emb["B_x"], emb["B_y"]])}
-            row = {**base, "test": f"{base['dataset']}/{test}/{level}",
-                   "name": f"{test_attrs[test].get('name') or test} ({base['dataset']}, {level})",
-                   "model": attrs.get("column") or attrs.get("model", ""), "level": level,
-                   "n_x": len(sets["X"]), "n_y": len(sets["Y"]), "n_a": len(sets["A"]),
-                   "n_b": len(sets["B"])}
+            row = MLEAT.build(base, {n: len(sets[s]) for n, s in zip(SIZES, SETS)},
+                              test=f"{base['dataset']}/{test}/{level}",
+                              name=f"{test_attrs[test].get('name') or test} ({base['dataset']}, {level})",
+                              model=attrs.get("column") or attrs.get("model", ""), level=level)
             empty = [r for r in ROLES if not len(emb[r])]
             if empty:
-                found.append(({**row, "status": f"skipped: no pairs left in {', '.join(empty)}"}, None))
+                found.append((MLEAT.build(row, status=f"skipped: no pairs left in {', '.join(empty)}"), None))
                 continue
             try:
                 r = mleat(sets["X"], sets["Y"], sets["A"], sets["B"], n_samples=n_samples, seed=seed, exact=exact,
                           alpha=alpha, null=null, saturation=saturation)
             except ValueError as e:  # e.g. a zero embedding: cosine undefined
-                found.append(({**row, "status": f"skipped: {e}"}, None))
+                found.append((MLEAT.build(row, status=f"skipped: {e}"), None))
                 continue
-            found.append(({**row, **r.row()}, r))
+            found.append((MLEAT.build(row, r.row()), r))
     return found

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from vlbias import CONFIG
 from vlbias.errors import InputError
 from vlbias.io.fetch import Source, read_manifest
-from vlbias.models.plan import embeds
+from vlbias.models.families import embeds
 from vlbias.regions.plan import images_path, store_path
 from vlbias.suites.grounded.protocol import encoder_options, region_store, resolve
 from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path
@@ -51,6 +51,13 @@ NOT_GROUNDED = "n/a: dual encoder"
 def embedding_path(protocol, dataset, model, ext="h5"):
     """The embedding job's output: ``ext`` h5 (the vectors) or missing.tsv (the pairs left out)."""
     return f"results/embeddings/grounded/{protocol}/{dataset}/{model}.{ext}"
+
+
+def embedding_job(path, ext="missing.tsv"):
+    """(protocol, dataset, model) of an ``embedding_path`` of ``ext``: whose pairs a missing.tsv lists (a
+    model's name may hold dots)."""
+    *_, protocol, dataset, name = Path(path).parts
+    return protocol, dataset, name.removesuffix(f".{ext}")
 
 
 def experiment_path(protocol, dataset, model):

@@ -19,7 +19,7 @@ token type) is no switch: both presets use the value VisualBERT was pre-trained 
 from dataclasses import dataclass
 
 from vlbias.errors import InputError
-from vlbias.models.plan import feeds, ws_vectors
+from vlbias.models.families import feeds, ws_vectors
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def resolve(protocol):
 def encoder_options(switches, family, config=None):
     """Options of the vision-language encoder entry of ``family`` (vlbias.models.vl): token_mask for
     every family, ws_vector for those that give more than one W/S vector (the two-stream ones), the
-    switches the family declares as its ``feeds`` (ViLBERT's, VL-BERT's: vlbias.models.plan).
+    switches the family declares as its ``feeds`` (ViLBERT's, VL-BERT's: vlbias.models.families).
     ``config``, the entry's model config: an end-to-end VL-BERT (``image_feat_precomputed: false``)
     gets no feed switch, being fed as VL-BERT under every protocol (the authors' loader read
     precomputed features only; the embedding file's ``info`` records the feed)."""

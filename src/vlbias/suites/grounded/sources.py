@@ -126,12 +126,6 @@ def concap_manifest(stimulus_dir, validation_tsv):
     return rows, digests, unresolved, ambiguous
 
 
-def stimulus_digests(path):
-    """The "<dataset>/<test> <sha256>" lines recorded in a manifest's header."""
-    with open(path, encoding="utf-8") as f:
-        return [line[2 + len(STIMULUS_PREFIX):].strip() for line in f if line.startswith("# " + STIMULUS_PREFIX)]
-
-
 def _fetch_validation(source, workdir):
     """A local path of the validation TSV: ``source`` itself, or its http(s) URL downloaded."""
     if urlsplit(source).scheme not in ("http", "https"):

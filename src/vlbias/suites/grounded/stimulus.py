@@ -21,9 +21,9 @@ from pathlib import Path
 
 from vlbias.errors import InputError
 from vlbias.io.stimuli import read_stimulus_file
+from vlbias.stats.row import GROUNDED_ROLES as ROLES
 
 SCHEMA = "grounded_stimulus.schema.yaml"
-ROLES = ("X", "Y", "A_x", "A_y", "B_x", "B_y")
 CAPTION_INDICES = ("number", "digits")
 
 

@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 from vlbias.errors import InputError
-from vlbias.models.plan import embeds
+from vlbias.models.families import embeds
 from vlbias.suites.grounded.plan import COMPARISON_CAPTION, TABLE1_CAPTION, GroundedImagesPlan, GroundedPlan, table_path
 from vlbias.suites.grounded.protocol import resolve
 from vlbias.suites.stage import Suite, Table, mleat_tables

@@ -15,7 +15,7 @@ from vlbias.errors import InputError
 from vlbias.images.store import store_name
 from vlbias.io.fetch import read_manifest
 from vlbias.io.stimuli import check_categories, load_stimulus
-from vlbias.models.plan import embeds, outputs
+from vlbias.models.families import embeds, outputs
 from vlbias.suites.plan import MLEAT_KINDS, mleat_on, mleat_path, stimulus_ids
 from vlbias.weights import record_path
 
@@ -60,7 +60,7 @@ def ieat_models(ieat):
 
 def table_models(models):
     """{name a table uses: (entry name, output or None)}: an entry with one output by its own name, each
-    output of an entry with several (vlbias.models.plan.outputs: iGPT's layers and logits) as "<entry>/<output>"."""
+    output of an entry with several (vlbias.models.families.outputs: iGPT's layers and logits) as "<entry>/<output>"."""
     names = {}
     for name, spec in models.items():
         several = outputs(spec) if spec.get("source") == "images" else []
@@ -73,7 +73,7 @@ def table_models(models):
 
 def encodes(spec):
     """What a model entry embeds: published vectors images; a user's vectors whatever their ids name;
-    an adapter what its family declares (vlbias.models.plan.embeds)."""
+    an adapter what its family declares (vlbias.models.families.embeds)."""
     source = spec.get("source", "images" if spec.get("adapter") else None)
     if source == "published":
         return ("images",)

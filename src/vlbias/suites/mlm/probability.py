@@ -121,6 +121,29 @@ def entity_logprobs(model, queries, visuals=None, cache=None):
     return out
 
 
+IMAGE_STATUS_COLUMNS = ["id", "entity", "gender", "status", "reason"]
+
+
+def case_study_images(rows, store_path, needs_pixels=False):
+    """(a status row per manifest row, {image id: Visual}, the rows used) of the case study's image
+    manifest ``rows`` (vlbias.suites.mlm.stimuli.ImageRow) on the region store at ``store_path``
+    (opened only when some row has an image). A row is "used" where the store has its regions, else
+    keeps the manifest's status, or gets "no regions" and why the store has none. ``needs_pixels``: a
+    model that computes region features itself (VL-BERT end to end) reads the pixels too."""
+    from vlbias.regions.store import RegionStore  # HDF5: only where a store is read
+
+    usable = [r.id for r in rows if r.status == "ok"]
+    visuals, missing = {}, {}
+    if usable:
+        paths = {r.id: r.path for r in rows if r.status == "ok"} if needs_pixels else None
+        with RegionStore(store_path) as store:
+            visuals, missing = load_visuals(store, usable, paths)
+    status = [{"id": r.id, "entity": r.entity, "gender": r.gender,
+               "status": "used" if r.id in visuals else r.status if r.status != "ok" else "no regions",
+               "reason": "" if r.id in visuals else missing.get(r.id, r.reason)} for r in rows]
+    return status, visuals, [r for r in rows if r.id in visuals]
+
+
 def load_visuals(store, image_ids, paths=None):
     """({image id: Visual}, {image id: why it has none}) from an open vlbias.regions.store.RegionStore;
     with ``paths`` ({image id: file}) each Visual carries the image's pixels (models that need_pixels)."""

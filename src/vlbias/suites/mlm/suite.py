@@ -4,7 +4,7 @@ keys make, its targets, its weights, its tests and tables (each vision-language 
 
 from pathlib import Path
 
-from vlbias.models.plan import family
+from vlbias.models.families import family
 from vlbias.suites.mlm.plan import TABLES, MlmPlan, table_path
 from vlbias.suites.stage import Suite, Table, unknown_names
 from vlbias.validation import suggest

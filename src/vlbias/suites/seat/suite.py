@@ -4,7 +4,7 @@ keys make, its targets, its weights, its tests and tables."""
 
 from pathlib import Path
 
-from vlbias.models.plan import embeds
+from vlbias.models.families import embeds
 from vlbias.suites.plan import stimulus_ids
 from vlbias.suites.seat import plan
 from vlbias.suites.stage import Suite, Table, mleat_tables, unknown_names

@@ -6,7 +6,7 @@ labelled sets are the user's (FairFace, UTKFace, one's own), so it is built by n
 Its weights entries (``skew/<model>``) are fetched by the weights stage like any other.
 """
 
-from vlbias.models.plan import embeds
+from vlbias.models.families import embeds
 from vlbias.suites.stage import Stage
 from vlbias.validation import suggest
 

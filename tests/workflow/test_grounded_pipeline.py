@@ -22,7 +22,7 @@ from vlbias.report.grounded import NA, paper_table, to_frame, to_latex, to_markd
 from vlbias.errors import InputError
 from vlbias.io.cache import RecordCache
 from vlbias.report.mleat import map_path
-from vlbias.stats.mleat import COLUMNS as MLEAT_COLUMNS
+from vlbias.stats.row import MLEAT as MLEAT_ROW
 from vlbias.stats.mleat import mleat
 from vlbias.suites.grounded.jobs import NO_MASK, embed_tests, embedding_combos, read_embeddings, run_experiments
 from vlbias.suites.grounded.stimulus import ROLES, load_grounded_stimulus
@@ -153,7 +153,7 @@ def test_experiments_on_an_embedding_file(embedded):
                    ("1", "C", "none"), ("2", "C", "none"), ("3", "C", "none")]
     assert all(r["status"] == "ok" and 0 < r["p"] <= 1 for r in rows)
     s = next(r for r in rows if r["experiment"] == "2" and r["level"] == "S")
-    assert (s["n_X"], s["n_B_y"], s["exact"], s["seed"], s["model"], s["detector"]) == (2, 1, True, 3, "lxmert", "toy")
+    assert (s["n_x"], s["n_b_y"], s["exact"], s["seed"], s["model"], s["detector"]) == (2, 1, True, 3, "lxmert", "toy")
     assert (s["dataset"], s["column"], s["protocol"]) == ("google", "lxmert", "")  # no protocol attribute written
     assert (s["test"], s["name"]) == ("toy-a", "Toy toy-a")
     sets, _, _ = read_embeddings(path)
@@ -332,8 +332,8 @@ def test_the_full_table_set_is_built(project):
     assert t6.loc[0, "Experiment 1 VisualBERT d"] not in ("", NA) and t6.loc[0, "Experiment 1 ViLBERT d"] == ""
     assert t6.loc[0, "Experiment 1 VL-BERT d"] not in ("", NA)
     rows = pd.read_csv(project / "results/grounded/table3.rows.csv")
-    assert {"model_id", "revision", "detector", "n_X", "n_B_y", "n_samples", "exact", "seed", "p_se"} <= set(rows)
-    assert rows.loc[(rows["test"] == "toy-b") & (rows["level"] == "S"), "n_B_y"].unique().tolist() == [1]
+    assert {"model_id", "revision", "detector", "n_x", "n_b_y", "n_samples", "exact", "seed", "p_se"} <= set(rows)
+    assert rows.loc[(rows["test"] == "toy-b") & (rows["level"] == "S"), "n_b_y"].unique().tolist() == [1]
     missing = pd.read_csv(project / "results/grounded/table3.missing.tsv", sep="\t", dtype=str)
     gone = missing[missing["image"] == "toy-b/attr2/b_y1.jpg"]
     assert set(gone["model"]) == {"visualbert-authors", "vilbert", "lxmert", "vlbert"}
@@ -351,7 +351,7 @@ def test_a_tables_mleat_is_experiment_1s_sets_at_each_level(project, target, col
     """results/grounded/mleat/<target>.*: per (test, level, model) mleat() of X, Y and the attributes
     pooled over both image categories of the embedding file, so Level 1 is experiment 1's d and p."""
     out = pd.read_csv(project / f"results/grounded/mleat/{target}.csv", keep_default_na=False, na_values=[""])
-    assert {"protocol", "dataset", "test", "model", "level", *MLEAT_COLUMNS, "model_id", "detector"} <= set(out)
+    assert {"protocol", "dataset", "test", "model", "level", *MLEAT_ROW.computed, "model_id", "detector"} <= set(out)
     assert set(out["model"]) >= set(columns) and set(out["level"]) == {"W", "S", "C"}
     experiments = pd.concat([pd.read_csv(p, dtype={"experiment": str})
                              for p in (project / "results/grounded/experiments/authors/google").glob("*.csv")])
@@ -379,7 +379,7 @@ def test_a_tables_mleat_is_experiment_1s_sets_at_each_level(project, target, col
         checked += 1
     assert checked == len(columns) * 2 * 3  # two tests, three levels
     # the paper's table keeps its own columns: none of the ML-EAT's
-    assert not set(MLEAT_COLUMNS) & set(read_table(project, "table3.csv"))
+    assert not set(MLEAT_ROW.computed) & set(read_table(project, "table3.csv"))
 
 
 @pytest.mark.workflow

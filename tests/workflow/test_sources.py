@@ -13,12 +13,18 @@ from vlbias.errors import InputError
 from vlbias.images.acquire import MANIFEST_COLUMNS, acquire, image_id
 from vlbias.io.fetch import read_manifest, write_manifest
 from vlbias.suites.grounded import sources
-from vlbias.suites.grounded.sources import (coco_manifest, coco_url, concap_id, concap_manifest,
-                                            read_concap_validation, stimulus_digests)
+from vlbias.suites.grounded.sources import (STIMULUS_PREFIX, coco_manifest, coco_url, concap_id, concap_manifest,
+                                            read_concap_validation)
 from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 STIMULI = REPO / "resources/stimuli/grounded"
 COMMITTED = REPO / "resources/manifests/grounded_coco_images.tsv"
+
+
+def stimulus_digests(path):
+    """The "<dataset>/<test> <sha256>" lines recorded in a manifest's header."""
+    with open(path, encoding="utf-8") as f:
+        return [line[2 + len(STIMULUS_PREFIX):].strip() for line in f if line.startswith("# " + STIMULUS_PREFIX)]
 # two URLs with one crc32 (found by search): the authors' id cannot tell which image was meant
 COLLIDING = ("http://img.example/c/29685295.jpg", "http://img.example/c/32060020.jpg")
 
