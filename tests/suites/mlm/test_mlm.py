@@ -27,12 +27,9 @@ from vlbias.report.mlm import write_report
 from vlbias.visual import Visual
 
 from helpers import REPO
-from helpers.tiny import TINY_VL
+from helpers.tiny import TINY_BERT_MLM, TINY_VL
 
-TINY_BERT = {"adapter": "bert_mlm", "weights": "random", "seed": 0, "device": "cpu",
-             "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                        "intermediate_size": 37}}
-SPECS = {"bert_mlm": TINY_BERT, **TINY_VL}
+SPECS = {"bert_mlm": TINY_BERT_MLM, **TINY_VL}
 CAPTION = "The woman is carrying a {entity}."
 
 
