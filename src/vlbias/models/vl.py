@@ -298,6 +298,8 @@ class VLEncoder:
         most, each in the callers' order (a job hands the pairs of an image together). A batch that would
         give a matmul fewer than MIN_ROWS rows is filled up with copies of its first pair
         (their vectors are its own): its pairs' fewest ``rows`` times their number is at least MIN_ROWS."""
+        if not captions:  # the tokenizers raise an IndexError on no text
+            return []
         lengths = [len(ids) for ids in self.tokenizer(list(captions))["input_ids"]]
         shapes = [self._shape(n, entry) for n, entry in zip(lengths, regions)]
         batches, open_ = [], {}
