@@ -21,7 +21,7 @@ Every encoder also has ``.info``, a JSON-able dict recording where its weights c
 The contract is declared in vlbias.models.protocols, a ``typing.Protocol`` per role (ImageEncoder,
 TextEncoder, MultiOutputImageEncoder, VisionLanguageEncoder, MaskedLM); which roles a family plays is
 what its schema's ``family:`` declares (``roles``), and tests/models/test_protocols.py holds every adapter
-in the registry to them.
+in the registry to them; tests/models/test_family_behaviour.py, to one behaviour on its tiny model.
 
 Adapter modules are imported only when an entry names them (see vlbias.registry), with their
 schema's defaults filled in. Adding a family means its module vlbias.models.<adapter>, its schema
