@@ -25,10 +25,10 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from vlbias import CONFIG, SCHEMA
+from vlbias import CONFIG
 from vlbias.errors import InputError, UsageError
 from vlbias.models.plan import family
-from vlbias.schemas import adapter_schema, adapters
+from vlbias.schemas import adapter_schema, adapters, schema_path
 from vlbias.suites import registry
 from vlbias.validation import Validator, key_path, suggest
 from vlbias.validation import problems as schema_errors
@@ -73,15 +73,6 @@ def load_config(path):
     except yaml.YAMLError as e:
         raise InputError(path, f"not valid YAML: {e}") from None
     return check_config(config, schema_path())
-
-
-def schema_path():
-    """The workflow's schema: in the working directory's workflow/, else the repository's beside src/."""
-    schemas = [Path(SCHEMA), Path(__file__).resolve().parents[2] / SCHEMA]
-    schema = next((s for s in schemas if s.is_file()), None)
-    if schema is None:
-        raise UsageError(f"no {SCHEMA} here or beside the vlbias package: run in the repository")
-    return schema
 
 
 def configured_models(config):
@@ -142,8 +133,8 @@ def _below(schema, node):
 
 @cache
 def _read_yaml(path):
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    with open(path, encoding="utf-8") as f:  # libyaml's loader where present: the schema is 30 KB
+        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _entry_schema(schema, section):
