@@ -17,7 +17,8 @@ ML-EAT: the (embedding file, test, level) ML-EATs the grounded table targets' jo
 files x its tests x the levels), against the distinct ones. Targets: >= 90% of pairs in full calls at
 batch 128 for every family; <= 1.05 reads per (image, mask); computed = distinct.
 
-    python benchmarks/grounded_plan.py [--datasets google,coco] [--batch-sizes 32,128] [--regions 36] [--json]
+    python benchmarks/grounded_plan.py [--datasets google,coco] [--batch-sizes 32,128] [--regions 36]
+        [--families visualbert,...] [--json]
 
 ``--json``: the same figures as one JSON object on the last line.
 """
@@ -49,12 +50,13 @@ TINY = {**TINY_VL, "blip": TINY_BLIP, "flava": TINY_FLAVA, "vilt": TINY_VILT, "b
 IMAGE_HW = (480, 640)
 
 
-def encoders(config, plan, tmp):
-    """{family: a tiny encoder of it with the main protocol's options}, the config's grounded families."""
+def encoders(config, plan, tmp, only=None):
+    """{family: a tiny encoder of it with the main protocol's options}, the config's grounded families
+    (those of ``only`` where given)."""
     out = {}
     for entry in config["grounded"]["models"].values():
         family = entry["adapter"]
-        if family in out or family not in TINY:
+        if family in out or family not in TINY or (only and family not in only):
             continue
         spec = {**TINY[family], **encoder_options(plan.protocols[plan.main_protocol], family, TINY[family].get("config"))}
         if family == "bridgetower":
@@ -137,6 +139,7 @@ def main():
     ap.add_argument("--datasets", default="google,coco")
     ap.add_argument("--batch-sizes", default="32,128")
     ap.add_argument("--regions", type=int, default=36, help="regions per image (the detector's max_boxes)")
+    ap.add_argument("--families", help="comma-separated (default: every grounded family of the config)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     os.chdir(REPO)  # the config's paths are the repository's
@@ -144,7 +147,7 @@ def main():
     plan, g = GroundedPlan(config), config["grounded"]
     out = {"plans": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        families = encoders(config, plan, tmp)
+        families = encoders(config, plan, tmp, args.families and args.families.split(","))
         print(f"{'dataset':8s} {'family':12s} {'pairs':>7s} " +
               " ".join(f"{'rows/call@' + b:>14s} {'full@' + b:>9s}" for b in args.batch_sizes.split(",")) +
               f" {'reads/(image,mask)':>19s}")

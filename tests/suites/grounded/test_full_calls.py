@@ -3,6 +3,7 @@
 region store once, and every family's vectors are bit for bit those of one call per group (the
 per-group path, tests/helpers/grounded.py). Tiny random models of the real config classes."""
 
+import functools
 import types
 
 import numpy as np
@@ -66,21 +67,26 @@ def test_each_image_read_once_and_vectors_those_of_the_per_group_path(family, tm
     monkeypatch.setattr("vlbias.visual.visual_from_store",
                         lambda store, image, labels, path, offset: reads.append((image, labels)) or visuals[image])
     store = types.SimpleNamespace(ids=ids, skipped={})
+    # a reader that keeps one image: the job's own order, not the reader's cache, reads each image once
+    monkeypatch.setattr(jobs._Visuals, "__init__", functools.partialmethod(jobs._Visuals.__init__, size=1))
     rows = [{"test": i.split("/")[0], "role": i.split("/")[1], "file": i.split("/")[2], "path": "-", "status": "ok"}
             for i in ids]
     encoder = build(spec)
     encoder.image_memo = 3  # a cap the plan's 16 images exceed: calls run early, images' work is let go
     calls = []
     embed = encoder.embed
-    encoder.embed = lambda captions, *a, **k: calls.append(len(captions)) or embed(captions, *a, **k)
+    encoder.embed = lambda captions, regions, *a, **k: (calls.append((len(captions), len(set(
+        encoder.shape_keys(captions, regions))))) or embed(captions, regions, *a, **k))
     embed_tests(stimuli, encoder, store, tmp_path / "out.h5", LEVELS, MASKS, manifest_rows=rows)
     assert sorted(reads) == sorted(set(reads)) and len(reads) == len(ids)
     if family in ONCE:
         assert encoder.image_passes == vision_passes(stimuli, LEVELS, MASKS, 4, encoder.supports_image_masking)["after"]
+        assert not encoder._memo  # each image's work let go after its last pair
     combos, _ = jobs.embedding_combos(LEVELS, MASKS, encoder.supports_image_masking)
     distinct = {(lv, m, c, i) for s in stimuli for lv, m in combos
                 for rows in jobs.plan_pairs(s, lv, m, set(ids), str)[0].values() for c, i, _ in rows}
-    assert sum(calls) == len(distinct)  # toy-b repeats most of toy-a's pairs: each embedded once
+    assert sum(n for n, _ in calls) == len(distinct)  # toy-b repeats most of toy-a's pairs: each embedded once
+    assert {keys for _, keys in calls} == {1}  # a call holds pairs of one shape key: one batch of the model
     got, _, _ = read_embeddings(tmp_path / "out.h5")
     reference = per_group_vectors(build(spec), stimuli, LEVELS, MASKS, visuals.get)
     # BridgeTower alone sums a pair's long caption in another order beside 4 pairs than beside 2 filled to 3
@@ -90,7 +96,7 @@ def test_each_image_read_once_and_vectors_those_of_the_per_group_path(family, tm
     assert len(calls) < sum(len(v) > 0 for v in reference.values())  # fewer calls than groups: calls across them
 
 
-def test_the_job_reads_through_its_reader(monkeypatch):
+def test_read_order_gives_each_images_rows_together_mask_i_last():
     assert jobs.read_order([types.SimpleNamespace(rows=[("c", "a", None), ("d", "b", None)], labels=None, mask="I"),
                             types.SimpleNamespace(rows=[("e", "b", None)], labels=None, mask=None)]) == \
         [(("a", None), [(0, 0)]), (("b", None), [(1, 0), (0, 1)])]
