@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from vlbias.suites.plan import DEFAULT_MIRROR
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -65,8 +67,9 @@ def main():
     for folder in ("config", "resources"):
         shutil.copytree(REPO / folder, workdir / folder)
     config = yaml.safe_load((workdir / "config/config.yaml").read_text())
-    if config["mirror"]:
-        config["mirror"] = str((REPO / config["mirror"]).resolve())
+    if config["mirror"]:  # `auto` looks beside the working directory: here, beside the repository
+        where = DEFAULT_MIRROR if config["mirror"] == "auto" else config["mirror"]
+        config["mirror"] = str((REPO / where).resolve())
     (workdir / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     steps = [("clean build of the default target", None)]

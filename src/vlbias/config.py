@@ -25,11 +25,11 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from vlbias import CONFIG, SCHEMA
+from vlbias import CONFIG
 from vlbias.errors import InputError, UsageError
 from vlbias.models.families import family
 from vlbias.safeyaml import load_yaml
-from vlbias.schemas import adapter_schema, adapters
+from vlbias.schemas import adapter_schema, adapters, schema_path
 from vlbias.suites import registry
 from vlbias.validation import Validator, key_path, suggest
 from vlbias.validation import problems as schema_errors
@@ -80,15 +80,6 @@ def read_config(path):
         raise UsageError(f"{path}: no such config (run in the repository, or give --config)") from None
     except yaml.YAMLError as e:
         raise InputError(path, f"not valid YAML: {e}") from None
-
-
-def schema_path():
-    """The workflow's schema: in the working directory's workflow/, else the repository's beside src/."""
-    schemas = [Path(SCHEMA), Path(__file__).resolve().parents[2] / SCHEMA]
-    schema = next((s for s in schemas if s.is_file()), None)
-    if schema is None:
-        raise UsageError(f"no {SCHEMA} here or beside the vlbias package: run in the repository")
-    return schema
 
 
 def configured_models(config):

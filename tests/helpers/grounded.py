@@ -179,3 +179,22 @@ def write_grounded(path, sets, column="LXMERT", dataset="google"):
         for role, v in sets.items():
             t.create_group(f"S/none/{role}").create_dataset("embeddings", data=v)
     return path
+
+
+def per_group_vectors(encoder, stimuli, levels, masks, visual):
+    """{(test, level, mask, role): float32 (n, dim)} of every pair the embedding job plans, one ``embed``
+    call per (test, level, mask, role), the pairs in the stimulus' order: the job's path before its calls
+    were filled across groups (issue 40), the reference its vectors are bit-compared with.
+    ``visual(image id)``: the pair's regions entry."""
+    from vlbias.suites.grounded.jobs import LEVEL_SOURCE, NO_MASK, embedding_combos, plan_pairs
+
+    combos, _ = embedding_combos(levels, masks, encoder.supports_image_masking)
+    out = {}
+    for s in stimuli:
+        for level, mask in combos:
+            terms = s.levels[LEVEL_SOURCE[level]]["mask"]["tokens"] if mask == "T" else None
+            for role, rows in plan_pairs(s, level, mask, set(s.image_ids()), str)[0].items():
+                out[(s.id, level, mask or NO_MASK, role)] = encoder.embed(
+                    [c for c, *_ in rows], [visual(i) for _, i, _ in rows], level, mask=mask, mask_terms=terms,
+                    words=[span for *_, span in rows] if level == "C" else None)
+    return out

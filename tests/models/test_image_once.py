@@ -20,7 +20,7 @@ from helpers.tiny import TINY_BLIP, TINY_BRIDGETOWER, TINY_FLAVA, TINY_VILT, TIN
 from vlbias.models import build
 from vlbias.models.tokenization import encode_text
 from vlbias.models.vl import LENGTH_BUCKET
-from vlbias.suites.grounded.jobs import image_windows, vision_passes
+from vlbias.suites.grounded.jobs import vision_passes
 from vlbias.visual import visual_field
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,13 +216,6 @@ def test_a_caption_is_padded_to_its_bucket_whatever_its_company():
 
 
 # --- the job's plan --------------------------------------------------------------------------------
-
-def test_image_windows_group_each_images_pairs():
-    images = ["a", "b", "a", "c", "b", "d", "a"]
-    assert image_windows(images, 2) == [[0, 2, 6, 1, 4], [3, 5]]
-    assert image_windows(images, 10) == [[0, 2, 6, 1, 4, 3, 5]]
-    assert image_windows([], 3) == []
-
 
 def test_vision_passes_counts_the_plan():
     from vlbias.suites.grounded.stimulus import load_grounded_stimulus

@@ -2,7 +2,6 @@
 tab-separated line each."""
 
 from vlbias.cli.common import config_option, load_config, write
-from vlbias.config import configured_models
 
 
 def add_parser(sub):
@@ -19,6 +18,7 @@ def add_parser(sub):
 
 
 def main(args):
+    from vlbias.config import configured_models
     from vlbias.suites.registry import suites
 
     config = load_config(args.config)

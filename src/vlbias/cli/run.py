@@ -14,7 +14,6 @@ from pathlib import Path
 from vlbias import CONFIG
 from vlbias.cli.common import UsageError, load_config, schema_default, write
 from vlbias.errors import InputError
-from vlbias.suites import plan
 
 CI_KEYS = ("level", "n_boot", "seed", "method")
 
@@ -129,7 +128,9 @@ def model_store(config, suite, name, spec, stimulus, workdir):
         store = Path(workdir) / f"{name}.h5"
         model_store([stimulus], suite, name, spec, config, config["cache"], store)
         return store
-    store = Path(plan.embedding_path(suite, name))
+    from vlbias.suites.plan import embedding_path
+
+    store = Path(embedding_path(suite, name))
     if not store.is_file():
         raise UsageError(f"{stimulus.path} has image sets: their vectors on '{name}' come from the workflow's "
                          f"store {store}, not built yet (snakemake --cores all {store})")

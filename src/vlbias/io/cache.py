@@ -137,6 +137,13 @@ class RecordCache:
     def __len__(self) -> int:
         return len(self.index) + len(self.pending)
 
+    def lists(self, key: str) -> bool:
+        """Whether the cache lists ``key``: from its index, nothing read (a damaged record is found out when
+        read, ``get_many``); a key it lacks counts as a miss."""
+        listed = key in self.pending or key in self.index
+        self.misses += not listed
+        return listed
+
     def get(self, key: str) -> Record | None:
         """The record stored under ``key``, or None."""
         if key in self.pending:

@@ -65,7 +65,8 @@ class BlipEncoder(VLEncoder):
     needs_pixels = True
     supports_image_masking = True
     no_image = None
-    image_memo = 16  # per image its states and every layer's cross-attention keys and values: 44 MB at base size
+    # per image its states and every layer's cross-attention keys and values, 44 MB at base size: the 256 images
+    # a job keeps for full calls (vlbias.models.vl) hold 11 GB
 
     def __init__(self, spec):
         self.first_token = spec["first_token"]

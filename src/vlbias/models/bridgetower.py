@@ -125,8 +125,8 @@ class BridgeTowerEncoder(PixelMaskedLM):
         # the [MASK] the MLM study writes is RoBERTa's <mask>
         return [c.replace("[MASK]", self.tokenizer.mask_token) for c in captions]
 
-    def _batches(self, captions, regions):
-        return super()._batches(self._captions(captions), regions)  # their token counts as _batch reads them
+    def _lengths(self, captions):
+        return super()._lengths(self._captions(captions))  # their token counts as _batch reads them
 
     def _batch(self, captions, regions, index, mask, mask_terms, words):
         """(TextBatch, per caption its image's work (``_image_work``), each (image, mask) computed once

@@ -111,7 +111,9 @@ class VLEncoder:
     no_image = None        # what "no visual input" feeds, in words
     masks_every_run = False  # True: the regions mask I hides are masked in the unmasked runs too
     batch_dependent = False  # True: a pair's vector depends on its batch in the authors' loader (in_authors_batches)
-    image_memo = 64  # (image, mask) states kept (``_once``): a job hands the encoder this many images at a time
+    # (image, mask) states kept (``_once``): a job keeps at most this many images' pairs waiting for a full call
+    # (vlbias.suites.grounded.jobs.Batches; 256: >= 90% of the Google job's pairs in full calls of 128)
+    image_memo = 256
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
@@ -141,6 +143,7 @@ class VLEncoder:
                 raise InputError(f"{name} '{self.feed[name]}'", f"must be one of {', '.join(values)}")
         self.visual_dim = self._visual_dim(config)
         self._memo = OrderedDict()  # (id(entry), masked) -> (entry, its image-only work): see _once
+        self._token_counts = {}     # caption -> its token count: see _lengths
         self.image_passes = 0       # image-only computations run (vlbias.suites.grounded.jobs counts them ahead)
         self.max_length = int(spec.get("max_length") or min(512, config.max_position_embeddings))
         if not 2 < self.max_length <= config.max_position_embeddings:
@@ -293,6 +296,25 @@ class VLEncoder:
         regions = 0 if feats is None else len(feats)
         return (self._bucket(length), regions), (self._bucket(length), regions)
 
+    def _lengths(self, captions):
+        """Each caption's token count, [CLS] and [SEP] included: each distinct caption tokenised once per
+        encoder (a job's captions repeat over its images; ``shape_keys`` and ``_batches`` both read them)."""
+        new = [c for c in dict.fromkeys(captions) if c not in self._token_counts]
+        if new:
+            self._token_counts.update(zip(new, map(len, self.tokenizer(new)["input_ids"])))
+        return [self._token_counts[c] for c in captions]
+
+    def shape_keys(self, captions, regions):
+        """The key (``_shape``) of each (caption, regions entry) pair: a caller that batches pairs itself
+        (vlbias.suites.grounded.jobs) hands ``embed`` pairs of one key, ``batch_size`` at most, as one batch."""
+        return [self._shape(n, entry)[0] for n, entry in zip(self._lengths(captions), regions)]
+
+    def forget(self, entries):
+        """Drop the image-only work kept (``_once``) of ``entries``, (regions entry, mask) pairs no pair
+        still to be embedded reads: a caller that says so keeps the memo to the images it still needs."""
+        for entry, mask in entries:
+            self._memo.pop((id(entry), mask == "I"), None)
+
     def _batches(self, captions, regions):
         """Lists of indices into ``captions``: runs of pairs of one key (``_shape``), ``batch_size`` at
         most, each in the callers' order (a job hands the pairs of an image together). A batch that would
@@ -300,8 +322,7 @@ class VLEncoder:
         (their vectors are its own): its pairs' fewest ``rows`` times their number is at least MIN_ROWS."""
         if not captions:  # the tokenizers raise an IndexError on no text
             return []
-        lengths = [len(ids) for ids in self.tokenizer(list(captions))["input_ids"]]
-        shapes = [self._shape(n, entry) for n, entry in zip(lengths, regions)]
+        shapes = [self._shape(n, entry) for n, entry in zip(self._lengths(captions), regions)]
         batches, open_ = [], {}
         for i, (key, _) in enumerate(shapes):
             batch = open_.setdefault(key, [])

@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from vlbias.errors import InputError
+from vlbias import SCHEMA
+from vlbias.errors import InputError, UsageError
 from vlbias.safeyaml import load_yaml
 
 SCHEMAS = Path(__file__).resolve().parent
@@ -93,3 +94,13 @@ def with_defaults(spec: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """A copy of entry ``spec`` with every key its adapter's schema gives a default and the entry leaves
     unset filled in (the schema's value copied: a caller may change its own)."""
     return {**copy.deepcopy(defaults(kind, spec.get("adapter"))), **spec}
+
+
+def schema_path() -> Path:
+    """The workflow's schema: in the working directory's workflow/, else the repository's beside src/
+    (here, not in vlbias.config, so that the command line's parser finds it without the config checks)."""
+    schemas = [Path(SCHEMA), Path(__file__).resolve().parents[3] / SCHEMA]
+    schema = next((s for s in schemas if s.is_file()), None)
+    if schema is None:
+        raise UsageError(f"no {SCHEMA} here or beside the vlbias package: run in the repository")
+    return schema

@@ -98,6 +98,7 @@ class _Visuals:
         self.store, self.size, self.cache = store, size, {}
         self.pixels = pixels  # {image id: path} for a model that reads the image itself (needs_pixels)
         self.label_offset = label_offset
+        self.reads = 0  # (image, labels) read from the store (and its pixels decoded)
 
     def __call__(self, image_id, labels=None):
         """(Visual, digest) of ``image_id``, masking the regions labelled ``labels`` (None: persons)."""
@@ -109,6 +110,7 @@ class _Visuals:
                 self.cache.pop(next(iter(self.cache)))
             v = visual_from_store(self.store, image_id, labels, self.pixels and self.pixels[image_id],
                                   self.label_offset)
+            self.reads += 1
             self.cache[key] = v, digest(v.features, v.boxes_norm, v.is_person, list(v.image_size), v.image,
                                         v.class_ids)
         return self.cache[key]
@@ -209,8 +211,9 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
                           masked pairs the model lacks)
         root attrs  ``attrs`` (dataset, model, detector, region store ... provenance), the encoder's info (JSON)
 
-    The pairs the cache lacks are embedded image-major (``image_windows``): each image's work once
-    per (image, mask) per job (vlbias.models.vl ``_once``; ``vision_passes`` counts it ahead).
+    Each (image, labels) is read from the store once (``read_order``), and the pairs the cache lacks are
+    embedded in full calls across the groups (``Batches``): each image's work once per (image, mask)
+    per job (vlbias.models.vl ``_once``; ``vision_passes`` counts it ahead).
 
     ``cache`` (a vlbias.io.cache.RecordCache in the folder ``cache_fingerprint(encoder)``) keeps each
     pair's vector under a digest of what was embedded (level, mask and mask terms, caption, word, the
@@ -277,20 +280,12 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
             group = f.create_group(f"{stimulus.id}/{level}/{mask or NO_MASK}")
             group.attrs.update({"level": level, "mask": mask or NO_MASK, "stimulus_level": LEVEL_SOURCE[level]})
             for role in ROLES:
-                rows = []
-                for caption, image, span in pairs[role]:
-                    why = encoder.refusal(visual(image, labels)[0])
-                    if why is None:
-                        rows.append((caption, image, span))
-                    else:
-                        dropped.append({"test": stimulus.id, "level": level, "mask": mask or NO_MASK, "role": role,
-                                        "caption": caption, "image": image, "reason": why})
-                entries, batch = _in_authors_batches(encoder, stimulus.pairs(LEVEL_SOURCE[level], role), rows,
-                                                     lambda i, labels=labels: visual(i, labels)[0], images)
-                keys = [digest(level, mask, terms, caption, span, visual(image, labels)[1], *option,
-                               *([] if b is None else [b])) for (caption, image, span), b in zip(rows, batch)]
-                groups.append(_Group(stimulus, level, mask, terms, labels, role, group, rows, entries, keys))
-        vectors = _embed_groups(encoder, groups, visual, cache, progress)
+                g = _Group(stimulus, level, mask, terms, labels, option, role, group, pairs[role], None,
+                           [None] * len(pairs[role]))
+                if encoder.batch_dependent:
+                    _authors_feed(encoder, g, visual, images, dropped)
+                groups.append(g)
+        vectors = _embed_groups(encoder, groups, visual, cache, progress, dropped)
         for g in groups:
             out = np.stack([vectors[k] for k in g.keys]) if g.keys else np.zeros((0, encoder.output_dim(g.level)))
             h = g.parent.create_group(g.role)
@@ -307,64 +302,179 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
 
 @dataclass
 class _Group:
-    """The pairs of one (test, level, mask, role) of a job, as embedded: rows (caption, image id, word
-    span), their regions entries (None: each row's own ``_Visuals`` entry) and cache keys."""
+    """The pairs of one (test, level, mask, role) of a job: rows (caption, image id, word span), their
+    regions entries (None: each row's image's Visual, read when embedded) and cache keys (None: not
+    embedded, the feed refused the pair)."""
     stimulus: object
     level: str
     mask: str | None
     terms: list | None
     labels: tuple | None
+    option: tuple  # the encoder options a pair's vector depends on (see embed_tests)
     role: str
     parent: object  # the HDF5 group of (test, level, mask)
     rows: list
     entries: list | None
     keys: list
 
-
-def image_windows(images, size):
-    """Lists of indices into ``images`` (per item its image's key: (image id, masked)), image-major: the
-    items of ``size`` distinct images at a time, the images in the order they first appear, each
-    image's items in their order. A job hands its pairs to the encoder a window at a time, so an
-    encoder that keeps its last ``size`` images' work (vlbias.models.vl ``_once``) does it once per job."""
-    by_image = {}
-    for i, image in enumerate(images):
-        by_image.setdefault(image, []).append(i)
-    runs = list(by_image.values())
-    return [[i for run in runs[start:start + size] for i in run] for start in range(0, len(runs), size)]
+    def key(self, row, visual_digest, batch=None):
+        """The cache key of the pair ``row`` (caption, image, span) on an image of ``visual_digest``."""
+        caption, _, span = row
+        return digest(self.level, self.mask, self.terms, caption, span, visual_digest, *self.option,
+                      *([] if batch is None else [batch]))
 
 
-def _embed_groups(encoder, groups, visual, cache, progress):
-    """{key: vector} of every pair of ``groups``: from ``cache`` where it has one, the others embedded
-    image-major (``image_windows`` of ``encoder.image_memo`` images), each window's pairs one call per
-    group, and cached. A vector never depends on what it is batched with (vlbias.models.vl), so neither
-    the cache's content nor the order of jobs changes one."""
-    keys = [k for g in groups for k in g.keys]
-    vectors = {k: r["vector"][0] for k, r in (cache.get_many(keys) if cache is not None else {}).items()}
-    found = sum(k in vectors for k in keys)
-    progress.advance(found)
-    todo, seen = [], set(vectors)  # (group, row) of each key not yet had, once
+def _authors_feed(encoder, g, visual, images, dropped):
+    """The rows, entries and keys of ``g`` under a feed that depends on the authors' batch (``_in_authors_batches``:
+    it reads every listed pair of the role's, in its order), the pairs the feed refuses dropped."""
+    rows = []
+    for caption, image, span in g.rows:
+        why = encoder.refusal(visual(image, g.labels)[0])
+        if why is None:
+            rows.append((caption, image, span))
+        else:
+            dropped.append({"test": g.stimulus.id, "level": g.level, "mask": g.mask or NO_MASK, "role": g.role,
+                            "caption": caption, "image": image, "reason": why})
+    g.entries, batch = _in_authors_batches(encoder, g.stimulus.pairs(LEVEL_SOURCE[g.level], g.role), rows,
+                                           lambda i: visual(i, g.labels)[0], images)
+    g.rows, g.keys = rows, [g.key(r, visual(r[1], g.labels)[1], b) for r, b in zip(rows, batch)]
+
+
+def read_order(groups, only=None):
+    """[((image id, labels), [(group index, row index)])]: the rows of ``groups`` (objects with ``rows``
+    (caption, image id, span), ``labels`` and ``mask``; those of ``only`` where given) by the regions they
+    read, in the order each is first met, mask I's after the others (the image work ``embed`` keeps per
+    (image, mask I or not) is had together)."""
+    order = {}
     for gi, g in enumerate(groups):
-        for ri, key in enumerate(g.keys):
-            if key not in seen:
-                seen.add(key)
-                todo.append((gi, ri))
-    image = lambda gi, ri: (groups[gi].rows[ri][1], groups[gi].labels, groups[gi].mask == "I")  # noqa: E731
-    for window in image_windows([image(gi, ri) for gi, ri in todo], encoder.image_memo):
-        calls = {}
-        for gi, ri in (todo[i] for i in window):
-            calls.setdefault(gi, []).append(ri)
-        for gi, rows in calls.items():
-            g = groups[gi]
-            part = [g.rows[ri] for ri in rows]
-            regions = [g.entries[ri] if g.entries else visual(im, g.labels)[0] for ri, (_, im, _) in zip(rows, part)]
-            out = encoder.embed([c for c, *_ in part], regions, g.level, mask=g.mask, mask_terms=g.terms,
-                                words=[s for *_, s in part] if g.level == "C" else None)
-            for ri, v in zip(rows, out):
-                vectors[g.keys[ri]] = v
+        for ri, (_, image, _) in enumerate(g.rows):
+            if only is None or (gi, ri) in only:
+                order.setdefault((image, g.labels), []).append((gi, ri))
+    return [(k, sorted(rows, key=lambda r: groups[r[0]].mask == "I")) for k, rows in order.items()]
+
+
+class Batches:
+    """A job's calls to ``embed``, full across its groups: a pair waits in the queue of its call (what
+    ``embed`` takes once per call: level C or not, mask, mask terms) and shape key (``shape_keys``: the
+    encoder batches only pairs of one key) until the queue holds ``size`` pairs, whatever (test, level,
+    mask, role) they come from. The pairs of one image (``image``: its image-only work's key) are added
+    together; a queue runs before it is full only to keep at most ``images`` images with pairs waiting,
+    the queue of the longest-waiting pair first, so an encoder keeping that many images' work
+    (``image_memo``) does each once. ``done``: the images whose last pair has been handed out (their
+    work can go: ``forget``), since the caller last cleared it."""
+
+    def __init__(self, size, images):
+        self.size, self.images = size, images
+        self.queues = {}   # (call, shape) -> [(sequence number, image, item)]
+        self.waiting = {}  # image -> its pairs in a queue
+        self.current, self.added, self.done = None, 0, []
+
+    def add(self, call, shape, image, item):
+        """The calls to run now, [(call, [item])], after adding ``item``."""
+        ready = []
+        if image != self.current:
+            self._release(self.current)
+            self.current = image
+            while len(self.waiting) >= self.images:
+                ready.append(self._run(min(self.queues, key=lambda k: self.queues[k][0][0])))
+        queue = self.queues.setdefault((call, shape), [])
+        queue.append((self.added, image, item))
+        self.added += 1
+        self.waiting[image] = self.waiting.get(image, 0) + 1
+        if len(queue) == self.size:
+            ready.append(self._run((call, shape)))
+        return ready
+
+    def close(self):
+        """The calls left, [(call, [item])], the longest-waiting first."""
+        ready = [self._run(k) for k in sorted(self.queues, key=lambda k: self.queues[k][0][0])]
+        self._release(self.current)
+        self.current = None
+        return ready
+
+    def _run(self, key):
+        queue = self.queues.pop(key)
+        for _, image, _ in queue:
+            self.waiting[image] -= 1
+            if not self.waiting[image] and image != self.current:
+                self._release(image)
+        return key[0], [item for *_, item in queue]
+
+    def _release(self, image):
+        if image is not None and image in self.waiting and not self.waiting[image]:
+            del self.waiting[image]
+            self.done.append(image)
+
+
+def _embed_groups(encoder, groups, visual, cache, progress, dropped):
+    """{key: vector} of every pair of ``groups``, each group's rows and keys left to the pairs embedded
+    (a pair the encoder's feed refuses, ``encoder.refusal``, goes to ``dropped``): each (image, labels)
+    read once (``read_order``), its pairs' keys from its regions, the vector from ``cache`` where it has
+    one, the others embedded in full calls across the groups (``Batches``) and cached. A vector never
+    depends on what it is batched with (vlbias.models.vl), so neither the cache's content nor the order
+    of jobs changes one."""
+    vectors, cached, refused, held = {}, [], [], {}
+    batches = Batches(encoder.batch_size, encoder.image_memo)
+
+    def run(calls):
+        for (level_c, mask, terms), part in calls:
+            # W and S differ only in their captions (vlbias.models.vl): one call embeds both
+            out = encoder.embed([c for c, *_ in part], [e for _, _, e, _ in part], "C" if level_c else "S",
+                                mask=mask, mask_terms=terms and list(terms),
+                                words=[s for _, s, *_ in part] if level_c else None)
+            for (*_, key), v in zip(part, out):
+                vectors[key] = v
                 if cache is not None:
-                    cache.put(g.keys[ri], {"vector": v[None]})
-            progress.advance(len(rows))
-    progress.advance(len(keys) - found - len(todo))  # rows whose key another row had: embedded once
+                    cache.put(key, {"vector": v[None]})
+            progress.advance(len(part))
+        encoder.forget([held.pop(image) for image in batches.done])
+        batches.done.clear()
+
+    def feed(order, use_cache):
+        for (image, labels), members in order:
+            read = None
+            for gi, ri in members:
+                g = groups[gi]
+                caption, _, span = g.rows[ri]
+                if g.entries is None:
+                    if read is None:
+                        read = visual(image, labels)
+                    why = encoder.refusal(read[0])
+                    if why is not None:
+                        refused.append((gi, ri, why))
+                        continue
+                    g.keys[ri] = g.key(g.rows[ri], read[1])
+                entry, key = read[0] if g.entries is None else g.entries[ri], g.keys[ri]
+                if key in waiting:  # another row's: embedded once
+                    progress.advance(1)
+                    continue
+                waiting.add(key)
+                if use_cache and cache.lists(key):
+                    cached.append((gi, ri))
+                    continue
+                work = (id(entry), g.mask == "I")
+                held[work] = (entry, g.mask)
+                run(batches.add((g.level == "C", g.mask, g.terms and tuple(g.terms)),
+                                encoder.shape_keys([caption], [entry])[0], work, (caption, span, entry, key)))
+        run(batches.close())
+
+    waiting = set()
+    feed(read_order(groups), cache is not None)
+    if cached:
+        found = cache.get_many([groups[gi].keys[ri] for gi, ri in cached])
+        vectors |= {k: r["vector"][0] for k, r in found.items()}
+        progress.advance(len(found))
+        # records the cache lost meanwhile (damaged, merged away): embedded after all
+        lost = [(gi, ri) for gi, ri in cached if groups[gi].keys[ri] not in vectors]
+        waiting -= {groups[gi].keys[ri] for gi, ri in lost}
+        feed(read_order(groups, set(lost)), False)
+    for gi, ri, why in refused:
+        g, (caption, image, _) = groups[gi], groups[gi].rows[ri]
+        dropped.append({"test": g.stimulus.id, "level": g.level, "mask": g.mask or NO_MASK, "role": g.role,
+                        "caption": caption, "image": image, "reason": why})
+    for g in groups:
+        kept = [i for i, k in enumerate(g.keys) if k is not None]
+        g.rows, g.keys = [g.rows[i] for i in kept], [g.keys[i] for i in kept]
     return vectors
 
 
