@@ -107,7 +107,7 @@ def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests
     paper = pd.read_csv(table_csv).set_index(["test", "model"])
     out = pd.read_csv(project / f"results/{suite}/mleat/{table}.csv", keep_default_na=False, na_values=[""])
     assert list(out.columns) == ["test", "name", "family", "model", "X", "Y", "A", "B", *MLEAT.computed,
-                                 "model_id", "revision", "weights"]
+                                 "model_id", "revision", "weights", "l1_p_holm", "l2x_p_holm", "l2y_p_holm"]
     assert [(r.test, r.model) for r in out.itertuples()] == [(t, m) for t in tests for m in models]
     for r in out.itertuples():
         stimulus = load_stimulus(project / f"resources/stimuli/{suite}/{r.test}.yaml")
@@ -122,7 +122,7 @@ def test_each_table_has_its_mleat_beside_it(project, suite, table, models, tests
             else:  # an exact test has no seed: empty in the CSV
                 assert ("" if pd.isna(value) else str(value)) == str(want), column
         assert (r.l1_d, r.l1_p) == (paper.loc[(r.test, r.model), "d"], paper.loc[(r.test, r.model), "p"])
-        assert (r.n_x, r.n_a) == (paper.loc[(r.test, r.model), "n_t"], paper.loc[(r.test, r.model), "n_a"])
+        assert (r.n_x, r.n_a) == (paper.loc[(r.test, r.model), "n_x"], paper.loc[(r.test, r.model), "n_a"])
         assert r.model_id == paper.loc[(r.test, r.model), "model_id"]
         with Image.open(map_path(project / f"results/{suite}/mleat/{table}", r.test, r.model)) as png:
             assert png.format == "PNG"
@@ -551,7 +551,7 @@ def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(bui
     assert proc.returncode == 1 and said == [lines[-1]], proc.stderr[-3000:]
     assert said[0].startswith(f"offline: no answer from {dead[7:]} (ryansteed/ieat, x/y at the pinned commits) nor "
                               "the image hosts of the grounded google dataset (connection refused)")
-    assert "left out the 27 target(s) that need them (results/ieat/, results/images/ieat/, results/images/grounded/, " \
+    assert "left out the 29 target(s) that need them (results/ieat/, results/images/ieat/, results/images/grounded/, " \
            "results/grounded/)" in said[0]
     assert "Error in rule" not in proc.stderr  # no job tried the network
     assert (root / "results/seat/minilm/table.csv").is_file() and (root / "results/seat/heatmap.png").is_file()
