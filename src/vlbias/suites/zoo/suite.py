@@ -10,6 +10,7 @@ from vlbias.suites.plan import stimulus_ids
 from vlbias.suites.stage import Suite, Table, unknown_names
 from vlbias.suites.zoo.plan import ZooPlan, table_path
 from vlbias.suites.zoo.select import zoo_models
+from vlbias.suites.zoo.text import text_tests
 
 CAPTIONS = {
     "eats": "The zoo's battery: a row per (model, test) with d, its interval, p (Holm within the model), n per set, "
@@ -25,7 +26,8 @@ CAPTIONS = {
 def check(config, root):
     """The zoo needs the ieat section (its stimuli and image store); its tests are iEAT stimulus files; its
     selection expands (an unknown architecture, pair or dataset: the error names the closest); the
-    upstream accuracy table needs sources/open_clip."""
+    upstream accuracy table needs sources/open_clip, the text tests (each in zoo/text_manifest)
+    sources/clip_bias."""
     zoo, problems = config["zoo"], []
     if not config.get("ieat"):
         return ["key 'zoo': the zoo reads the iEAT stimuli and images: configure the 'ieat' section too"]
@@ -34,6 +36,12 @@ def check(config, root):
                       f"a stimulus file in {config['ieat']['stimuli']}")
     if zoo["accuracy"] == "upstream" and "open_clip" not in config["sources"]:
         problems.append("key 'zoo/accuracy': upstream needs sources/open_clip (mlfoundations/open_clip at a commit)")
+    try:
+        if text_tests(zoo) and "clip_bias" not in config["sources"]:
+            problems.append("key 'zoo/text_tests': the text tests need sources/clip_bias (kshitishghate/CLIP_bias at "
+                            "a commit), or set it to []")
+    except InputError as e:
+        problems.append(str(e))
     try:
         zoo_models(zoo)
     except InputError as e:
