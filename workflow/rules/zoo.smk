@@ -128,6 +128,7 @@ rule zoo_eats:
     input:
         stores=lambda w: ZOO_PLAN.stores(),
         stimuli=lambda w: ZOO_PLAN.battery(),
+        cross_modal=lambda w: ZOO["cross_modal"] or [],
         models="results/zoo/models.csv",
     output:
         csv=report(
@@ -144,6 +145,7 @@ rule zoo_eats:
     threads: 2
     params:
         models=list(ZOO_MODELS),
+        cross_modal=lambda w: ZOO["cross_modal"],
         stats=stats_params(),
         ci=STATS["ci"],
     script:

@@ -71,7 +71,7 @@ def test_the_selection_of_text_tests_against_the_manifest():
 
 def test_text_tests_need_their_source(tmp_path):
     config = {"ieat": {"stimuli": "s"}, "sources": {}, "zoo": {
-        "tests": ["x"], "accuracy": "a.csv", "text_tests": "all", "text_manifest": str(MANIFEST),
+        "tests": ["x"], "accuracy": "a.csv", "text_tests": "all", "text_manifest": str(MANIFEST), "cross_modal": None,
         "select": {"pairs": [], "archs": ["*"], "datasets": [], "params": {}, "limit": None}, "models": [],
         "datasets": str(REPO / "resources/zoo/datasets.tsv"), "architectures": str(REPO / "resources/zoo/architectures.tsv")}}
     (tmp_path / "s").mkdir()

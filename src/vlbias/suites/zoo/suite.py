@@ -37,15 +37,36 @@ def check(config, root):
     if zoo["accuracy"] == "upstream" and "open_clip" not in config["sources"]:
         problems.append("key 'zoo/accuracy': upstream needs sources/open_clip (mlfoundations/open_clip at a commit)")
     try:
-        if text_tests(zoo) and "clip_bias" not in config["sources"]:
+        texts = text_tests(zoo)
+        if texts and "clip_bias" not in config["sources"]:
             problems.append("key 'zoo/text_tests': the text tests need sources/clip_bias (kshitishghate/CLIP_bias at "
                             "a commit), or set it to []")
+        if zoo["cross_modal"]:
+            problems += cross_modal_problems(zoo["cross_modal"], texts, Path(root) / config["ieat"]["stimuli"])
     except InputError as e:
         problems.append(str(e))
     try:
         zoo_models(zoo)
     except InputError as e:
         problems.append(str(e))
+    return problems
+
+
+def cross_modal_problems(path, texts, ieat_stimuli):
+    """A cross-modal test whose text test the battery does not run, or whose image category no iEAT
+    stimulus file names (the image store lacks it)."""
+    from vlbias.io.stimuli import load_stimulus
+    from vlbias.suites.zoo.cross_modal import read_cross_modal
+
+    categories = {st.category for test in stimulus_ids(ieat_stimuli)
+                  for st in load_stimulus(Path(ieat_stimuli) / f"{test}.yaml").sets.values()}
+    problems = []
+    for row in read_cross_modal(path):
+        if row["text_test"] not in texts:
+            problems.append(f"{path}: test '{row['test']}': its text test {row['text_test']} is not among "
+                            "zoo/text_tests (add it, or set zoo/cross_modal to null)")
+        problems += [f"{path}: test '{row['test']}': no iEAT stimulus file names the image category {row[c]!r}"
+                     for c in ("image_x", "image_y") if row[c] not in categories]
     return problems
 
 
