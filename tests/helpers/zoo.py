@@ -4,8 +4,10 @@ tests/slurm/test_cluster.py): six tiny random open_clip architectures under thre
 make_project's iEAT stimuli and images."""
 
 import copy
+import hashlib
+import json
 
-from helpers.project import make_project, write_yaml
+from helpers.project import COMMIT, make_project, write_yaml
 
 # three made-up datasets, each under tags of two sample counts
 DATASETS = {"toyweb_*": ("ToyWeb", "web-scraped", 13000000), "toyclip_*": ("ToyClip", "CLIP-filtered", 1000),
@@ -39,10 +41,23 @@ def make_zoo(root):
     (root / "accuracy.csv").write_text("name,pretrained,ImageNet 1k,Average perf. on 38 datasets\n" + "".join(
         f"{m['arch']},{m['tag']},{0.1 + i / 20},{0.2 + i / 30}\n" for i, m in enumerate(MODELS[:5])))
     config["zoo"] = {"models": copy.deepcopy([*MODELS, BROKEN]), "accuracy": "accuracy.csv",
-                     "bootstrap": {"n_boot": 50}}
+                     "bootstrap": {"n_boot": 50}, "text_tests": [TEXT_TEST], "text_manifest": "text_tests.tsv",
+                     "cross_modal": None}  # its tests need the real iEAT categories: tests/suites/zoo/test_zoo_cross_modal.py
+    # one of Ghate et al.'s text tests, in the mirror beside its manifest
+    jsonl = root / "mirror/clip_bias/data/tests_seat/toy.jsonl"
+    jsonl.parent.mkdir(parents=True)
+    jsonl.write_text(json.dumps({key: {"category": key, "examples": [f"{key} {w}" for w in words]}
+                                 for key, words in TEXT_SETS.items()}))
+    (root / "text_tests.tsv").write_text("name\tpath\tsha256\n"
+                                         f"{TEXT_TEST}\tdata/tests_seat/toy.jsonl\t{hashlib.sha256(jsonl.read_bytes()).hexdigest()}\n")
+    config["sources"]["clip_bias"] = {"repo": "kshitishghate/CLIP_bias", "commit": COMMIT, "mirror_name": "clip_bias"}
     write_yaml(root / "config/config.yaml", config)
     return config
 
+
+TEXT_TEST = "seat:toy"
+TEXT_SETS = {"targ1": ["rose", "tulip", "daisy"], "targ2": ["ant", "wasp", "moth"], "attr1": ["joy", "love", "peace"],
+             "attr2": ["hate", "pain", "war"]}
 
 # what it builds: the zoo's three tables
 TARGETS = ["results/zoo/eats.csv", "results/zoo/predictors.csv", "results/zoo/performance.csv"]

@@ -6,7 +6,7 @@ performance offline (tests/helpers/zoo.py); a rerun has nothing to do."""
 import pandas as pd
 import pytest
 from helpers.project import planned_jobs, snakemake
-from helpers.zoo import MODELS, TARGETS, make_zoo
+from helpers.zoo import MODELS, TARGETS, TEXT_TEST, make_zoo
 
 from vlbias.suites.zoo.metadata import COLUMNS
 
@@ -25,15 +25,19 @@ def test_eats_has_a_row_per_model_and_test_beside_its_metadata(project):
     eats = pd.read_csv(project / "results/zoo/eats.csv")
     names = [m["name"] for m in MODELS] + ["broken"]
     assert list(dict.fromkeys(eats["model"])) == names
-    assert len(eats) == len(names) * 2 and set(eats["test"]) == {"flower-insect", "insect-flower"}
+    assert len(eats) == len(names) * 3 and set(eats["test"]) == {"flower-insect", "insect-flower", TEXT_TEST}
     ok = eats[eats["model"] != "broken"]
     assert (ok["status"] == "ok").all() and ok["d"].abs().le(2).all()
-    assert (ok["order"] == "image-image").all() and (ok["n_x"] == 5).all()
+    # Ghate et al.'s text test on each model's text tower: its own order and n
+    text = ok["test"] == TEXT_TEST
+    assert (ok.loc[~text, "order"] == "image-image").all() and (ok.loc[~text, "n_x"] == 5).all()
+    assert (ok.loc[text, "order"] == "text-text").all() and (ok.loc[text, "n_x"] == 3).all()
+    assert ok.loc[text, "d"].nunique() == len(MODELS)  # each model's own vectors
     assert set(COLUMNS) <= set(eats.columns)
     m0 = eats[eats["model"] == "m0"].iloc[0]
     assert (m0.dataset, m0.curation, m0.samples_seen, m0.embed_dim, m0.image_size) == ("ToyWeb", "web-scraped", 13e6, 8, 16)
     assert m0.params == m0.image_params + m0.text_params and m0.imagenet == pytest.approx(0.1)
-    # Holm within each model: its two tests
+    # Holm within each model: its three tests
     for _, rows in ok.groupby("model"):
         assert rows["p_holm"].tolist() == pytest.approx(sorted_holm(rows["p"].tolist()))
     # the failed fetch: a row per test saying why, the rest built
@@ -54,9 +58,9 @@ def test_predictors_and_performance_are_built(project):
     predictors = pd.read_csv(project / "results/zoo/predictors.csv")
     pooled = predictors[predictors["scope"] == "pooled"]
     assert {"C(dataset)", "log_params", "log_samples", "C(test)"} <= set(pooled.loc[pooled["kind"] == "anova", "term"])
-    assert pooled["n_models"].iloc[0] == 12  # six models, two tests
+    assert pooled["n_models"].iloc[0] == 18  # six models, three tests
     performance = pd.read_csv(project / "results/zoo/performance.csv")
-    assert set(performance["n_models"]) == {5} and len(performance) == 2 * 2 * 2
+    assert set(performance["n_models"]) == {5} and len(performance) == 3 * 2 * 2
     for png in ("predictors", "performance"):
         assert (project / f"results/zoo/{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "m5" in (project / "results/zoo/performance.md").read_text()

@@ -38,6 +38,30 @@ rule zoo_upstream:
         "../scripts/zoo_upstream.py"
 
 
+# Ghate et al.'s text tests, all in one job (where the battery has any)
+if ZOO_PLAN.text_tests:
+
+    localrules:
+        zoo_text_tests,
+
+    rule zoo_text_tests:
+        input:
+            manifest=lambda w: ZOO["text_manifest"],
+        output:
+            ZOO_PLAN.text_test_paths(),
+        log:
+            "results/logs/zoo_text_tests.log",
+        conda:
+            "../../environment.yml"
+        params:
+            names=ZOO_PLAN.text_tests,
+            source=lambda w: source("clip_bias"),
+            mirror=mirror(),
+            cache=config["cache"],
+        script:
+            "../scripts/zoo_text_tests.py"
+
+
 # every model's weights in one job: fetched once, on the submitting node
 rule zoo_weights:
     input:
@@ -103,7 +127,8 @@ rule zoo_models:
 rule zoo_eats:
     input:
         stores=lambda w: ZOO_PLAN.stores(),
-        stimuli=lambda w: ZOO_PLAN.stimuli(),
+        stimuli=lambda w: ZOO_PLAN.battery(),
+        cross_modal=lambda w: ZOO["cross_modal"] or [],
         models="results/zoo/models.csv",
     output:
         csv=report(
@@ -120,6 +145,7 @@ rule zoo_eats:
     threads: 2
     params:
         models=list(ZOO_MODELS),
+        cross_modal=lambda w: ZOO["cross_modal"],
         stats=stats_params(),
         ci=STATS["ci"],
     script:

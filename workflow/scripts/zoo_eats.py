@@ -1,8 +1,8 @@
-from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
 from vlbias.report.zoo import write_eats
+from vlbias.suites.zoo.cross_modal import battery
 
 setup_logging(snakemake.log[0])
 p = snakemake.params
-write_eats([load_stimulus(f) for f in snakemake.input.stimuli], dict(zip(p.models, snakemake.input.stores)),
+write_eats(battery(snakemake.input.stimuli, p.cross_modal), dict(zip(p.models, snakemake.input.stores)),
            snakemake.input.models, snakemake.output, threads=snakemake.threads, ci=p.ci, **p.stats)

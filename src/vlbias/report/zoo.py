@@ -34,18 +34,19 @@ def no_accuracy_note(eats):
             f"{', '.join(lacking)}." if lacking else "")
 
 
-def write_eats(stimuli, stores, models_csv, outputs, *, n_samples, seed, exact, threads, ci):
-    """results/zoo/eats.{csv,md}: every test on every model's store, one store read at a time; a failed
-    model's rows say why."""
+def write_eats(tests, stores, models_csv, outputs, *, n_samples, seed, exact, threads, ci):
+    """results/zoo/eats.{csv,md}: every test of ``tests`` ([(Stimulus, why it is skipped or None)]) on every
+    model's store, one store read at a time; a failed model's rows say why, and a skipped test's."""
     from vlbias.associate import run_test
     from vlbias.suites.zoo import failure
 
     rows = []
     for model, store in stores.items():
         reason = failure(store)
-        rows += [failure_row(s, model, reason) if reason else
+        rows += [failure_row(s, model, reason) if reason else failure_row(s, model, skip, "skipped") if skip else
                  run_test(s, store, model, n_samples=n_samples, seed=seed, exact=exact, threads=threads, ci=ci)
-                 for s in stimuli]
+                 for s, skip in tests]
+    stimuli = [s for s, _ in tests]
     eats = eats_table(rows, stimuli, pd.read_csv(models_csv))
     caption = "The zoo's battery: d, its interval and p (Holm within each model) of every test on every model"
     write_tables(eats, caption, csv=outputs.csv)

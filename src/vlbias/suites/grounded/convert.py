@@ -70,7 +70,7 @@ DATASET_DIR_FIXES = {
 }
 
 
-def _read_jsonl(path):
+def read_jsonl(path):
     # upstream ".jsonl" files hold one JSON document each
     try:
         with open(path, encoding="utf-8") as f:
@@ -84,7 +84,7 @@ def _read_jsonl(path):
     return doc
 
 
-def _get(doc, path, keys, kind):
+def get_key(doc, path, keys, kind):
     """doc[k1][k2]... with an error naming the file and the key path when absent or mistyped."""
     value = doc
     for i, k in enumerate(keys):
@@ -97,7 +97,7 @@ def _get(doc, path, keys, kind):
 
 
 def _captions(doc, path, key):
-    caps = _get(doc, path, [key, "captions"], dict)
+    caps = get_key(doc, path, [key, "captions"], dict)
     if sorted(caps, key=lambda k: int(k) if k.isdigit() else -1) != [str(i) for i in range(len(caps))]:
         raise InputError(path, f"key '{key}/captions': keys must be 0..{len(caps) - 1}, got {sorted(caps)[:5]}...")
     out = []
@@ -109,7 +109,7 @@ def _captions(doc, path, key):
 
 
 def _pairs(doc, path, keys, n_captions, notes):
-    images = _get(doc, path, keys, dict)
+    images = get_key(doc, path, keys, dict)
     if not images:
         raise InputError(path, f"key '{'/'.join(keys)}': no images")
     out, as_text = {}, 0
@@ -145,8 +145,8 @@ def convert_level(path, dataset, roles_by_file):
     """One stimulus level from one upstream test file. ``roles_by_file``: {(test dir, file): role}
     of the google get.sh lists (ignored for coco, concap)."""
     path = Path(path)
-    doc = _read_jsonl(path)
-    cat = {k: _get(doc, path, [k, "category"], str) for k in ("targ1", "targ2", "attr1", "attr2")}
+    doc = read_jsonl(path)
+    cat = {k: get_key(doc, path, [k, "category"], str) for k in ("targ1", "targ2", "attr1", "attr2")}
     captions = {s: _captions(doc, path, k) for s, k in zip("XYAB", ("targ1", "targ2", "attr1", "attr2"))}
     notes = []
     images = {
@@ -159,7 +159,7 @@ def convert_level(path, dataset, roles_by_file):
     words = [w for w in doc.get("contextual_words", []) if isinstance(w, str) and w]
     level = {
         "upstream": f"{UPSTREAM}:tests/grounded-tests/{dataset}/{path.name}",
-        "embeddings": list(_get(doc, path, ["test_types"], list)),
+        "embeddings": list(get_key(doc, path, ["test_types"], list)),
         "dataset_dir": None,
         "contextual_words": words,
         "mask": {"tokens": _lower_too(words), "region_labels": list(dict.fromkeys([*_lower_too(words), *PERSON_WORDS]))},
@@ -175,7 +175,7 @@ def convert_level(path, dataset, roles_by_file):
 
 def _locate(level, doc, path, dataset, roles_by_file, notes):
     """Set dataset_dir and each image set's role from the get.sh lists; list images none names."""
-    test_dir = _get(doc, path, ["dataset_dir"], str)
+    test_dir = get_key(doc, path, ["dataset_dir"], str)
     if (dataset, path.stem) in DATASET_DIR_FIXES:
         fixed, why = DATASET_DIR_FIXES[(dataset, path.stem)]
         notes.append(f"dataset_dir {fixed}: {why}")

@@ -1,4 +1,5 @@
-"""The encoder zoo (Ghate et al., NAACL 2025): the iEAT battery over many open_clip encoders, each result
+"""The encoder zoo (Ghate et al., NAACL 2025): the battery (the iEAT tests; Ghate et al.'s text tests,
+vlbias.suites.zoo.text, and cross-modal tests, vlbias.suites.zoo.cross_modal) over many open_clip encoders, each result
 row beside the model's pretraining dataset, size and downstream accuracy, and the model-level analyses
 (which upstream choices predict d; how d goes with accuracy).
 

@@ -27,10 +27,11 @@ def order_of(stimulus):
     return f"{kind('XY')}-{kind('AB')}"
 
 
-def failure_row(stimulus, model, reason):
-    """The row of a test on a model whose vectors could not be had (its fetch or load failed)."""
+def failure_row(stimulus, model, reason, status="failed"):
+    """The row of a test on a model whose vectors could not be had (its fetch or load failed), or, with
+    ``status`` "skipped", of a test whose stimuli the zoo does not have."""
     return {"test": stimulus.id, "name": stimulus.name, "family": stimulus.family, "model": model,
-            **{s: st.label for s, st in stimulus.sets.items()}, "status": f"failed: {reason}"}
+            **{s: st.label for s, st in stimulus.sets.items()}, "status": f"{status}: {reason}"}
 
 
 def arch_family(arch):

@@ -45,10 +45,29 @@ class ZooPlan:
     def stimuli(self):
         return [f"{self.config['ieat']['stimuli']}/{t}.yaml" for t in self.tests()]
 
+    @cached_property
+    def text_tests(self):
+        """Ghate et al.'s text tests the battery runs (vlbias.suites.zoo.text), by name."""
+        from vlbias.suites.zoo.text import text_tests
+
+        return text_tests(self.zoo) if self.zoo else []
+
+    def text_test_paths(self):
+        """The text tests, staged (rule zoo_text_tests)."""
+        from vlbias.suites.zoo.text import staged_path
+
+        return [staged_path(t) for t in self.text_tests]
+
     def text_stimuli(self):
-        """The stimulus files whose sets list texts (the cross-modal tests): every model embeds them."""
+        """The stimulus files whose sets list texts (the cross-modal tests, the text tests): every model
+        embeds them."""
         ieat = IeatPlan(self.config)
-        return [path for test, path in zip(self.tests(), self.stimuli()) if ieat.text_set_names(test)]
+        return [path for test, path in zip(self.tests(), self.stimuli()) if ieat.text_set_names(test)] + \
+            self.text_test_paths()
+
+    def battery(self):
+        """Every test's file, the iEAT stimuli's and the text tests'."""
+        return self.stimuli() + self.text_test_paths()
 
     def image_store(self):
         """The iEAT image store every zoo model reads: ieat/images' (each model preprocesses to its size)."""
