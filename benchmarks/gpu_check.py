@@ -15,7 +15,7 @@ outputs are compared:
 then each runs on the device for throughput (items/s of the adapter's own call at its batch size,
 after a warm-up pass), fp32 and, for the models, bf16 (``precision: bf16``: autocast), with the bf16
 vectors' distance from the fp32 ones. The projected time of the whole grounded study is the
-Google-images job (225,496 (caption, image) pairs; vlbias's own pair planning, issue 28) at each
+Google-images job (225,496 (caption, image) pairs; vlbias's own pair planning) at each
 grounded family's pairs/s, and the detectors' share its 12,185 distinct images at their images/s.
 
     python benchmarks/gpu_check.py --out DIR                  # the device check (exit 0, "no CUDA", without one)
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-GOOGLE_PAIRS = 225_496   # the Google-images grounded job's (caption, image) pairs (issue 28)
+GOOGLE_PAIRS = 225_496   # the Google-images grounded job's (caption, image) pairs
 GOOGLE_IMAGES = 12_185   # its distinct images: what a detector runs on
 REL_TOL, COS_TOL, BOX_TOL = 1e-3, 1e-5, 0.5
 N_REGIONS, FEATURE_DIM, IMAGE_HW = 36, 2048, (480, 640)
@@ -135,7 +135,7 @@ def inputs(name, size, encoder, n, seed=0):
         hw = (48, 64) if size == "tiny" else IMAGE_HW
         dim = encoder.feature_dim or FEATURE_DIM
         images = []
-        for _ in range(min(n, 7)):  # a job's batch of 32 holds ~7.6 distinct images (issue 28)
+        for _ in range(min(n, 7)):  # a job's batch of 32 holds ~7.6 distinct images
             xy = np.sort(rng.random((N_REGIONS, 2, 2)), axis=1)
             images.append(Visual(features=(rng.random((N_REGIONS, dim)) * 4).astype(np.float32),
                                  boxes_norm=np.concatenate([xy[:, 0], xy[:, 1]], axis=1).astype(np.float32),

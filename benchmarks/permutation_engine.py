@@ -2,8 +2,8 @@
 loop (vlbias.stats.reference.p_value) and vectorised numpy (``Generator.permuted`` on blocks of index
 rows, the sums of the X side's association scores in one indexing), the fastest plain-numpy way.
 
-All run on the same inputs in this process. The bar (issue 2): ≥ 20× the loop single-threaded at
-|X| = |Y| = 40, |A| = |B| = 21 and 10⁶ samples; both ratios are printed (issue 40).
+All run on the same inputs in this process. The bar: ≥ 20× the loop single-threaded at
+|X| = |Y| = 40, |A| = |B| = 21 and 10⁶ samples; both ratios are printed.
 
     python benchmarks/permutation_engine.py [--samples 1000000] [--ref-samples 100000] [--dim 768]
 

@@ -148,7 +148,7 @@ def http_server():
 
 # The modules that take longest, longest first: the ten that run the Snakefile as `pytest --durations`
 # timed them (setup and calls summed per module: the grounded pipeline 2,260 s, test_workflow 2,020,
-# iEAT 700, the zoo 520 (issue 41), MLM 470, the CLI 380, on a machine loaded 7-fold), then the
+# iEAT 700, the zoo 520, MLM 470, the CLI 380, on a machine loaded 7-fold), then the
 # bottom-up detector and the property and coverage simulations. With `--dist loadfile` (make test)
 # each module runs whole on one worker; pytest-xdist would start the modules with the most tests first (the MLM and regions
 # workflows, 5 and 3 tests, among the last), so one long module ran alone at the end. test_workflow

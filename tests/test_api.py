@@ -109,7 +109,7 @@ def test_images_and_words_on_a_tiny_model_equal_the_statistics_on_its_vectors(no
     assert row["d"] == pytest.approx(effect_size(*vectors, A, B), abs=1e-6)
     assert row["p"] == pytest.approx(permutation_pvalue(*vectors, A, B, n_samples=100_000, seed=0).p, abs=1e-12)
     assert df.attrs["provenance"]["adapter"] == "open_clip"
-    # the same entry on words alone (issue 38: "seat/models/tiny/images: unknown key"): its text tower
+    # the same entry on words alone ("seat/models/tiny/images: unknown key"): its text tower
     words_only = run_query(Query({"Sunny": ["sun", "light"], "Grey": ["rain", "fog"]}, words), copy.deepcopy(TINY_CLIP),
                            name="tiny", cache="cache", ci=False).iloc[0]
     rain = [encoder.encode_texts(w) for w in (["sun", "light"], ["rain", "fog"])]
@@ -148,7 +148,7 @@ def test_a_model_configured_in_two_suites_is_the_querys_suites_entry():
 
 
 def test_one_image_in_two_sets_is_refused_by_path_and_by_content(nowhere):
-    """Issue 38 item 2: the same image in X and Y (by another spelling of its path, a symlink, or a copy)
+    """The same image in X and Y (by another spelling of its path, a symlink, or a copy)
     ran: d = 1.045, status ok. Refused across the four sets, as a word is, naming both."""
     x, y = _images(nowhere / "photos", 2, 0), _images(nowhere / "other", 2, 1)
     (nowhere / "link.png").symlink_to(x[0])

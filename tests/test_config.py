@@ -105,7 +105,7 @@ def test_an_unknown_top_level_key_is_one_short_line():
 
 
 def test_a_config_file_is_read_by_the_capped_reader(tmp_path):
-    """Issue 38 item 9: an alias bomb of 1 kB in config/config.yaml took 172 s and 974 MiB before its
+    """An alias bomb of 1 kB in config/config.yaml took 172 s and 974 MiB before its
     error (yaml.safe_load expanded it for the check); a key given twice was taken silently (the last)."""
     import time
 

@@ -97,7 +97,7 @@ def test_a_placeholder_shows_as_written_and_an_unescaped_one_fails_the_build(tmp
     with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.vlbias"):
         hooks().on_page_content(html, page, None, None)
         assert not caplog.records
-        # what the page said before its placeholders were escaped (issue 38): "files at // ..."
+        # what the page said before its placeholders were escaped: "files at // ..."
         hooks().on_page_content(markdown.markdown(schema["properties"]["mirror"]["description"]), page, None, None)
     [warning] = caplog.records
     assert warning.getMessage().startswith("configuration.md: <mirror>, <name>, <path>: placeholders left as HTML")

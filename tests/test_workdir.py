@@ -83,7 +83,7 @@ def test_a_live_runs_locks_and_temporary_files_are_kept(tmp_path):
 
 
 def test_a_writer_outside_this_run_keeps_its_temporary_files(tmp_path):
-    """Issue 18 row 4: `snakemake -n` while `vlbias run`, or another checkout sharing the cache,
+    """`snakemake -n` while `vlbias run`, or another checkout sharing the cache,
     was writing deleted the writer's .part files, and the writer crashed."""
     results, cache = tmp_path / "results", tmp_path / "shared-cache"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(results / "t.csv"), str(cache / "shard.h5")],

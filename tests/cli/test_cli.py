@@ -164,7 +164,7 @@ def test_list_and_show(project):
     # a table by its name: the workflow's own Markdown
     assert shown.returncode == 0 and shown.stdout == (project / "results/ieat/t2.md").read_text()
     assert seat.stdout.startswith("**table**")
-    # an ML-EAT table: its page's columns, rounded (issue 38: 55 columns of 17 digits); --all: every column
+    # an ML-EAT table: its page's columns, rounded (55 columns of 17 digits); --all: every column
     header, rule, first = mleat.stdout.splitlines()[2:5]
     assert mleat.returncode == 0 and header.startswith("| test | model | n (X, Y, A, B) | pattern |"), mleat.stdout
     assert header.count("|") == 16 and re.search(r"\| -?\d\.\d\d \| ", first), first
@@ -197,7 +197,7 @@ def test_run_on_own_vectors_gives_the_stores_row(project):
 BAD_INPUTS = [
     (["run", "resources/stimuli/ieat/insect-flower.yaml", "--model", "nope"],
      "no model 'nope' in the config; configured: minilm, pub, tiny-clip"),
-    # issue 38 item 21: a typo of a model's name gets what an adapter's typo gets
+    # a typo of a model's name gets what an adapter's typo gets
     (["run", "resources/stimuli/seat/weat-toy.yaml", "--model", "minlm"],
      "no model 'minlm' in the config (did you mean 'minilm'?); configured: minilm, pub, tiny-clip"),
     (["run", "missing.yaml", "--model", "pub"], "missing.yaml: stimulus file not found"),

@@ -184,7 +184,7 @@ def write_grounded(path, sets, column="LXMERT", dataset="google"):
 def per_group_vectors(encoder, stimuli, levels, masks, visual):
     """{(test, level, mask, role): float32 (n, dim)} of every pair the embedding job plans, one ``embed``
     call per (test, level, mask, role), the pairs in the stimulus' order: the job's path before its calls
-    were filled across groups (issue 40), the reference its vectors are bit-compared with.
+    were filled across groups, the reference its vectors are bit-compared with.
     ``visual(image id)``: the pair's regions entry."""
     from vlbias.suites.grounded.jobs import LEVEL_SOURCE, NO_MASK, embedding_combos, plan_pairs
 

@@ -72,7 +72,7 @@ def test_the_same_stimulus_in_two_sets_is_refused(tmp_path):
 @pytest.mark.parametrize("x,b", [("Tulip", "tulip"), ("tulip ", "tulip"), ("tu\u200blip", "tulip"),
                                  ("ｄａｉｓｙ", "daisy"), ("a  daisy", "A daisy")])
 def test_texts_that_differ_only_by_case_spacing_or_invisible_characters_are_one_stimulus(tmp_path, x, b):
-    """Issue 25: target or attribute sets that differ only so gave d≈0 and status ok for an uncased model
+    """Target or attribute sets that differ only so gave d≈0 and status ok for an uncased model
     (the same stimulus on both sides). Refused naming both items, across sets and within one."""
     doc = {**DOC, "X": {"label": "Flowers", "items": [x, "rose"]}, "B": {"label": "Unpleasant", "items": ["pain", b]}}
     with pytest.raises(InputError, match=rf"^\S+toy.yaml: key 'B/items': {re.escape(repr(b))} and "
@@ -85,7 +85,7 @@ def test_texts_that_differ_only_by_case_spacing_or_invisible_characters_are_one_
 
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path):
-    """Issue 25: a stimulus file of 1.4 kB whose aliases nest eight deep took 35 s and 3.2 GB before
+    """A stimulus file of 1.4 kB whose aliases nest eight deep took 35 s and 3.2 GB before
     its error (every error of the expanded tree rendered). Refused in one line, from the file's own
     size; aliases that expand a file moderately (what yaml.dump writes for a list used twice) load."""
     import time

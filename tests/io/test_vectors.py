@@ -215,7 +215,7 @@ def _store_of(tmp_path, sizes, seed=0):
 
 
 def test_a_target_set_of_one_gives_no_d_and_says_why(tmp_path):
-    """Issue 25: a set of size 1 gave d = ±√2 (by construction, whatever the vectors) with a
+    """A set of size 1 gave d = ±√2 (by construction, whatever the vectors) with a
     zero-width interval, marked ok. The row is kept, with its sizes and status too-few."""
     for sizes, short in [((1, 1, 3, 3), "X has 1 and Y has 1"), ((1, 5, 3, 3), "X has 1"), ((4, 1, 1, 1), "Y has 1")]:
         stimulus, store = _store_of(tmp_path, sizes)
@@ -228,7 +228,7 @@ def test_a_target_set_of_one_gives_no_d_and_says_why(tmp_path):
 
 
 def test_sets_of_thousands_give_their_row(tmp_path):
-    """Issue 25: |X| + |Y| >= 14,292 gave a ValueError from str() of the partition count (Python writes
+    """|X| + |Y| >= 14,292 gave a ValueError from str() of the partition count (Python writes
     ints of at most 4,300 digits)."""
     stimulus, store = _store_of(tmp_path, (7146, 7146, 2, 2))
     row = run_test(stimulus, store, "toy", n_samples=100, seed=0)

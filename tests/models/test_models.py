@@ -151,7 +151,7 @@ def test_checkpoint_round_trip(tmp_path):
     for name in ("tiny.safetensors", "tiny.pt"):
         enc = build({**spec, "checkpoint": str(tmp_path / name)})
         np.testing.assert_array_equal(enc.encode_images(x), expected)
-        # issue 38 item 3: said `pretrained` (a checkpoint under every other family's word, as vlbias.registry.weights_label)
+        # said `pretrained` (a checkpoint under every other family's word, as vlbias.registry.weights_label)
         assert enc.info["weights"] == "checkpoint"
         assert enc.info["weights_sha256"] == sha256(tmp_path / name)
     assert source.info["weights"] == "random-init"
@@ -248,7 +248,7 @@ def test_unreachable_pretrained_weights_say_what_to_do(tmp_path):
     with pytest.raises(InputError, match=r"^open_clip entry: `pretrained: openai` names remote weights, .*"
                                          r"vlbias\.weights\.prepare"):
         build(spec)
-    # issue 38 item 21: said "give a local copy instead", not where a local copy goes
+    # said "give a local copy instead", not where a local copy goes
     with pytest.raises(InputError, match=r"'timm/vit_base_patch32_clip_224.openai': could not be downloaded .*run "
                                          r"with network access, or give a local copy: a model folder under `path:` or "
                                          r"a weights file under `checkpoint:`"):

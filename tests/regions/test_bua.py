@@ -65,7 +65,7 @@ def regions(request, detector, demo, images):
 
 
 def test_the_class_constructed_directly_reads_its_schema_defaults(detector):
-    """Issue 38 item 11: BottomUpAttention(entry), not through build, raised KeyError: 'batch_size'
+    """BottomUpAttention(entry), not through build, raised KeyError: 'batch_size'
     (vlbias.runtime reads the schema's defaults, which only build filled in); the registered class fills
     them in itself, as build does."""
     from vlbias.regions.bua import BottomUpAttention

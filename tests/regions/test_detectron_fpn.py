@@ -181,7 +181,7 @@ def test_detectron_pickle_loads_strictly(detector, blobs, tmp_path):
 
 
 def test_another_url_of_the_same_file_name_is_downloaded(tmp_path, http_server):
-    """Issue 18 row 5: a second `url:` ending in model_final.pkl got the first one's cached file."""
+    """A second `url:` ending in model_final.pkl got the first one's cached file."""
     from vlbias.weights import fetch
 
     http_server.routes |= {"one/model_final.pkl": b"first", "two/model_final.pkl": b"second"}

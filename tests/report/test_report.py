@@ -78,7 +78,7 @@ def test_results_table_in_the_papers_layout():
 
 
 def test_own_tests_never_shift_a_published_tests_adjusted_p():
-    """Issue 30: one's own tests form their own family (vlbias.io.stimuli.OWN). The paper's two tests
+    """One's own tests form their own family (vlbias.io.stimuli.OWN). The paper's two tests
     (p 0.01, 0.04) keep their Holm p (0.02, 0.04) beside three of one's own with smaller p; among
     five tests they would have been 0.04 and 0.08."""
     paper = [{**result("t1", "m1", 0.5, p), "test": t, "family": "may2019"} for t, p in (("a", 0.01), ("b", 0.04))]
@@ -118,7 +118,7 @@ def test_effects_grid_is_tests_by_models_with_stars():
 
 
 def test_stars_follow_the_holm_adjusted_p_in_every_rendering(tmp_path):
-    """Issue 30: one significance convention. Two tests of one model at p 0.03 and 0.04 are each below
+    """One significance convention. Two tests of one model at p 0.03 and 0.04 are each below
     .05, but not after Holm's adjustment (0.06, 0.06): no star in the Markdown, the HTML page, the grid
     of the sweep or the heatmap; the third test (p 0.0001) keeps its stars."""
     rows = [{**result(t, "m1", d, p), "test": t} for t, d, p in (("t1", 0.5, 0.03), ("t2", 0.7, 0.04))]
@@ -239,7 +239,7 @@ def test_page_in_a_headless_browser(browser, tmp_path):
 
 
 def test_the_seat_page_of_every_shipped_test_fits_the_window(browser, tmp_path):
-    """Issue 30: the SEAT page's result columns ran past a 1400 px window (1450 px wide). Every shipped
+    """The SEAT page's result columns ran past a 1400 px window (1450 px wide). Every shipped
     SEAT test with its name and set labels (IncompetentNotAchievementOriented ...): the page fits 1400
     and 1024 px windows, the labels wrapping between their words."""
     from vlbias.io.stimuli import load_stimulus
@@ -273,7 +273,7 @@ document.body.append("broken: " + JSON.stringify([...new Set(broken.map(td => td
 
 
 def test_a_cell_breaks_between_words_not_inside_them(browser, tmp_path):
-    """Issue 38: a table too wide for its window broke its labels inside words ("Plea|sant"); it now
+    """A table too wide for its window broke its labels inside words ("Plea|sant"); it now
     wraps them between words and the page scrolls sideways rather."""
     rows = [{**r, "name": "Test 1: flowers/insects × pleasant/unpleasant", "X": "Flowers", "A": "Pleasant",
              "B": "Unpleasant", "model": m} for r in ROWS[:1] for m in ("igpt", "simclr", "igpt-logits")]

@@ -285,7 +285,7 @@ def test_eat_map_draws_each_quadrant_where_it_belongs(tmp_path):
 
 
 def test_stars_mark_the_holm_adjusted_p_as_the_tables_do(tmp_path):
-    """Issue 38 item 4: the summary and the EAT-Maps starred the raw p where every table and heatmap stars
+    """The summary and the EAT-Maps starred the raw p where every table and heatmap stars
     the Holm-adjusted p (18 of 73 iEAT cells differed: "0.62**" on a map, "0.62*" in Table 1). Level 1's
     p adjusted within one model's tests as the results table adjusts it (vlbias.stats.adjust.add_adjusted,
     family model and stimulus family); Level 2's over those tests' targets."""

@@ -86,7 +86,7 @@ def test_a_tables_files(store, tmp_path):
 
 
 def test_each_map_is_starred_by_its_rows_adjusted_p(store, tmp_path, monkeypatch):
-    """Issue 38 item 4: a table's EAT-Maps star the Holm-adjusted p of their own row in the table (two tests
+    """A table's EAT-Maps star the Holm-adjusted p of their own row in the table (two tests
     on one model: each Level 1 p doubled, at most 1), not the raw p."""
     import vlbias.report.mleat as report
 

@@ -689,7 +689,7 @@ def test_a_lock_that_is_not_a_mapping_is_refused(tmp_path):
     (lambda r: r.pop("request"), "no request"),
     (lambda r: r["sources"]["path"]["files"]["config.json"].update(sha256="abc"),
      "source path, file 'config.json': expected its size, sha256 and path"),
-    # issue 38 item 8: a field of another type reached the loaders (`"repo": 5`: huggingface_hub's traceback)
+    # a field of another type reached the loaders (`"repo": 5`: huggingface_hub's traceback)
     (lambda r: r["sources"]["path"].update(kind="hub", repo=5, commit="0" * 40),
      "source path: repo: expected str, got 5"),
     (lambda r: r["sources"]["path"].update(path=["a"]), "source path: path: expected str, got \\['a'\\]"),
@@ -968,7 +968,7 @@ def test_parameters_the_family_never_reads_are_dropped_by_name_and_others_refuse
 
 
 def test_weights_of_no_floating_dtype_nan_or_a_broken_file_are_refused_naming_them(tmp_path):
-    """Issue 38 items 1 and 7: a model folder whose model.safetensors held int64 tensors of the right shapes,
+    """A model folder whose model.safetensors held int64 tensors of the right shapes,
     or a NaN, loaded as `weights: pretrained` (names and shapes were checked, not values); a truncated file
     or a header length of 2^40 gave safetensors' traceback. Each refused in one line naming the file (and
     the tensors); float16 and bfloat16 files load, cast."""

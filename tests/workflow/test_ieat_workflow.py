@@ -194,7 +194,7 @@ def test_own_vectors_give_the_statistics_of_the_file(project):
 
 
 def test_own_tests_are_their_own_family_and_a_model_runs_the_tests_it_names(project):
-    """Issue 30: one's own stimulus file beside a paper's tests never shifts their adjusted p; a model
+    """One's own stimulus file beside a paper's tests never shifts their adjusted p; a model
     entry's `tests` runs those alone (vectors of one test's words suffice)."""
     root, _ = project
     seat = pd.read_csv(root / "results/seat/mine/table.csv").set_index("test")

@@ -198,7 +198,7 @@ FEATURES = b64(detections(3, 1)["features"])  # the bad line's own
     ({"img_id": "COCO_val2014_000000000001"}, "image_id", "already on line 1"),
     ({"img_id": "000001"}, "image_id", "already on line 1"),   # the same COCO image, other spelling
     ({"img_id": "google_image_1"}, "image_id", "no image id of the kind"),
-    # issue 38 item 6: scores outside [0, 1] and non-finite arrays were read into the store
+    # scores outside [0, 1] and non-finite arrays were read into the store
     ({"objects_conf": b64(np.float32([0.5, 1.5, 0.2]))}, "objects_conf", "scores outside [0, 1] (0.2..1.5)"),
     ({"attrs_conf": b64(np.float32([0.5, -0.1, 0.2]))}, "attrs_conf", "scores outside [0, 1] (-0.1..0.5)"),
     ({"objects_conf": b64(np.float32([0.5, np.nan, 0.2]))}, "objects_conf", "not all finite"),
@@ -224,7 +224,7 @@ def test_lines_of_released_size_are_read(spec, tmp_path):
 
 
 def test_a_line_beyond_the_cap_is_refused_before_it_is_read_whole(spec, tmp_path, monkeypatch):
-    """Issue 38 item 10: a 200 MB line took 16 s and 690 MiB before its error; refused at the per-line cap
+    """A 200 MB line took 16 s and 690 MiB before its error; refused at the per-line cap
     (here made small), the lines within it read."""
     import vlbias.regions.tsv as tsv_module
 

@@ -213,7 +213,7 @@ def test_hub_weights_are_fetched_locked_and_loaded_with_the_hub_gone(project, hu
 
 
 def test_a_pulled_lock_fetches_its_entry_again(hub, hub_built, tmp_path):
-    """Issue 25 row 2: the lock changed after a record existed (a `git pull` of a new lock): the old
+    """The lock changed after a record existed (a `git pull` of a new lock): the old
     commit was used, exit 0, no word. The workflow's start dates back the record the lock no longer
     pins, so the entry's fetch runs again, and its jobs after it; the other entries' records stay."""
     from vlbias.weights import fetch
@@ -275,7 +275,7 @@ def test_editing_one_stimulus_reruns_only_its_jobs(project):
 
 
 def test_a_damaged_cache_gives_the_same_table(project):
-    """Issue 18 row 1: bytes overwritten inside the vectors of the MiniLM cache, then --forcerun seat_embed,
+    """Bytes overwritten inside the vectors of the MiniLM cache, then --forcerun seat_embed,
     changed the SEAT table; the damaged records are now named and recomputed."""
     import h5py
 
@@ -489,7 +489,7 @@ def test_report_shows_each_table_and_figure(project, browser, tmp_path):
     assert frame["text"].startswith("toy\n") and "Flower-Insect" in frame["text"]
     pub = t1.loc["pub"]
     assert f"{pub.d:.2f}{stars(pub.p_holm)}\n[{pub.d_low:.2f}, {pub.d_high:.2f}]" in frame["text"] and stars(pub.p_holm)
-    # the heatmap opens at its top, its column headers on screen, in a window shorter than it (issue 38: the
+    # the heatmap opens at its top, its column headers on screen, in a window shorter than it (the
     # report centres a bare image, so a tall one opened mid-figure, its top out of reach)
     seen = browser.render(tmp_path / "report.html", screenshot=tmp_path / "heatmap.png", size=(1280, 240),
                           script=OPEN.format(category="SEAT", subcategory="Figures", label="effect sizes (heatmap)")
@@ -524,7 +524,7 @@ def test_report_of_a_partial_run_shows_what_exists(built_project, tmp_path):
 
 
 def test_a_clone_without_mirror_or_network_builds_the_rest_and_says_why_once(built_project, tmp_path):
-    """Issue 30: `mirror: auto` in a clone with no ../shared/data and no network (GitHub and the image
+    """`mirror: auto` in a clone with no ../shared/data and no network (GitHub and the image
     sites at a closed port here): the tables that need neither are built, the rest is left out, and
     the run ends with one line saying what it tried to reach and what to do."""
     import socket

@@ -1,4 +1,4 @@
-"""The embedding job's calls, full across its groups (issue 40): pairs of one call and shape key from any
+"""The embedding job's calls, full across its groups: pairs of one call and shape key from any
 (test, level, mask, role) fill one ``embed`` call (``Batches``), each (image, labels) is read from the
 region store once, and every family's vectors are bit for bit those of one call per group (the
 per-group path, tests/helpers/grounded.py). Tiny random models of the real config classes."""
