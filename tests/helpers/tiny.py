@@ -253,6 +253,17 @@ def assert_pixels_batch_independent(encoder, images):
     assert_batch_independent(encoder, VL_CAPTIONS, images, cases, batch_size=3)
 
 
+def assert_mask_i_leaves_imageless_pairs(encoder, captions, image):
+    """Mask I paints the regions of a caption's image; a pair without one (``captions`` 0 and 2, beside
+    ``image`` for caption 1) has nothing to mask: its log-probabilities are those of no mask (never a
+    TypeError from regions it does not have), whatever stands in for "no image"."""
+    without = encoder.mask_logprobs(captions, [None, image, None])
+    masked = encoder.mask_logprobs(captions, [None, image, None], mask="I")
+    for i in (0, 2):
+        np.testing.assert_array_equal(masked[i], without[i])
+    assert np.abs(masked[1] - without[1]).max() > 1e-4  # the image's person is painted over
+
+
 def assert_the_image_reaches_every_level(encoder, regions):
     """Other pictures change every caption's vector at S and at C."""
     other = [picture(7), picture(8), picture(9)]

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 from helpers.tiny import VL_CAPTIONS, VL_WORDS, assert_the_image_reaches_every_level, picture
-from helpers.tiny import TINY_BRIDGETOWER, assert_pixels_batch_independent, tiny_bpe_tokenizer
+from helpers.tiny import TINY_BRIDGETOWER, assert_mask_i_leaves_imageless_pairs, assert_pixels_batch_independent
+from helpers.tiny import tiny_bpe_tokenizer
 from transformers import (AutoTokenizer, BridgeTowerConfig, BridgeTowerImageProcessor, BridgeTowerModel,
                           BridgeTowerProcessor, ViltConfig, ViltForMaskedLM)
 
@@ -196,13 +197,7 @@ def test_no_image_blank_is_a_blank_mean_colour_image(blank, processor):
 
 
 def test_mask_i_leaves_a_pair_without_an_image_as_it_is(encoder):
-    """Mask I paints the regions of a caption's image; a pair without one has nothing to mask (its blank
-    image unmasked, never a TypeError from regions it does not have)."""
-    without = encoder.mask_logprobs(MASKED, [None, IMAGES[0], None])
-    masked = encoder.mask_logprobs(MASKED, [None, IMAGES[0], None], mask="I")
-    for i in (0, 2):
-        np.testing.assert_array_equal(masked[i], without[i])
-    assert np.abs(masked[1] - without[1]).max() > 1e-4  # the image's person is painted over
+    assert_mask_i_leaves_imageless_pairs(encoder, MASKED, IMAGES[0])
 
 
 def test_an_entity_is_spelled_as_after_a_space(blank, processor):
