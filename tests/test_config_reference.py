@@ -2,14 +2,13 @@
 key of the config's schema and of each adapter's, once, with the schema's description and default;
 and every key described (an entry of a mapping or list by its parent's description)."""
 
-import importlib.util
 import logging
 import re
 from types import SimpleNamespace
 
 import markdown
 import yaml
-from helpers import REPO
+from helpers import REPO, plain_module
 
 from vlbias.schemas import adapter_schema, adapters
 from vlbias.schemas.reference import reference, rows, type_of
@@ -77,10 +76,7 @@ def test_types_are_written_as_a_reader_reads_them():
 
 
 def hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs/hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return plain_module("docs_hooks", REPO / "docs/hooks.py")
 
 
 def test_a_placeholder_shows_as_written_and_an_unescaped_one_fails_the_build(tmp_path, caplog):

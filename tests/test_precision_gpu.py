@@ -2,14 +2,13 @@
 forward passes under autocast and is recorded in provenance and the cache key; fp32, every default,
 is IEEE float32 (TF32 off); the GPU check script's code paths on tiny models, CPU against CPU."""
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import REPO
+from helpers import REPO, plain_module
 from helpers.tiny import TINY_VL, VL_CAPTIONS, random_visual
 
 from vlbias.errors import InputError
@@ -131,10 +130,7 @@ def test_the_runtime_makes_float32_ieee(monkeypatch):
 
 
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks/gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return plain_module("gpu_check", REPO / "benchmarks/gpu_check.py")
 
 
 def test_gpu_check_tiny_on_the_cpu(tmp_path, capsys):

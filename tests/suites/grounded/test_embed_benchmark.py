@@ -1,22 +1,18 @@
 """benchmarks/grounded_embed.py: the grounded embedding stage beside the model alone, at tiny size on a
 mini-job of one image per image set (the benchmark's figures come from its own runs, not from here)."""
 
-import importlib.util
 import json
 import time
 
 import pytest
 import torch
 import yaml
-from helpers import REPO
+from helpers import REPO, plain_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("grounded_embed_benchmark", REPO / "benchmarks/grounded_embed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return plain_module("grounded_embed_benchmark", REPO / "benchmarks/grounded_embed.py")
 
 
 def test_every_grounded_family_of_the_config_has_a_tiny_and_a_base_model(bench):
