@@ -1,7 +1,8 @@
 """The tiny zoo the zoo's workflow and SLURM tests run (tests/workflow/test_zoo_workflow.py,
 tests/slurm/test_cluster.py): six tiny random open_clip architectures under three made-up datasets
 (`weights: random`), one model whose weights cannot be had, one the accuracy table lacks, on
-make_project's iEAT stimuli and images."""
+make_project's iEAT stimuli and images; one cross-modal test in its four orders, its valence images a
+stand-in for the OASIS download."""
 
 import copy
 import hashlib
@@ -40,9 +41,14 @@ def make_zoo(root):
     # m5 is not in the accuracy table
     (root / "accuracy.csv").write_text("name,pretrained,ImageNet 1k,Average perf. on 38 datasets\n" + "".join(
         f"{m['arch']},{m['tag']},{0.1 + i / 20},{0.2 + i / 30}\n" for i, m in enumerate(MODELS[:5])))
+    # the toy iEAT categories as targets, the text test's words and the OASIS stand-in's images as attributes
+    (root / "cross_modal.tsv").write_text(f"test\timage_x\timage_y\ttext_test\n{CROSS_MODAL}\ttoy/flower\ttoy/insect\t"
+                                          f"{TEXT_TEST}\n")
+    manifest = write_oasis(root / "oasis/OASIS", [(f"Theme {i}", 1 + (i * 7) % 52 / 10) for i in range(52)])
     config["zoo"] = {"models": copy.deepcopy([*MODELS, BROKEN]), "accuracy": "accuracy.csv",
                      "bootstrap": {"n_boot": 50}, "text_tests": [TEXT_TEST], "text_manifest": "text_tests.tsv",
-                     "cross_modal": None}  # its tests need the real iEAT categories: tests/suites/zoo/test_zoo_cross_modal.py
+                     "cross_modal": "cross_modal.tsv",
+                     "oasis": {"folder": "oasis/OASIS", "manifest": str(manifest.relative_to(root))}}
     # one of Ghate et al.'s text tests, in the mirror beside its manifest
     jsonl = root / "mirror/clip_bias/data/tests_seat/toy.jsonl"
     jsonl.parent.mkdir(parents=True)
@@ -55,7 +61,29 @@ def make_zoo(root):
     return config
 
 
+def write_oasis(folder, ratings):
+    """A stand-in for the OASIS download (a licensed set): OASIS.csv in its layout (an unnamed id column
+    first), a small JPEG per theme under Images/, and beside the folder a manifest of their sha256;
+    ``ratings``: [(theme, mean valence)] in the file's order. Returns the manifest."""
+    import numpy as np
+    from PIL import Image
+
+    (folder / "Images").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    lines = ['"","Theme","Category","Source","Valence_mean","Valence_SD","Valence_N"']
+    for i, (theme, valence) in enumerate(ratings):
+        lines.append(f'"I{i + 1}","{theme}","Object","Pixabay",{valence},1.2,100')
+        Image.fromarray(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(folder / f"Images/{theme}.jpg")
+    (folder / "OASIS.csv").write_text("\n".join(lines) + "\n")
+    files = ["OASIS.csv", *(f"Images/{theme}.jpg" for theme, _ in ratings)]
+    manifest = folder.parent / f"{folder.name}.tsv"
+    manifest.write_text("path\tsha256\n" + "".join(f"{f}\t{hashlib.sha256((folder / f).read_bytes()).hexdigest()}\n"
+                                                   for f in files))
+    return manifest
+
+
 TEXT_TEST = "seat:toy"
+CROSS_MODAL = "Flower/Valence"
 TEXT_SETS = {"targ1": ["rose", "tulip", "daisy"], "targ2": ["ant", "wasp", "moth"], "attr1": ["joy", "love", "peace"],
              "attr2": ["hate", "pain", "war"]}
 

@@ -5,7 +5,7 @@
 # job per table, each reading
 # the stores one at a time. Planned in vlbias.suites.zoo.plan; declared in vlbias.suites.zoo.suite.
 
-from vlbias.suites.zoo.plan import EMBED_GROUP, UPSTREAM, ZooPlan
+from vlbias.suites.zoo.plan import EMBED_GROUP, OASIS, UPSTREAM, ZooPlan
 
 ZOO_PLAN = ZooPlan(config)
 ZOO = ZOO_PLAN.zoo  # {} without a zoo section: its settings are read inside functions
@@ -62,6 +62,31 @@ if ZOO_PLAN.text_tests:
             "../scripts/zoo_text_tests.py"
 
 
+# the user's OASIS images (licensed), Ghate et al.'s selection checked against its manifest, where configured
+if ZOO.get("oasis"):
+
+    localrules:
+        zoo_oasis,
+
+    rule zoo_oasis:
+        input:
+            ratings=f"{ZOO['oasis']['folder']}/OASIS.csv",
+            manifest=ZOO["oasis"]["manifest"],
+        output:
+            store=f"{OASIS}/images.h5",
+            status=f"{OASIS}/manifest.tsv",
+        log:
+            "results/logs/zoo_oasis.log",
+        conda:
+            "../../environment.yml"
+        threads: 2
+        params:
+            folder=ZOO["oasis"]["folder"],
+            settings=lambda w: ZOO_PLAN.image_settings(),
+        script:
+            "../scripts/zoo_oasis.py"
+
+
 # every model's weights in one job: fetched once, on the submitting node
 rule zoo_weights:
     input:
@@ -82,7 +107,7 @@ rule zoo_weights:
 rule zoo_embed:
     input:
         weights=ZOO_PLAN.record("{model}"),
-        images=lambda w: ZOO_PLAN.image_store(),
+        images=lambda w: ZOO_PLAN.image_stores(),
         stimuli=lambda w: ZOO_PLAN.text_stimuli(),
     output:
         ZOO_PLAN.store("{model}"),
@@ -146,6 +171,7 @@ rule zoo_eats:
     params:
         models=list(ZOO_MODELS),
         cross_modal=lambda w: ZOO["cross_modal"],
+        oasis=lambda w: bool(ZOO["oasis"]),
         stats=stats_params(),
         ci=STATS["ci"],
     script:

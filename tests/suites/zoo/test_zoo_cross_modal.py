@@ -1,6 +1,7 @@
 """Ghate et al.'s cross-modal valence tests in four orders (vlbias.suites.zoo.cross_modal): the sets of each
-order, the OASIS orders recorded as skips, a planted image-text association recovered through write_eats,
-and the committed table against the iEAT stimuli and the text tests."""
+order, the OASIS orders recorded as skips without the OASIS images and run with them (through the image
+stores and the model), a planted image-text association recovered through write_eats, and the committed
+table against the iEAT stimuli and the text tests."""
 
 import json
 from types import SimpleNamespace
@@ -9,13 +10,19 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import REPO
+from helpers.zoo import MODELS, write_oasis
+from PIL import Image
 
 from vlbias.errors import InputError
-from vlbias.io.store import write_embeddings
+from vlbias.images.store import build_image_store
+from vlbias.io.store import read_set, write_embeddings
+from vlbias.models import build
 from vlbias.report.zoo import write_eats
+from vlbias.suites.ieat import embed_image_store
 from vlbias.suites.zoo.analysis import order_of
-from vlbias.suites.zoo.cross_modal import OASIS, battery, cross_modal_tests, read_cross_modal
+from vlbias.suites.zoo.cross_modal import battery, cross_modal_tests, read_cross_modal
 from vlbias.suites.zoo.metadata import COLUMNS as META
+from vlbias.suites.zoo.oasis import ABSENT, build_oasis_store
 from vlbias.suites.zoo.suite import cross_modal_problems
 from vlbias.suites.zoo.text import manifest_tests
 
@@ -34,10 +41,11 @@ def project(tmp_path):
 
 def test_each_order_takes_its_sets_from_images_or_the_text_test(tmp_path):
     text, table = project(tmp_path)
-    tests = battery([text], table)
+    tests = battery([text], table, oasis=False)
     assert [(s.id, skip) for s, skip in tests] == [
-        ("nrc:weat1", None), ("Flower/Valence:image-text", None), ("Flower/Valence:text-image", OASIS),
-        ("Flower/Valence:image-image", OASIS), ("Flower/Valence:text-text", None)]
+        ("nrc:weat1", None), ("Flower/Valence:image-text", None), ("Flower/Valence:text-image", ABSENT),
+        ("Flower/Valence:image-image", ABSENT), ("Flower/Valence:text-text", None)]
+    assert [skip for _, skip in battery([text], table, oasis=True)] == [None] * 5
     by_order = {s.id.rsplit(":", 1)[1]: s for s, _ in tests[1:]}
     for order, s in by_order.items():
         assert order_of(s) == order and s.family == "ghate2025"
@@ -47,18 +55,18 @@ def test_each_order_takes_its_sets_from_images_or_the_text_test(tmp_path):
     assert image_text.A.items == tuple(WORDS["attr1"]) and image_text.B.key == "nrc:weat1/B"
     assert text_image.X.items == tuple(WORDS["targ1"]) and text_image.A.key == "oasis/pleasant"
     assert by_order["text-text"].sets == tests[0][0].sets
-    assert battery([text], None) == tests[:1]
+    assert battery([text], None, oasis=True) == tests[:1]
 
 
 def test_a_cross_modal_test_without_its_text_test_is_refused(tmp_path):
     _, table = project(tmp_path)
     with pytest.raises(InputError, match="its text test is not among zoo/text_tests"):
-        cross_modal_tests(read_cross_modal(table), {})
+        cross_modal_tests(read_cross_modal(table), {}, oasis=False)
 
 
 def test_a_planted_image_text_association_is_recovered_and_the_oasis_orders_are_skips(tmp_path):
     text, table = project(tmp_path)
-    tests = battery([text], table)
+    tests = battery([text], table, oasis=False)
     rng = np.random.default_rng(0)
     pole = rng.normal(size=16)
 
@@ -81,7 +89,40 @@ def test_a_planted_image_text_association_is_recovered_and_the_oasis_orders_are_
     assert abs(eats.loc["Flower/Valence:text-text", "d"]) < 1.5
     for order in ("text-image", "image-image"):
         row = eats.loc[f"Flower/Valence:{order}"]
-        assert row["status"] == f"skipped: {OASIS}" and np.isnan(row["d"]) and row["order"] == order
+        assert row["status"] == f"skipped: {ABSENT}" and np.isnan(row["d"]) and row["order"] == order
+
+
+def test_with_the_oasis_images_every_order_runs_through_the_image_stores_and_the_model(tmp_path):
+    text, table = project(tmp_path)
+    tests = battery([text], table, oasis=True)
+    rng = np.random.default_rng(1)
+    entries = []
+    for category in ("f/flower", "f/insect"):
+        (tmp_path / category).mkdir(parents=True)
+        for i in range(3):
+            path = tmp_path / category / f"img{i}.png"
+            Image.fromarray(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(path)
+            entries.append({"category": category, "file": path.name, "path": path})
+    settings = {"size": 16, "crop": "center", "resample": "bicubic", "decoder": "pil"}
+    build_image_store(entries, tmp_path / "ieat.h5", **settings)
+    manifest = write_oasis(tmp_path / "OASIS", [(f"Theme {i}", v) for i, v in enumerate([5.0, 1.0, 6.0, 2.0, 4.0])])
+    build_oasis_store(tmp_path / "OASIS", manifest, tmp_path / "oasis.h5", tmp_path / "status.tsv", settings,
+                      per_set=2)
+    store, encoder = tmp_path / "m.h5", build({k: v for k, v in MODELS[0].items() if k not in ("name", "tag")})
+    embed_image_store([tmp_path / "ieat.h5", tmp_path / "oasis.h5"], encoder, store, {"model_id": "m"},
+                      stimuli=[s for s, _ in tests])
+    assert read_set(store, "oasis/pleasant")[1] == ["Theme 0.jpg", "Theme 2.jpg"]  # by file name
+    models = tmp_path / "models.csv"
+    pd.DataFrame([{"model": "m"}]).reindex(columns=["model", *META]).to_csv(models, index=False)
+    out = SimpleNamespace(csv=tmp_path / "eats.csv", md=tmp_path / "eats.md")
+    write_eats(tests, {"m": store}, models, out, n_samples=50, seed=0, exact="auto", threads=1, ci=None)
+    eats = pd.read_csv(out.csv).set_index("test")
+    assert (eats["status"] == "ok").all() and eats["d"].notna().all()
+    for order, n in {"image-text": (3, 4), "text-image": (4, 2), "image-image": (3, 2), "text-text": (4, 4)}.items():
+        assert tuple(eats.loc[f"Flower/Valence:{order}", ["n_x", "n_a"]]) == n
+    # the two stores may not both hold a category
+    with pytest.raises(InputError, match="oasis.h5: holds the categories oasis/pleasant, oasis/unpleasant of another"):
+        embed_image_store([tmp_path / "oasis.h5", tmp_path / "oasis.h5"], encoder, tmp_path / "x.h5", {})
 
 
 def test_the_committed_cross_modal_tests_name_real_categories_and_text_tests(tmp_path):

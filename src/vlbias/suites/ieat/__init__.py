@@ -9,6 +9,7 @@ Three ways to a store ``results/embeddings/ieat/<model>.h5``, one group per imag
 """
 
 import logging
+from contextlib import ExitStack
 from pathlib import Path
 
 import h5py
@@ -85,10 +86,18 @@ def text_sets(stimuli):
     return {st.key: list(st.items) for s in stimuli for st in s.sets.values() if st.items is not None}
 
 
+def store_categories(f):
+    """The categories (groups holding pixels) of an open image store."""
+    keys = []
+    f.visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Group) and "pixels" in obj else None)
+    return keys
+
+
 def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(), texts=None):
-    """Embed every category of an image store (see vlbias.images.store) with ``encoder``, and the text
-    sets of ``stimuli`` (cross-modal tests) and ``texts`` ({store key: [texts]}: the skew stage's queries)
-    with its text tower (``encode_texts``), into one store.
+    """Embed every category of an image store (see vlbias.images.store), or of a list of stores whose
+    categories differ (the zoo's iEAT and OASIS images), with ``encoder``, and the text sets of ``stimuli``
+    (cross-modal tests) and ``texts`` ({store key: [texts]}: the skew stage's queries) with its text tower
+    (``encode_texts``), into one store.
 
     A category left without images keeps an empty (0, dim) set, so the test that uses it is
     recorded as skipped with the category's name rather than failing somewhere else. With
@@ -103,11 +112,17 @@ def embed_image_store(images_h5, encoder, out, provenance, cache=None, stimuli=(
     if texts and (several or not hasattr(encoder, "encode_texts")):
         raise InputError(f"adapter {encoder.info['adapter']}", f"has no text tower for the text sets {', '.join(texts)}")
     sets = {}
-    with open_hdf5(images_h5) as f:
-        keys = []
-        f.visititems(lambda name, obj: keys.append(name) if isinstance(obj, h5py.Group) and "pixels" in obj else None)
-        progress = Progress(sum(len(f[k]["ids"]) for k in keys), "images", log)
-        for key in sorted(keys):
+    with ExitStack() as stack:
+        files = {}  # {category: the open store holding it}
+        for path in [images_h5] if isinstance(images_h5, (str, Path)) else images_h5:
+            f = stack.enter_context(open_hdf5(path))
+            keys = store_categories(f)
+            twice = sorted(set(keys) & set(files))
+            if twice:
+                raise InputError(path, f"holds the categories {', '.join(twice)} of another image store too")
+            files |= dict.fromkeys(keys, f)
+        progress = Progress(sum(len(f[k]["ids"]) for k, f in files.items()), "images", log)
+        for key, f in sorted(files.items()):
             ids = [i.decode() if isinstance(i, bytes) else i for i in f[key]["ids"][()]]
             pixels = f[key]["pixels"][()]
             digests = [digest(p) for p in pixels]

@@ -15,6 +15,7 @@ from vlbias.suites.plan import stimulus_ids
 TABLES = {"models": ("csv",), "eats": ("csv", "md"), "predictors": ("csv", "md", "png"),
           "performance": ("csv", "md", "png")}
 UPSTREAM = "results/zoo/upstream"  # open_clip's own tables, fetched (rule zoo_upstream)
+OASIS = "results/zoo/oasis"  # the selected OASIS images' store and status (rule zoo_oasis)
 # the Snakemake group of the embedding jobs: profiles/slurm's group-components bundles its jobs to a cluster job
 EMBED_GROUP = "zoo-embed"
 
@@ -69,9 +70,16 @@ class ZooPlan:
         """Every test's file, the iEAT stimuli's and the text tests'."""
         return self.stimuli() + self.text_test_paths()
 
-    def image_store(self):
-        """The iEAT image store every zoo model reads: ieat/images' (each model preprocesses to its size)."""
-        return f"results/images/ieat/{IeatPlan(self.config).default_store}/images.h5"
+    def image_stores(self):
+        """The image stores every zoo model reads: ieat/images' (each model preprocesses to its size), and the
+        OASIS images' where zoo/oasis is set."""
+        return [f"results/images/ieat/{IeatPlan(self.config).default_store}/images.h5"] + \
+            ([f"{OASIS}/images.h5"] if self.zoo["oasis"] else [])
+
+    def image_settings(self):
+        """The iEAT image store's size, crop, resampling and decoder (the OASIS store's too)."""
+        ieat = IeatPlan(self.config)
+        return ieat.image_stores_settings[ieat.default_store]
 
     @staticmethod
     def record(model):

@@ -27,7 +27,7 @@ def check(config, root):
     """The zoo needs the ieat section (its stimuli and image store); its tests are iEAT stimulus files; its
     selection expands (an unknown architecture, pair or dataset: the error names the closest); the
     upstream accuracy table needs sources/open_clip, the text tests (each in zoo/text_manifest)
-    sources/clip_bias."""
+    sources/clip_bias; the OASIS images, the cross-modal tests."""
     zoo, problems = config["zoo"], []
     if not config.get("ieat"):
         return ["key 'zoo': the zoo reads the iEAT stimuli and images: configure the 'ieat' section too"]
@@ -43,6 +43,8 @@ def check(config, root):
                             "a commit), or set it to []")
         if zoo["cross_modal"]:
             problems += cross_modal_problems(zoo["cross_modal"], texts, Path(root) / config["ieat"]["stimuli"])
+        elif zoo["oasis"]:
+            problems.append("key 'zoo/oasis': the OASIS images serve the cross-modal tests alone: set zoo/cross_modal")
     except InputError as e:
         problems.append(str(e))
     try:
