@@ -139,10 +139,7 @@ class DualEncoder:
         self.processor_dir, self.processor = _processor(spec.get("processor") or model_dir)
         config = self.model.config
         self.text_config = getattr(config, "text_config", config)
-        if isinstance(self.model, BlipForImageTextRetrieval):  # its ITC projections' width
-            self.dim = int(config.image_text_hidden_size)
-        else:  # CLIP-like models (and FLAVA) project both towers to projection_dim; SigLIP's share the vision width
-            self.dim = int(getattr(config, "projection_dim", None) or config.vision_config.hidden_size)
+        self.dim = joint_width(self.model)
         self.context_length = int(self.text_config.max_position_embeddings)
         self.padding = spec.get("padding") or ("max_length" if config.model_type in MAX_LENGTH_PADDED else "longest")
         if self.padding not in PADDINGS:
@@ -229,6 +226,15 @@ class DualEncoder:
                                      f"tower's {vocab} embeddings")
                 out[start:start + len(batch)] = self._features("text", inputs, len(batch))
         return out
+
+
+def joint_width(model):
+    """The width of a dual encoder's joint space (its vectors'): BLIP's ITC projections'; CLIP-like models' (and
+    FLAVA's) projection_dim, to which both towers project; SigLIP's towers share the vision width."""
+    config = model.config
+    if isinstance(model, BlipForImageTextRetrieval):
+        return int(config.image_text_hidden_size)
+    return int(getattr(config, "projection_dim", None) or config.vision_config.hidden_size)
 
 
 def _processor(directory):

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 from helpers import REPO
+from helpers.tiny import HF_DUAL_CONFIGS, TINY_DUAL, tiny_dual_dir
 
 from vlbias.associate import run_test
 from vlbias.errors import InputError
@@ -21,8 +22,8 @@ from vlbias.report.zoo import eats_table
 from vlbias.suites.zoo.analysis import (arch_family, failure_row, order_of, performance, predictors, ranking,
                                         ranking_correlations)
 from vlbias.suites.zoo.metadata import COLUMNS as META
-from vlbias.suites.zoo.metadata import (architecture, dataset_of, read_accuracy, read_architectures, read_datasets,
-                                        samples_seen)
+from vlbias.suites.zoo.metadata import (architecture, dataset_of, hf_dual_architecture, read_accuracy,
+                                        read_architectures, read_datasets, samples_seen)
 from vlbias.suites.zoo.select import model_rows, registry_pairs, zoo_models
 
 DATASETS = REPO / "resources/zoo/datasets.tsv"
@@ -72,6 +73,48 @@ def test_the_meta_count_is_the_built_model_s():
     assert sizes["params"] == sum(p.numel() for p in model.parameters())
     assert sizes["image_params"] == sum(p.numel() for p in model.visual.parameters())
     assert (sizes["embed_dim"], sizes["image_size"]) == (8, 16)
+
+
+# each hf_dual architecture's tiny config, and by hand the modules of its image tower and of neither tower
+HF_DUAL = {"clip": (HF_DUAL_CONFIGS["clip"], ["vision_model", "visual_projection"], [], 8, 32),
+           "siglip": (HF_DUAL_CONFIGS["siglip"], ["vision_model"], [], 16, 32),
+           "siglip2": (TINY_DUAL["siglip2"], ["vision_model"], [], 16, None),
+           "blip": (TINY_DUAL["blip"], ["vision_model", "vision_proj"], ["itm_head", "crossattention"], 8, 32),
+           "flava": (TINY_DUAL["flava"], ["image_model", "image_projection"],
+                     ["multimodal_model", "image_to_mm_projection", "text_to_mm_projection"], 8, 32)}
+
+
+@pytest.mark.parametrize("arch", HF_DUAL)
+def test_an_hf_dual_entry_is_counted_from_its_config_on_the_meta_device(arch):
+    from vlbias.models.hf_dual import ARCHITECTURES
+
+    config, image_modules, neither_modules, width, size = HF_DUAL[arch]
+    model_class, config_class = ARCHITECTURES[arch]
+    model = model_class(config_class(**config))
+    count = lambda modules: sum(p.numel() for name, m in model.named_modules() if name.split(".")[-1] in modules
+                                for p in m.parameters(recurse=True)) + \
+        sum(p.numel() for name, p in model.named_parameters(recurse=False) if name in modules)
+    total, image, neither = sum(p.numel() for p in model.parameters()), count(image_modules), count(neither_modules)
+    sizes = hf_dual_architecture({"adapter": "hf_dual", "architecture": arch, "weights": "random", "seed": 0,
+                                  "config": config})
+    assert sizes == {"params": total, "image_params": image, "text_params": total - image - neither,
+                     "embed_dim": width, "image_size": size}
+    assert (neither > 0) == bool(neither_modules) and sizes["text_params"] > 0
+
+
+def test_an_hf_dual_model_directory_is_counted_from_its_config_json_and_a_hub_id_not_at_all(tmp_path):
+    tiny_dual_dir(tmp_path / "clip", "clip")
+    random = {"adapter": "hf_dual", "architecture": "clip", "weights": "random", "seed": 0,
+              "config": HF_DUAL_CONFIGS["clip"]}
+    assert hf_dual_architecture({"adapter": "hf_dual", "path": str(tmp_path / "clip")}) == hf_dual_architecture(random)
+    assert hf_dual_architecture({"adapter": "hf_dual", "model_id": "openai/clip-vit-base-patch32"}) == {}
+    zoo = {**zoo_section(), "models": [{**random, "name": "tiny-clip", "tag": "openai"},
+                                       {"adapter": "hf_dual", "model_id": "openai/clip-vit-base-patch32",
+                                        "tag": "openai", "name": "hub-clip"}]}
+    rows = model_rows(zoo_models(zoo), zoo)
+    assert rows[0]["params"] == hf_dual_architecture(random)["params"] and rows[1]["params"] is None
+    with pytest.raises(InputError, match="key 'zoo/select/params': the size of hub-clip is not known offline"):
+        zoo_models({**zoo, "select": {**zoo["select"], "params": {"max": 100}}})
 
 
 def test_the_committed_architecture_table_is_the_installed_open_clip_s():

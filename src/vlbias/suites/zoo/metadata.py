@@ -4,6 +4,7 @@ resources/zoo/datasets.tsv), the samples it saw (from its tag) and its downstrea
 docs/openclip_results.csv at a pinned commit).
 
     architecture("ViT-B-32")                 # {"params": ..., "image_params": ..., "text_params": ..., ...}
+    hf_dual_architecture({"adapter": "hf_dual", "architecture": "clip", "weights": "random", "config": {...}})
     dataset_of(read_datasets(path), "laion2b_s34b_b79k", "ViT-B-32")   # the table's row
     samples_seen("laion2b_s34b_b79k", 2.32e9)   # 34e9
     accuracy(read_accuracy(path), "ViT-B-32", "openai")   # {"imagenet": ..., "average38": ...} or {}
@@ -133,6 +134,65 @@ def _architecture(arch, model_cfg_json):
     return tuple({"params": total, "image_params": image, "text_params": text,
                   "embed_dim": int(config["embed_dim"]),
                   "image_size": size if isinstance(size, int) else max(size)}.items())
+
+
+# the parameters of a transformers dual encoder (vlbias.models.hf_dual) by module name: its image tower (with
+# its projection), and what is neither tower (FLAVA's multimodal encoder, BLIP's ITM head and the
+# cross-attention of its text encoder, which ITC does not read): in the total only, as a CoCa's decoder;
+# the rest is the text tower (the logit scale with it, as open_clip's count has it)
+HF_IMAGE = re.compile(r"(vision_model|visual_projection|vision_proj|image_model|image_projection)\.")
+HF_NEITHER = re.compile(r"(multimodal_model|image_to_mm_projection|text_to_mm_projection|itm_head)\.|.*\.crossattention\.")
+
+
+def hf_dual_architecture(entry):
+    """The sizes (SIZES) of an hf_dual entry, counted on its model built on the meta device from its config:
+    the config class of its ``architecture`` with the entry's ``config`` (``weights: random``, a
+    ``checkpoint``), or the config.json of its ``path``; {} for a hub ``model_id``, whose config is not
+    to be had offline (empty cells)."""
+    import json
+
+    if not (entry.get("weights") == "random" or entry.get("checkpoint") or entry.get("path")):
+        return {}
+    keys = ("architecture", "config", "path", "checkpoint", "weights")
+    return dict(_hf_dual_architecture(json.dumps({k: entry.get(k) for k in keys}, sort_keys=True, default=str)))
+
+
+@cache
+def _hf_dual_architecture(entry_json):
+    import json
+
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from vlbias.models.hf import build_config
+    from vlbias.models.hf_dual import ARCHITECTURES, joint_width
+
+    entry = json.loads(entry_json)
+    model_class, config_class = ARCHITECTURES.get(entry["architecture"], (None, None))
+    if entry["architecture"] is not None and model_class is None:
+        raise InputError(f"architecture '{entry['architecture']}'", f"must be one of {', '.join(ARCHITECTURES)}")
+    try:
+        if entry["path"] and not (entry["weights"] == "random" or entry["checkpoint"]):
+            config = AutoConfig.from_pretrained(entry["path"], local_files_only=True)
+        elif config_class is None:
+            raise InputError("hf_dual entry", "`weights: random` and `checkpoint` need `architecture`")
+        else:
+            config = build_config(config_class, {}, entry["config"] or {})
+        with torch.device("meta"):  # shapes alone: no memory, no weights
+            model = model_class(config) if model_class else AutoModel.from_config(config)
+    except (OSError, ValueError) as e:
+        raise InputError(entry["path"] or f"hf_dual architecture '{entry['architecture']}'",
+                         f"cannot be built on the meta device ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    total = image = neither = 0
+    for name, p in model.named_parameters():
+        total += p.numel()
+        image += p.numel() if HF_IMAGE.match(name) else 0
+        neither += p.numel() if HF_NEITHER.match(name) else 0
+    vision = getattr(config, "vision_config", None) or getattr(config, "image_config", None)
+    size = getattr(vision, "image_size", None)  # SigLIP 2's NaFlex has none: it patchifies any size
+    return tuple({"params": total, "image_params": image, "text_params": total - image - neither,
+                  "embed_dim": joint_width(model),
+                  "image_size": size if isinstance(size, int) or size is None else max(size)}.items())
 
 
 def read_architectures(path):

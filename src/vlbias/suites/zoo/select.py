@@ -15,8 +15,8 @@ import fnmatch
 
 from vlbias.errors import InputError
 from vlbias.suites.ieat.plan import sweep_name
-from vlbias.suites.zoo.metadata import (COLUMNS, accuracy, architecture, dataset_of, read_architectures,
-                                        read_datasets, samples_seen)
+from vlbias.suites.zoo.metadata import (COLUMNS, accuracy, architecture, dataset_of, hf_dual_architecture,
+                                        read_architectures, read_datasets, samples_seen)
 from vlbias.validation import suggest
 
 # architectures open_clip lists but cannot build offline: their text tower's config comes from the
@@ -91,15 +91,22 @@ def _filtered(models, zoo):
     if select["params"]:
         counted = read_architectures(zoo["architectures"])
         low, high = select["params"].get("min", 0), select["params"].get("max", float("inf"))
-        models = {n: e for n, e in models.items() if low <= _sizes(e, counted)["params"] / 1e6 <= high}
+        sizes = {n: _sizes(e, counted).get("params") for n, e in models.items()}
+        unknown = [n for n, size in sizes.items() if size is None]
+        if unknown:
+            raise InputError("key 'zoo/select/params'", f"the size of {', '.join(unknown)} is not known offline (an "
+                                                        "hf_dual model_id, another adapter): drop the filter or them")
+        models = {n: e for n, e in models.items() if low <= sizes[n] / 1e6 <= high}
     return dict(list(models.items())[:select["limit"]]) if select["limit"] is not None else models
 
 
 def _sizes(entry, counted):
-    """The entry's architecture sizes: an open_clip entry's from the meta build; none for other adapters."""
-    if entry.get("adapter", "open_clip") != "open_clip":
-        return {}
-    return architecture(entry["arch"], entry.get("model_cfg"), counted)
+    """The entry's architecture sizes, from its meta build: an open_clip entry's or an hf_dual entry's; none
+    for other adapters."""
+    adapter = entry.get("adapter", "open_clip")
+    if adapter == "hf_dual":
+        return hf_dual_architecture(entry)
+    return architecture(entry["arch"], entry.get("model_cfg"), counted) if adapter == "open_clip" else {}
 
 
 def model_rows(models, zoo, accuracy_table=None):
