@@ -132,8 +132,20 @@ def test_the_committed_cross_modal_tests_name_real_categories_and_text_tests(tmp
     assert [r["test"] for r in read_cross_modal(table)] == ["Insect-Flower/Valence", "Race/Valence", "Gender/Valence",
                                                              "Age/Valence"]
     assert cross_modal_problems(table, texts, stimuli) == []
-    assert len(cross_modal_problems(table, ["nrc:weat1"], stimuli)) == 3
+    assert len(cross_modal_problems(table, ["nrc:sent-weat1"], stimuli)) == 3
     _, own = project(tmp_path)
     assert cross_modal_problems(own, ["nrc:weat1"], stimuli) == [
         f"{own}: test 'Flower/Valence': no iEAT stimulus file names the image category {c!r}"
         for c in ("f/flower", "f/insect")]
+
+
+@pytest.mark.mirror
+def test_the_committed_cross_modal_tests_take_their_valence_words_from_nrc_vad(mirror):
+    # Ghate et al.'s NRC-VAD words (their experiments/nrc_vad_combinations.json) are the attributes of the
+    # text test of each cross-modal test, as in their NRC-OASIS results
+    words = json.loads((mirror / "clip_bias/experiments/nrc_vad_combinations.json").read_text())
+    manifest = manifest_tests(REPO / "resources/manifests/zoo_text_tests.tsv")
+    for row in read_cross_modal(REPO / "resources/zoo/cross_modal.tsv"):
+        test = json.loads((mirror / "clip_bias" / manifest[row["text_test"]]["path"]).read_text())
+        assert test["attr1"]["examples"] == words["pleasant_combinations"], row["test"]
+        assert test["attr2"]["examples"] == words["unpleasant_combinations"], row["test"]
