@@ -72,6 +72,7 @@ def test_the_selection_of_text_tests_against_the_manifest():
 def test_text_tests_need_their_source(tmp_path):
     config = {"ieat": {"stimuli": "s"}, "sources": {}, "zoo": {
         "tests": ["x"], "accuracy": "a.csv", "text_tests": "all", "text_manifest": str(MANIFEST), "cross_modal": None,
+        "oasis": None,
         "select": {"pairs": [], "archs": ["*"], "datasets": [], "params": {}, "limit": None}, "models": [],
         "datasets": str(REPO / "resources/zoo/datasets.tsv"), "architectures": str(REPO / "resources/zoo/architectures.tsv")}}
     (tmp_path / "s").mkdir()
@@ -81,6 +82,10 @@ def test_text_tests_need_their_source(tmp_path):
     assert not any("clip_bias" in p for p in check(config, tmp_path))
     config["zoo"]["text_tests"] = ["seat:nope"]
     assert any("lists no text test 'seat:nope'" in p for p in check(config, tmp_path))
+    # the OASIS images serve the cross-modal tests alone
+    config["zoo"]["oasis"] = {"folder": "OASIS", "manifest": "oasis.tsv"}
+    assert "key 'zoo/oasis': the OASIS images serve the cross-modal tests alone: set zoo/cross_modal" in check(
+        config, tmp_path)
 
 
 @pytest.mark.skipif(not (MIRROR / "clip_bias").is_dir(), reason="the CLIP_bias mirror (../shared/data/clip_bias) is absent")

@@ -36,6 +36,8 @@ def check(config, root):
                       f"a stimulus file in {config['ieat']['stimuli']}")
     if zoo["accuracy"] == "upstream" and "open_clip" not in config["sources"]:
         problems.append("key 'zoo/accuracy': upstream needs sources/open_clip (mlfoundations/open_clip at a commit)")
+    if zoo["oasis"] and not zoo["cross_modal"]:
+        problems.append("key 'zoo/oasis': the OASIS images serve the cross-modal tests alone: set zoo/cross_modal")
     try:
         texts = text_tests(zoo)
         if texts and "clip_bias" not in config["sources"]:
@@ -43,8 +45,6 @@ def check(config, root):
                             "a commit), or set it to []")
         if zoo["cross_modal"]:
             problems += cross_modal_problems(zoo["cross_modal"], texts, Path(root) / config["ieat"]["stimuli"])
-        elif zoo["oasis"]:
-            problems.append("key 'zoo/oasis': the OASIS images serve the cross-modal tests alone: set zoo/cross_modal")
     except InputError as e:
         problems.append(str(e))
     try:
