@@ -63,8 +63,9 @@ def read_json(path):
 
 
 def embed_or_failure(record, name, entry, images_h5, out, *, threads, cache, lock_path, stimuli, provenance):
-    """Embed the image store and the text sets of ``stimuli`` with the zoo model (vlbias.suites.ieat's
-    embed_image_store, through the content-keyed cache), or write a store holding only its failure:
+    """Embed the image stores (``images_h5``: the iEAT store, and the OASIS store where configured) and the
+    text sets of ``stimuli`` with the zoo model (vlbias.suites.ieat's embed_image_store, through the
+    content-keyed cache), or write a store holding only its failure:
     a failed fetch's, or that of a model that does not build or embed."""
     if "failed" in record:
         write_embeddings(out, {}, {**provenance, "failed": record["failed"]})
