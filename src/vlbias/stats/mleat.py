@@ -64,7 +64,7 @@ naming the set (vlbias.stats.weat).
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -165,6 +165,19 @@ class MLEATResult:
         notes += [f"level 2 {t}: {self.level2[t].status}" for t in TARGETS if self.level2[t].status != "ok"]
         notes += [f"level 3 {q}: one cosine, no std" for q in QUADRANTS if self.level3[q].n < 2]
         return "; ".join(notes) or "ok"
+
+    def asdict(self) -> dict[str, Any]:
+        """The result as plain values (``from_dict`` reads it back): what a JSON file of results holds."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MLEATResult":
+        """The result ``asdict`` gave, its lists (a JSON file's) read back as the tuples they were."""
+        return cls(**{**d, "level1": Level1(**d["level1"]),
+                      "level2": {t: Level2(**{**l2, "s_a": tuple(l2["s_a"]), "s_b": tuple(l2["s_b"])})
+                                 for t, l2 in d["level2"].items()},
+                      "level3": {q: Level3(**l3) for q, l3 in d["level3"].items()},
+                      "sizes": tuple(d["sizes"]), "outcomes": tuple(d["outcomes"])})
 
     def row(self) -> dict[str, Any]:
         """The result as one flat row (vlbias.stats.row.MLEAT's sizes, statistics and status, in order): a
