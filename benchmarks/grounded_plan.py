@@ -13,8 +13,9 @@ main protocol's encoder options; every image taken as present), per grounded fam
   (``read_order``); a feed that depends on the authors' batch (VL-BERT's attended padding) first reads
   each role's listed pairs through the job's own reader (``_Visuals``, counted here on stand-in regions).
 
-ML-EAT: the (embedding file, test, level) ML-EATs the grounded table targets' jobs ask for (each target's
-files x its tests x the levels), against the distinct ones. Targets: >= 90% of pairs in full calls at
+ML-EAT: the (embedding file, test, level) ML-EATs the grounded ML-EAT jobs compute (one job per embedding
+file the table targets read: its tests x the levels), against the distinct ones the targets show (each
+target's files x its tests x the levels; GroundedPlan.mleat_counts). Targets: >= 90% of pairs in full calls at
 batch 128 for every family; <= 1.05 reads per (image, mask); computed = distinct.
 
     python benchmarks/grounded_plan.py [--datasets google,coco] [--batch-sizes 32,128] [--regions 36]
@@ -120,20 +121,6 @@ def reads(encoder, groups, entry):
     return reader.reads
 
 
-def mleat_counts(plan):
-    """(computed, distinct) (embedding file, test, level) ML-EATs of the grounded targets' jobs."""
-    computed, distinct = 0, set()
-    levels = plan.grounded["levels"]
-    for target in plan.mleat_targets():
-        protocol, table, extended = plan.table_targets[target]
-        spec = plan.mleat_spec(target)
-        for (dataset, _), path in zip(plan.jobs(protocol, table, extended)[0], spec["embeddings"]):
-            tests = [t for t in spec["tests"] if t in plan.dataset_tests(dataset)]
-            computed += len(tests) * len(levels)
-            distinct |= {(path, t, lv) for t in tests for lv in levels}
-    return computed, len(distinct)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="google,coco")
@@ -168,7 +155,7 @@ def main():
                 print(f"{dataset:8s} {family:12s} {sum(sizes):7d} " +
                       " ".join(f"{v['rows_per_call']:14.1f} {v['full_share']:9.1%}" for v in row["batches"].values())
                       + f" {row['reads_per_image_mask']:19.3f}")
-    computed, distinct = mleat_counts(plan)
+    computed, distinct = plan.mleat_counts()
     out["mleat"] = {"computed": computed, "distinct": distinct}
     print(f"ML-EAT of the grounded targets: {computed} computed, {distinct} distinct")
     if args.json:

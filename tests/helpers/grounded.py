@@ -169,15 +169,18 @@ TINY_VLBERT_E2E = {"adapter": "vlbert", "weights": "random", "seed": 0, "device"
                                                   "image_feat_precomputed": False}}
 
 
-def write_grounded(path, sets, column="LXMERT", dataset="google"):
-    """An embed_tests file (vlbias.suites.grounded.jobs) of one test 'toy' at level S, unmasked."""
+def write_grounded(path, sets, column="LXMERT", dataset="google", tests=None):
+    """An embed_tests file (vlbias.suites.grounded.jobs) of one test 'toy' at level S, unmasked; ``tests``:
+    {test: {level: sets}} instead."""
     with h5py.File(path, "w") as f:
         f.attrs.update({"protocol": "authors", "dataset": dataset, "model": "lxmert", "column": column,
                         "model_id": "tiny", "revision": "r", "detector": "frcnn", "info": json.dumps({})})
-        t = f.create_group("toy")
-        t.attrs.update({"test": "toy", "name": "Toy"})
-        for role, v in sets.items():
-            t.create_group(f"S/none/{role}").create_dataset("embeddings", data=v)
+        for test, levels in (tests or {"toy": {"S": sets}}).items():
+            t = f.create_group(test)
+            t.attrs.update({"test": test, "name": test.title()})
+            for level, level_sets in levels.items():
+                for role, v in level_sets.items():
+                    t.create_group(f"{level}/none/{role}").create_dataset("embeddings", data=v)
     return path
 
 

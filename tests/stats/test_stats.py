@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vlbias.stats import effect_size, effect_size_sw, permutation_pvalue, permutation_test_sw, s_wAB
+from vlbias.stats.permutation import permutation_tails_sw
 from vlbias.stats import reference
 from vlbias.stats.bootstrap import effect_size_ci
 from vlbias.stats.specificity import false_positive_rates, random_partition_pvalues
@@ -175,6 +176,16 @@ def test_same_seed_same_p_on_any_number_of_threads():
         results.append(permutation_test_sw(s, 40, n_samples=100_001, seed=42, threads=threads))
     assert results[0].p == results[1].p
     assert permutation_test_sw(s, 40, n_samples=100_001, seed=43).p != results[0].p
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_both_tails_in_one_pass_are_the_two_one_tailed_tests(exact):
+    # ties included: integer-valued s puts many partitions on each observed sum (both thresholds matter)
+    s = np.random.default_rng(4).integers(-3, 4, size=14).astype(float) / 7
+    upper, lower = permutation_tails_sw(s, 6, n_samples=20_001, seed=9, exact=exact)
+    assert (upper, lower) == (permutation_test_sw(s, 6, n_samples=20_001, seed=9, exact=exact),
+                              permutation_test_sw(-s, 6, n_samples=20_001, seed=9, exact=exact))
+    assert upper.p + lower.p > 1  # the ties on the observed sum count in both tails
 
 
 def test_monte_carlo_standard_error():

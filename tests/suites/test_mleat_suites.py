@@ -13,9 +13,10 @@ from helpers.grounded import write_grounded
 from vlbias.associate import run_mleat, run_mleats, run_test
 from vlbias.io.store import write_embeddings
 from vlbias.io.stimuli import Stimulus, StimulusSet
-from vlbias.report.mleat import map_path, write_mleat
+from vlbias.report.mleat import adjusted, map_path, mleat_frame, write_mleat
 from vlbias.stats.mleat import mleat
 from vlbias.stats.row import MLEAT
+from vlbias.suites.grounded.jobs import read_mleat_results, write_mleat_results
 from vlbias.suites.grounded.jobs import run_mleat as grounded_mleat
 from vlbias.suites.plan import mleat_params
 
@@ -123,6 +124,28 @@ def test_grounded_mleat_of_an_emptied_set_says_so(tmp_path):
     sets["B_y"] = np.zeros((0, 3))
     [(row, result)] = grounded_mleat(write_grounded(tmp_path / "e.h5", sets), None, None, **SETTINGS)
     assert result is None and row["status"] == "skipped: no pairs left in B_y"
+
+
+def test_a_tables_mleat_assembled_from_the_job_results_is_its_own_computation(tmp_path):
+    # one job computes every test any table reads from the file; each table takes its own, in its order,
+    # and its CSV is the one a job of its own computed (values, order, Holm-adjusted p), its maps' results too
+    rng = np.random.default_rng(5)
+    roles = [("X", 4, 1), ("Y", 4, -1), ("A_x", 3, 1), ("A_y", 2, 0.5), ("B_x", 2, -0.5), ("B_y", 3, -1)]
+    draw = lambda: {r: rng.normal(size=(n, 6)) + shift for r, n, shift in roles}  # noqa: E731
+    emptied = {**draw(), "B_y": np.zeros((0, 6))}
+    path = write_grounded(tmp_path / "e.h5", None, tests={"toy": {"S": draw(), "W": draw()}, "toy-b": {"S": draw()},
+                                                           "toy-c": {"C": emptied, "S": draw()}})
+    write_mleat_results(path, tmp_path / "job.json", ["toy", "toy-b", "toy-c"], ["W", "S", "C"], **SETTINGS)
+    for tests in (["toy-c", "toy"], ["toy-b"], ["toy", "toy-b", "toy-c"]):
+        own = grounded_mleat(path, tests, ["W", "S", "C"], **SETTINGS)
+        assembled = read_mleat_results(tmp_path / "job.json", tests)
+        csv = [adjusted(mleat_frame(row for row, _ in found)).to_csv(index=False) for found in (own, assembled)]
+        assert csv[0] == csv[1] and csv[0].count("\n") == len(own) + 1
+        np.testing.assert_equal([None if r is None else r.asdict() for _, r in assembled],
+                                [None if r is None else r.asdict() for _, r in own])
+        assert all(r is None or isinstance(r.level2["X"].s_a, tuple) for _, r in assembled)
+    assert [row["test"] for row, _ in own] == ["google/toy/W", "google/toy/S", "google/toy-b/S", "google/toy-c/S",
+                                               "google/toy-c/C"]
 
 
 def test_the_settings_reach_mleat_under_its_own_names():

@@ -9,7 +9,7 @@ from helpers import REPO
 
 from vlbias.config import check_config
 from vlbias.errors import InputError
-from vlbias.suites.grounded.plan import GroundedPlan, embedding_path, experiment_path, table_path
+from vlbias.suites.grounded.plan import GroundedPlan, embedding_path, experiment_path, mleat_job_path, table_path
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 EXTS = ["csv", "md", "tex", "html", "rows.csv", "missing.tsv"]
@@ -92,6 +92,15 @@ def test_the_small_config_plans_every_grounded_job(small):
                                         for m in ("lxmert", "vilbert", "visualbert-authors", "vlbert")}
     assert set(plan.experiment_results()) == set(plan.main_results()) | {
         experiment_path("paper", "google", m) for m in ("lxmert", "vilbert", "visualbert", "vlbert")}
+    # a table's ML-EAT files read one job's results per embedding file; the job computes every test a table
+    # of its protocol shows from the file (Table 6 shows toy-a alone; Tables 3-5 and 7 both, as do the extended)
+    assert plan.mleat_spec("table6")["results"] == [mleat_job_path("authors", "google", m)
+                                                    for m in ("lxmert", "visualbert-authors", "vlbert")]
+    assert plan.mleat_spec("extended/table6")["results"][0] == mleat_job_path("authors", "google", "blip")
+    assert plan.mleat_job_tests("authors", "google", "lxmert") == ["toy-a", "toy-b"]
+    # 8 embedding files x 2 tests x 3 levels, each once: one job per table computed 318 (4 tables x 4 files x
+    # 2 tests, Table 6's 3 files x 1 test, the extended 8 and 7 files likewise, x 3 levels)
+    assert plan.mleat_counts() == (48, 48)
 
 
 def test_the_extended_tables_add_their_columns_to_the_main_protocols(small):

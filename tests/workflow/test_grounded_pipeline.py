@@ -496,6 +496,9 @@ def test_second_run_does_nothing_and_a_stimulus_edit_reruns_its_jobs_only(projec
     planned = planned_jobs(project, *TABLES)
     # one embedding and one experiment job per (protocol, model) of the dataset; every table reading them
     assert planned == {"grounded_embed": 8, "grounded_experiment": 8, "grounded_table": 10, "grounded_comparison": 1}
+    # the ML-EAT: one job per embedding file the two tables read (the paper's four models, BLIP, FLAVA, ViLT,
+    # BridgeTower), each table's files assembled from them
+    assert planned_jobs(project, *MLEAT) == {"grounded_embed": 8, "grounded_mleat_job": 8, "grounded_mleat": 2}
     # the embedding cache: only the edited caption's pairs (X, at S and C, unmasked and T and I) are new (the
     # two jobs whose logs are read run; the tables after them are the first build's jobs again)
     snakemake(project, *(f"results/embeddings/grounded/paper/google/{model}.h5" for model in ("visualbert", "lxmert")))

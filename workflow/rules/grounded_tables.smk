@@ -3,7 +3,8 @@
 # (`authors`: what produced the printed tables; `paper`: the paper's text; docs/grounded.md).
 # One embedding job per (protocol, dataset, model), one model load for all its tests (pairs cached by
 # content, shared between protocols where their switches agree: an edited stimulus file re-embeds
-# its new pairs only), one experiment job per (protocol, dataset, model), one job per table.
+# its new pairs only), one experiment job per (protocol, dataset, model), one job per table; one ML-EAT
+# job per (protocol, dataset, model), each table's ML-EAT files assembled from them.
 # Targets: results/grounded/table{3..7}.* under `grounded: protocol`, results/grounded/<protocol>/
 # table{3..7}.* under every other protocol, results/grounded/comparison.{csv,md} (printed / each).
 # Planned in vlbias.suites.grounded.plan (targets, inputs, paths; unit-tested in tests/suites/test_plan.py);
@@ -12,7 +13,7 @@
 
 # its embedding_path under its own name: the rule files share one namespace, where embedding_path is the
 # iEAT and SEAT stores' (vlbias.suites.plan)
-from vlbias.suites.grounded.plan import GroundedPlan, experiment_path, table_path
+from vlbias.suites.grounded.plan import GroundedPlan, experiment_path, mleat_job_path, table_path
 from vlbias.suites.grounded.plan import embedding_path as grounded_embedding_path
 
 GROUNDED_PLAN = GroundedPlan(config)
@@ -108,11 +109,36 @@ rule grounded_table:
         "../scripts/grounded_table.py"
 
 
-# the ML-EAT of a table's tests at each level, on each of its models (experiment 1's sets: the attributes
-# pooled over both image categories): results/grounded/mleat/<target>.* (vlbias.report.mleat; docs/mleat.md)
+# the ML-EAT of each test at each level that any table reads from one embedding file (experiment 1's sets:
+# the attributes pooled over both image categories), computed once: results/grounded/mleat/jobs/...json
+rule grounded_mleat_job:
+    input:
+        grounded_embedding_path("{protocol}", "{dataset}", "{model}"),
+    output:
+        mleat_job_path("{protocol}", "{dataset}", "{model}"),
+    log:
+        "results/logs/grounded_mleat_job/{protocol}/{dataset}/{model}.log",
+    wildcard_constraints:
+        protocol=alternatives(list(PROTOCOLS)),
+        dataset="[a-z0-9][a-z0-9_-]*",
+        model=alternatives(list(GROUNDED_PLAN.models)),
+    conda:
+        "../../environment.yml"
+    threads: 2
+    params:
+        tests=lambda w: GROUNDED_PLAN.mleat_job_tests(w.protocol, w.dataset, w.model),
+        levels=lambda w: GROUNDED["levels"],
+        stats=stats_params(),
+        mleat=mleat_params(),
+    script:
+        "../scripts/grounded_mleat_job.py"
+
+
+# a table's ML-EAT files, assembled from its embedding files' ML-EAT job results (nothing recomputed):
+# results/grounded/mleat/<target>.* (vlbias.report.mleat; docs/mleat.md)
 rule grounded_mleat:
     input:
-        embeddings=lambda w: GROUNDED_PLAN.mleat_spec(w.target)["embeddings"],
+        results=lambda w: GROUNDED_PLAN.mleat_spec(w.target)["results"],
     output:
         csv=mleat_path("grounded", "{target}"),
         html=report(
@@ -146,11 +172,8 @@ rule grounded_mleat:
     threads: 2
     params:
         tests=lambda w: GROUNDED_PLAN.mleat_spec(w.target)["tests"],
-        levels=lambda w: GROUNDED["levels"],
         title=lambda w: f"ML-EAT of grounded {w.target}",
         caption=lambda w: GROUNDED_PLAN.mleat_spec(w.target)["caption"],
-        stats=stats_params(),
-        mleat=mleat_params(),
     script:
         "../scripts/grounded_mleat.py"
 

@@ -36,9 +36,10 @@ def stream_seed(seed, block):
 
 
 @njit(cache=True)
-def _count_block(s, n_x, n_draws, state, threshold):
-    """Draw ``n_draws`` uniform n_x-subsets of ``s`` (partial Fisher–Yates) and count
-    those whose sum reaches ``threshold``.
+def _count_block(s, n_x, n_draws, state, upper, lower):
+    """Draw ``n_draws`` uniform n_x-subsets of ``s`` (partial Fisher–Yates) and count, on the same
+    draws, those whose sum reaches ``upper`` and those whose negated sum reaches ``lower`` (the upper
+    tail of −s: negation is exact, so each count is what a pass over −s would give).
 
     Each 64-bit random word yields two 32-bit halves; a half r picks j uniformly in
     [i, n) as i + ⌊r·(n−i)/2³²⌋ (Lemire's multiply-shift; bias < n/2³², negligible).
@@ -47,7 +48,8 @@ def _count_block(s, n_x, n_draws, state, threshold):
     """
     n = s.shape[0]
     idx = np.arange(n)
-    count = 0
+    n_upper = 0
+    n_lower = 0
     for _ in range(n_draws):
         acc = 0.0
         for i in range(0, n_x, 2):
@@ -56,9 +58,11 @@ def _count_block(s, n_x, n_draws, state, threshold):
             acc += _pick(s, idx, i, n, word & _LOW)
             if i + 1 < n_x:
                 acc += _pick(s, idx, i + 1, n, word >> np.uint64(32))
-        if acc >= threshold:
-            count += 1
-    return count
+        if acc >= upper:
+            n_upper += 1
+        if -acc >= lower:
+            n_lower += 1
+    return n_upper, n_lower
 
 
 @njit(cache=True, inline="always")
@@ -72,37 +76,40 @@ def _pick(s, idx, i, n, r):
 
 
 @njit(cache=True, parallel=True)
-def count_sampled(s, n_x, n_draws, seed, threshold):
-    """Number of ``n_draws`` random partitions with Σ_{X'} s ≥ threshold."""
+def count_sampled(s, n_x, n_draws, seed, upper, lower):
+    """Of ``n_draws`` random partitions: (number with Σ_{X'} s ≥ upper, number with Σ_{X'} −s ≥ lower)."""
     n_blocks = (n_draws + BLOCK - 1) // BLOCK
-    counts = np.zeros(n_blocks, dtype=np.int64)
+    counts = np.zeros((n_blocks, 2), dtype=np.int64)
     for b in prange(n_blocks):
         draws = min(BLOCK, n_draws - b * BLOCK)
-        counts[b] = _count_block(s, n_x, draws, stream_seed(seed, b), threshold)
-    return counts.sum()
+        counts[b, 0], counts[b, 1] = _count_block(s, n_x, draws, stream_seed(seed, b), upper, lower)
+    return counts[:, 0].sum(), counts[:, 1].sum()
 
 
 @njit(cache=True)
-def count_exact(s, n_x, threshold):
-    """Enumerate every n_x-subset of ``s`` in lexicographic order; return
-    (number with Σ ≥ threshold, number of subsets)."""
+def count_exact(s, n_x, upper, lower):
+    """Enumerate every n_x-subset of ``s`` in lexicographic order; return (number with Σ ≥ upper,
+    number with −Σ ≥ lower, number of subsets)."""
     n = s.shape[0]
     c = np.arange(n_x)
-    count = 0
+    n_upper = 0
+    n_lower = 0
     total = 0
     while True:
         acc = 0.0
         for i in range(n_x):
             acc += s[c[i]]
-        if acc >= threshold:
-            count += 1
+        if acc >= upper:
+            n_upper += 1
+        if -acc >= lower:
+            n_lower += 1
         total += 1
         # advance to the next combination: rightmost index that can still move
         i = n_x - 1
         while i >= 0 and c[i] == n - n_x + i:
             i -= 1
         if i < 0:
-            return count, total
+            return n_upper, n_lower, total
         c[i] += 1
         for k in range(i + 1, n_x):
             c[k] = c[k - 1] + 1

@@ -64,14 +64,14 @@ naming the set (vlbias.stats.weat).
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
-from vlbias.stats.permutation import Exact, PermutationResult, permutation_test_sw
+from vlbias.stats.permutation import Exact, PermutationResult, permutation_tails_sw, permutation_test_sw
 from vlbias.stats.row import SIZES
 from vlbias.stats.weat import Embeddings, _sets, effect_size_sw, s_wAB
 
@@ -166,6 +166,19 @@ class MLEATResult:
         notes += [f"level 3 {q}: one cosine, no std" for q in QUADRANTS if self.level3[q].n < 2]
         return "; ".join(notes) or "ok"
 
+    def asdict(self) -> dict[str, Any]:
+        """The result as plain values (``from_dict`` reads it back): what a JSON file of results holds."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MLEATResult":
+        """The result ``asdict`` gave, its lists (a JSON file's) read back as the tuples they were."""
+        return cls(**{**d, "level1": Level1(**d["level1"]),
+                      "level2": {t: Level2(**{**l2, "s_a": tuple(l2["s_a"]), "s_b": tuple(l2["s_b"])})
+                                 for t, l2 in d["level2"].items()},
+                      "level3": {q: Level3(**l3) for q, l3 in d["level3"].items()},
+                      "sizes": tuple(d["sizes"]), "outcomes": tuple(d["outcomes"])})
+
     def row(self) -> dict[str, Any]:
         """The result as one flat row (vlbias.stats.row.MLEAT's sizes, statistics and status, in order): a
         line of a results table."""
@@ -202,15 +215,13 @@ def _d(s_1: ArrayLike, s_2: ArrayLike, sizes: Mapping[str, int]) -> tuple[float,
 
 def _directional(s: NDArray[np.float64], n_first: int, d: float, n_samples: int, seed: int, exact: Exact,
                  threads: int | None) -> tuple[float, float, PermutationResult]:
-    """(p_count, p_normal, the upper tail's PermutationResult) of ``s`` split after ``n_first``, each
-    in the direction of ``d``. The lower tail is the upper tail of −s: the same seed draws the same
-    partitions, so both tails are counted on one sample."""
-    upper = permutation_test_sw(s, n_first, n_samples=n_samples, seed=seed, exact=exact, threads=threads)
+    """(p_count, p_normal, the PermutationResult of the tail in the direction of ``d``) of ``s`` split
+    after ``n_first``. The lower tail is the upper tail of −s, counted on the same partitions in the
+    same pass (permutation_tails_sw)."""
+    upper, lower = permutation_tails_sw(s, n_first, n_samples=n_samples, seed=seed, exact=exact, threads=threads)
     normal = min(upper.p_parametric, 1.0 - upper.p_parametric)  # min(Φ(z), 1 − Φ(z)), the authors' reading
-    if d >= 0:
-        return upper.p, normal, upper
-    lower = permutation_test_sw(-s, n_first, n_samples=n_samples, seed=seed, exact=exact, threads=threads)
-    return lower.p, normal, lower
+    tail = upper if d >= 0 else lower
+    return tail.p, normal, tail
 
 
 def level1(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, *, n_samples: int = 100_000, seed: int = 0,

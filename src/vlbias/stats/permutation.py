@@ -1,6 +1,7 @@
 r"""The permutation engine every test of the package shares: the WEAT/SEAT/iEAT test and grounded
-experiments 1 and 2 (``permutation_test_sw``: partitions of X∪Y) and experiment 3's paired test
-(``signflip_test``: sign vectors).
+experiments 1 and 2 (``permutation_test_sw``: partitions of X∪Y; ``permutation_tails_sw``: its upper
+and lower tail counted on the same partitions, for the ML-EAT's Level 2, read in the direction of d)
+and experiment 3's paired test (``signflip_test``: sign vectors).
 
 Both count how many arrangements of the null score at least the observed statistic, the same way
 (``_count``): ties within a relative ``TIE_RTOL`` count as at least as extreme; exact over all
@@ -70,16 +71,18 @@ def _finite(values: NDArray[np.float64], what: str) -> None:
 
 
 def _count(kernels: tuple[Callable[..., Any], Callable[..., Any]], args: tuple[Any, ...], values: NDArray[np.float64],
-           observed: float, n_null: int, unit: str, n_samples: int, seed: int, exact: Exact,
-           threads: int | None) -> dict[str, Any]:
-    """The fields of NullCount for ``observed`` among the ``n_null`` arrangements (``unit``, e.g.
+           observed: tuple[float, ...], n_null: int, unit: str, n_samples: int, seed: int, exact: Exact,
+           threads: int | None) -> list[dict[str, Any]]:
+    """The fields of NullCount for each of ``observed`` among the ``n_null`` arrangements (``unit``, e.g.
     "partitions") counted by ``kernels`` (count_exact, count_sampled of vlbias.stats._kernels, called
-    with ``args`` first); ``values`` (the kernels' input) scale the tie threshold."""
+    with ``args`` first and a threshold per observed statistic; they count every threshold on the same
+    arrangements); ``values`` (the kernels' input) scale the tie threshold."""
     if exact not in ("auto", True, False):
         raise ValueError(f"exact must be 'auto', True or False, got {exact!r}")
     if n_samples < 1:
         raise ValueError(f"n_samples must be ≥ 1, got {n_samples}")
-    threshold = observed - TIE_RTOL * max(float(np.abs(values).sum()), np.finfo(float).tiny)
+    tie = TIE_RTOL * max(float(np.abs(values).sum()), np.finfo(float).tiny)
+    thresholds = [o - tie for o in observed]
     use_exact = n_null <= n_samples if exact == "auto" else bool(exact)
     if use_exact and n_null > MAX_EXACT:
         raise ValueError(f"exact test over {n_null} {unit} refused (limit {MAX_EXACT})")
@@ -89,17 +92,20 @@ def _count(kernels: tuple[Callable[..., Any], Callable[..., Any]], args: tuple[A
         numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
     count_exact, count_sampled = kernels
     if use_exact:
-        n_extreme, total = count_exact(*args, threshold)
-        p_se, used_seed = 0.0, None
+        *counts, total = count_exact(*args, *thresholds)
+        n_extremes, p_se, used_seed = [int(c) for c in counts], 0.0, None
     else:
         total = int(n_samples)
-        n_extreme = 1 + int(count_sampled(*args, total - 1, int(seed), threshold))
-        used_seed = int(seed)
-    p = n_extreme / total
-    if not use_exact:
-        p_se = sqrt(p * (1.0 - p) / total)
-    return {"p": p, "p_se": p_se, "exact": use_exact, "n_samples": int(total), "n_extreme": int(n_extreme),
-            "seed": used_seed}
+        counts = np.atleast_1d(count_sampled(*args, total - 1, int(seed), *thresholds))
+        n_extremes, used_seed = [1 + int(c) for c in counts], int(seed)
+    out = []
+    for n_extreme in n_extremes:
+        p = n_extreme / total
+        if not use_exact:
+            p_se = sqrt(p * (1.0 - p) / total)
+        out.append({"p": p, "p_se": p_se, "exact": use_exact, "n_samples": int(total), "n_extreme": n_extreme,
+                    "seed": used_seed})
+    return out
 
 
 def permutation_test_sw(s_w: ArrayLike, n_x: int, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto",
@@ -126,24 +132,38 @@ def permutation_test_sw(s_w: ArrayLike, n_x: int, n_samples: int = 100_000, seed
     n_x·(n − n_x)/(n − 1)·σ² (σ² the population variance of s). May et al. estimate these
     two moments from the samples; these are the values those estimates converge to.
     """
+    return permutation_tails_sw(s_w, n_x, n_samples, seed, exact, threads)[0]
+
+
+def permutation_tails_sw(s_w: ArrayLike, n_x: int, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto",
+                         threads: int | None = None) -> tuple[PermutationResult, PermutationResult]:
+    """(upper, lower): ``permutation_test_sw`` of s and of −s (the lower tail: X's s-values unusually
+    low), counted in one pass over the same partitions. Each equals its own call of permutation_test_sw
+    (the same seed draws the same partitions; −s's sums and tie threshold are s's negated, exactly)."""
     s = np.ascontiguousarray(s_w, dtype=np.float64)
     n = s.shape[0]
     if s.ndim != 1 or not 1 <= n_x < n:
         raise ValueError(f"need 1 ≤ |X| < |X∪Y|, got |X|={n_x}, |X∪Y|={n}")
     _finite(s, "s(w,A,B)")
     n_partitions = comb(n, n_x)
-    observed = float(s[:n_x].sum())
+    tails = (s, -s)
+    observed = tuple(float(t[:n_x].sum()) for t in tails)
     counted = _count((_kernels.count_exact, _kernels.count_sampled), (s, n_x), s, observed, n_partitions,
                      "partitions", n_samples, seed, exact, threads)
+    upper, lower = (PermutationResult(**c, n_partitions=n_partitions, statistic=2.0 * o - float(t.sum()),
+                                      p_parametric=_p_parametric(t, n_x, o))
+                    for t, o, c in zip(tails, observed, counted, strict=True))
+    return upper, lower
 
+
+def _p_parametric(s: NDArray[np.float64], n_x: int, observed: float) -> float:
+    """The normal approximation's upper-tail p of ``observed`` = Σ_X s (permutation_test_sw)."""
+    n = s.shape[0]
     mean = n_x * s.mean()
     var = n_x * (n - n_x) / (n - 1) * s.var()
     if var > 0:
-        p_param = 0.5 * erfc((observed - mean) / sqrt(2.0 * var))
-    else:
-        p_param = 1.0  # every partition has the same statistic: a tie with all
-    return PermutationResult(**counted, n_partitions=n_partitions, statistic=2.0 * observed - float(s.sum()),
-                             p_parametric=float(p_param))
+        return float(0.5 * erfc((observed - mean) / sqrt(2.0 * var)))
+    return 1.0  # every partition has the same statistic: a tie with all
 
 
 def signflip_test(d: ArrayLike, groups: ArrayLike | None = None, n_samples: int = 100_000, seed: int = 0,
@@ -179,6 +199,6 @@ def signflip_test(d: ArrayLike, groups: ArrayLike | None = None, n_samples: int 
         raise ValueError(f"groups must be {n} labels 0..G-1, got shape {groups.shape}")
     n_groups = int(groups.max()) + 1
     observed = float(sum(abs(d[groups == g].sum()) for g in range(n_groups)))
-    counted = _count((_kernels.count_signflip_exact, _kernels.count_signflip_sampled), (d, groups, n_groups), d,
-                     observed, 2**n, "sign vectors", n_samples, seed, exact, threads)
+    (counted,) = _count((_kernels.count_signflip_exact, _kernels.count_signflip_sampled), (d, groups, n_groups), d,
+                        (observed,), 2**n, "sign vectors", n_samples, seed, exact, threads)
     return SignFlipResult(**counted, n_configurations=2**n, statistic=observed)

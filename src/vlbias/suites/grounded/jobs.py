@@ -5,12 +5,14 @@ import json
 import logging
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from vlbias.errors import InputError
 from vlbias.io.cache import digest, fingerprint
 from vlbias.io.fetch import sha256_file
+from vlbias.io.atomic import atomic_path
 from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
 from vlbias.logs import Progress
 from vlbias.stats.row import GROUNDED, GROUNDED_PROVENANCE, MLEAT, SETS, SIZES
@@ -552,11 +554,16 @@ def run_mleat(path, tests=None, levels=None, *, n_samples, seed, exact, alpha, n
     ``test`` "<dataset>/<test>/<level>", so a table's (test, model) cells stay apart. A set left empty gives a
     row that says so and no result; vectors no cosine is defined for, a "skipped" row likewise.
     """
+    return [(row, r) for _, row, r in _mleats(path, tests, levels, n_samples=n_samples, seed=seed, exact=exact,
+                                              alpha=alpha, null=null, saturation=saturation)]
+
+
+def _mleats(path, tests, levels, **settings):
+    """(test, row, MLEATResult or None) of ``run_mleat``, in its order."""
     from vlbias.stats.mleat import mleat
 
     found_tests, attrs, test_attrs = read_embeddings(path)
     base = {k: attrs.get(k, "") for k in ("protocol", "dataset", "column", *GROUNDED_PROVENANCE)}
-    found = []
     for test in sorted(found_tests) if tests is None else [t for t in tests if t in found_tests]:
         for level in [lv for lv in "WSC" if (lv, NO_MASK) in found_tests[test] and (levels is None or lv in levels)]:
             emb = found_tests[test][(level, NO_MASK)]
@@ -568,13 +575,36 @@ def run_mleat(path, tests=None, levels=None, *, n_samples, seed, exact, alpha, n
                               model=attrs.get("column") or attrs.get("model", ""), level=level)
             empty = [r for r in ROLES if not len(emb[r])]
             if empty:
-                found.append((MLEAT.build(row, status=f"skipped: no pairs left in {', '.join(empty)}"), None))
+                yield test, MLEAT.build(row, status=f"skipped: no pairs left in {', '.join(empty)}"), None
                 continue
             try:
-                r = mleat(sets["X"], sets["Y"], sets["A"], sets["B"], n_samples=n_samples, seed=seed, exact=exact,
-                          alpha=alpha, null=null, saturation=saturation)
+                r = mleat(sets["X"], sets["Y"], sets["A"], sets["B"], **settings)
             except ValueError as e:  # e.g. a zero embedding: cosine undefined
-                found.append((MLEAT.build(row, status=f"skipped: {e}"), None))
+                yield test, MLEAT.build(row, status=f"skipped: {e}"), None
                 continue
-            found.append((MLEAT.build(row, r.row()), r))
-    return found
+            yield test, MLEAT.build(row, r.row()), r
+
+
+def write_mleat_results(path, out_path, tests, levels, **settings):
+    """The ML-EAT job of one embedding file (``run_mleat``'s, of ``tests`` at ``levels``): every result
+    as JSON at ``out_path``, [{test, row, result}], ``result`` MLEATResult.asdict() or null. Each
+    grounded table's ML-EAT files are assembled from these (``read_mleat_results``), so a (test, level)
+    that several tables show is computed once."""
+    found = [{"test": test, "row": row, "result": None if r is None else r.asdict()}
+             for test, row, r in _mleats(path, tests, levels, **settings)]
+    with atomic_path(out_path) as tmp:
+        # numpy scalars (an HDF5 attribute's, a kernel's bool) as the Python values they hold
+        Path(tmp).write_text(json.dumps(found, default=lambda v: v.item()), encoding="utf-8")
+
+
+def read_mleat_results(path, tests):
+    """[(row, MLEATResult or None)] of ``tests`` (a table's, in its order) in a ``write_mleat_results``
+    file: what ``run_mleat`` of the embedding file and ``tests`` gives (the same levels, the same values)."""
+    from vlbias.stats.mleat import MLEATResult
+
+    found = json.loads(Path(path).read_text(encoding="utf-8"))
+    by_test = {}
+    for item in found:
+        r = item["result"]
+        by_test.setdefault(item["test"], []).append((item["row"], None if r is None else MLEATResult.from_dict(r)))
+    return [item for test in tests for item in by_test.get(test, [])]

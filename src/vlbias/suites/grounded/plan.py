@@ -64,6 +64,11 @@ def experiment_path(protocol, dataset, model):
     return f"results/grounded/experiments/{protocol}/{dataset}/{model}.csv"
 
 
+def mleat_job_path(protocol, dataset, model):
+    """The ML-EAT job's output of one embedding file: each (test, level) any table reads from it, once."""
+    return f"results/grounded/mleat/jobs/{protocol}/{dataset}/{model}.json"
+
+
 def table_path(target, ext="csv"):
     """A table's file: ``target`` "table3" (the main protocol) or "<protocol>/table3"."""
     return f"results/grounded/{target}.{ext}"
@@ -202,12 +207,37 @@ class GroundedPlan:
         return [t for t, (protocol, _, _) in self.table_targets.items() if protocol == self.main_protocol]
 
     def mleat_spec(self, target):
-        """What a table's ML-EAT job reads: the embedding files of its (dataset, model) jobs, its tests."""
+        """What a table's ML-EAT job reads: the ML-EAT job results of its (dataset, model) embedding
+        files (``mleat_job_tests``), its tests."""
         protocol, table, extended = self.table_targets[target]
         jobs, _ = self.jobs(protocol, table, extended)
-        return {"embeddings": [embedding_path(protocol, d, m) for d, m in jobs],
+        return {"results": [mleat_job_path(protocol, d, m) for d, m in jobs],
                 "tests": [t for group in self.tables[table]["groups"].values() for t in group],
                 "caption": self.caption(target)}
+
+    def mleat_job_tests(self, protocol, dataset, model):
+        """The tests the ML-EAT job of one embedding file computes: those of every table under
+        ``protocol`` that reads the file and that the file holds, each once, whichever tables show it."""
+        tests = {t for p, table, extended in self.table_targets.values()
+                 if p == protocol and (dataset, model) in self.jobs(p, table, extended)[0]
+                 for group in self.tables[table]["groups"].values() for t in group}
+        return sorted(tests & set(self.dataset_tests(dataset)))
+
+    def mleat_counts(self):
+        """(computed, distinct) (embedding file, test, level) ML-EATs of the targets (each level of
+        grounded/levels counted): computed, those of the ML-EAT jobs the targets' ML-EAT files read,
+        each job once; distinct, those the targets show (each target's files x its tests), repeats once."""
+        levels = self.grounded["levels"]
+        distinct, job_files = set(), set()
+        for target in self.mleat_targets():
+            protocol, table, extended = self.table_targets[target]
+            spec = self.mleat_spec(target)
+            job_files |= set(spec["results"])
+            for dataset, model in self.jobs(protocol, table, extended)[0]:
+                distinct |= {(embedding_path(protocol, dataset, model), t, lv) for t in spec["tests"]
+                             if t in self.dataset_tests(dataset) for lv in levels}
+        computed = sum(len(self.mleat_job_tests(*embedding_job(f, "json"))) * len(levels) for f in job_files)
+        return computed, len(distinct)
 
     def targets(self):
         if not (self.grounded and self.experiments.get("build")):
