@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 
@@ -108,17 +109,20 @@ def templates(value, adapter="?"):
 
 def twin_entries(entry, settings):
     """The model's architecture with seeded random weights: R entries ``settings["twins"]`` (None: none),
-    seeds ``twin_seed``, ``twin_seed`` + 1, ... Its weights sources are dropped, but for those a
-    random entry leaves inactive (a transformers family's ``model_id``: ``unless: [weights]``)."""
+    seeds ``twin_seed``, ``twin_seed`` + 1, ... Its weights sources are dropped (and what localize
+    recorded of them), but for those a random entry leaves inactive (a transformers family's
+    ``model_id``: ``unless: [weights]``) or reads all the same (sentence's ``path``, its config and
+    tokenizer: ``random_reads``)."""
     adapter, r = entry.get("adapter"), settings.get("twins")
     if r is None:
         return []
     if r < 1:
         raise refuse(adapter, "twins", f"{r} twins: give at least 1, or leave `twins` out for none")
-    if "weights" not in adapter_schema("models", adapter)["properties"]:
-        raise refuse(adapter, "twins", "its schema has no `weights: random`")
-    sources = [k for k, d in declared(adapter).items() if "weights" not in d.get("unless", ())]
+    sources = [k for k, d in declared(adapter).items()
+               if "weights" not in d.get("unless", ()) and not d.get("random_reads")]
     base = {k: v for k, v in entry.items() if k not in sources and k not in ("revision", "sha256")}
+    if "fetched" in entry:
+        base["fetched"] = {k: v for k, v in entry["fetched"].items() if k not in sources}
     return [{**base, "weights": "random", "seed": settings["twin_seed"] + i} for i in range(r)]
 
 
@@ -134,6 +138,11 @@ def specifications(settings, entry):
     for axis in ADAPTER_AXES:
         if settings[axis] and axis not in families.axes(adapter):
             raise refuse(adapter, axis, "its schema declares no such switch (`family: axes:`)")
+        for value in settings[axis]:
+            # a value the family's key does not take (iGPT's layer is a number, sentence's last or penultimate)
+            key = families.axes(adapter)[axis]
+            if not jsonschema.Draft202012Validator(adapter_schema("models", adapter)["properties"][key]).is_valid(value):
+                raise refuse(adapter, axis, f"its `{key}` takes no {value!r}")
     for value in settings["template"]:
         templates(value, adapter)
     choices = {

@@ -370,32 +370,62 @@ def _tiny_bert_dir(path, **config):
     return model, tokenizer
 
 
-def _mean_pooled(model, tokenizer, texts):
-    """transformers' BertModel, mean-pooled over the real tokens: what the adapter must give."""
+def _mean_pooled(model, tokenizer, texts, layer=-1):
+    """transformers' BertModel, its hidden states ``layer`` (-1: the last) mean-pooled over the real
+    tokens: what the adapter must give."""
     import torch
 
     with torch.inference_mode():
         batch = tokenizer(texts, padding=True, return_tensors="pt")
-        hidden = model(**batch).last_hidden_state
+        hidden = model(**batch, output_hidden_states=True).hidden_states[layer]
         mask = batch["attention_mask"].unsqueeze(-1).float()
         return ((hidden * mask).sum(1) / mask.sum(1)).numpy()
 
 
-def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path):
+@pytest.mark.parametrize(("layer", "states"), [("last", -1), ("penultimate", -2)])
+def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path, layer, states):
     """The differential test of bert_layers.PortedBert: random weights, texts of different lengths in
-    one batch (padding), against transformers' BertModel; the real MiniLM is checked against
-    sentence-transformers above."""
+    one batch (padding), against transformers' BertModel, its last and its penultimate layer; the
+    real MiniLM is checked against sentence-transformers above."""
     model, tokenizer = _tiny_bert_dir(tmp_path)
-    ours = build({"adapter": "sentence", "path": str(tmp_path), "batch_size": 4})
-    assert ours.info["implementation"] == "vlbias.models.bert_layers"
-    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES), atol=2e-6)
+    ours = build({"adapter": "sentence", "path": str(tmp_path), "batch_size": 4, "layer": layer})
+    assert ours.info["implementation"] == "vlbias.models.bert_layers" and ours.info["layer"] == layer
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES, states),
+                               atol=2e-6)
 
 
-def test_other_berts_run_on_transformers(tmp_path):
+@pytest.mark.parametrize(("layer", "states"), [("last", -1), ("penultimate", -2)])
+def test_other_berts_run_on_transformers(tmp_path, layer, states):
     model, tokenizer = _tiny_bert_dir(tmp_path, hidden_act="gelu_new")  # tanh-approximated GELU
-    ours = build({"adapter": "sentence", "path": str(tmp_path)})
+    ours = build({"adapter": "sentence", "path": str(tmp_path), "layer": layer})
     assert ours.info["implementation"] == "transformers"
-    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES), atol=2e-6)
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES, states),
+                               atol=2e-6)
+
+
+def test_the_penultimate_layer_differs_from_the_last(minilm):
+    penultimate = build({**MINILM, "layer": "penultimate"}).encode_texts(SENTENCES[:2])
+    assert not np.allclose(penultimate, minilm.encode_texts(SENTENCES[:2]), atol=1e-2)
+
+
+def test_random_weights_are_the_directorys_architecture_seeded(tmp_path):
+    """`weights: random`: config.json's BERT as transformers initialises it, from the seed alone, with the
+    directory's tokenizer; the weights file is never read (a random-init twin of the model)."""
+    import torch
+    from transformers import BertModel
+
+    model, tokenizer = _tiny_bert_dir(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    ours = build({"adapter": "sentence", "path": str(tmp_path), "weights": "random", "seed": 3})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        twin = BertModel(model.config).eval()
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(twin, tokenizer, SENTENCES), atol=2e-6)
+    assert (ours.info["weights"], ours.info["seed"], ours.info["weights_file"]) == ("random-init", 3, None)
+    with pytest.raises(InputError, match="no model.safetensors"):
+        build({"adapter": "sentence", "path": str(tmp_path)})
+    with pytest.raises(InputError, match="config: overrides apply to `weights: random` only"):
+        build({**MINILM, "config": {"num_hidden_layers": 1}})
 
 
 def test_weights_that_do_not_fit_the_config_are_refused(tmp_path):

@@ -17,6 +17,11 @@ Config entry keys:
                 equal the installed "<distribution>==<version>" if given
     pooling     "mean" (attention-masked mean over tokens) or "cls" (the first token's state);
                 default: the directory's sentence-transformers Pooling config, else "mean"
+    layer       the hidden states pooled: "last" (the default, as sentence-transformers) or
+                "penultimate" (the layer before it; a specification curve's layer axis)
+    weights     ``random``, with ``seed`` (default 0) and ``config`` (overrides of config.json):
+                the architecture config.json describes, initialised as transformers initialises it
+                (vlbias.models.hf), with the directory's tokenizer; no weights file is read
     normalize   L2-normalise the embeddings; default: whether modules.json has a Normalize step
     max_length  tokens per text (longer texts are truncated); default: sentence_bert_config.json's
                 max_seq_length, else what the tokenizer and position embeddings allow
@@ -40,7 +45,7 @@ from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, refuse_un
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.bert_layers import PortedBert
-from vlbias.models.hf import from_folder, local_folder, without_unused
+from vlbias.models.hf import from_folder, load_model, local_folder, without_unused
 from vlbias.registry import weights_label
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
@@ -58,7 +63,7 @@ class SentenceEncoder:
         model_dir, model_id, revision, commit = resolve(spec)
         refuse_custom_code(model_dir)
         weights = model_dir / "model.safetensors"
-        if not weights.is_file():
+        if spec.get("weights") is None and not weights.is_file():
             raise InputError(model_dir, "no model.safetensors (only safetensors weights are loaded)")
         st_modules, pooling_cfg, st_cfg = _sentence_transformers_config(model_dir)
 
@@ -73,27 +78,36 @@ class SentenceEncoder:
 
         config = _read_json(model_dir / "config.json")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-        if PortedBert.fits(config):
+        source = {"model_id": model_id, "weights_file": str(weights), "revision": revision, "commit": commit}
+        if spec.get("config") and spec.get("weights") is None:
+            raise InputError("config", "overrides apply to `weights: random` only; the model folder's config.json "
+                                       "describes its weights")
+        if spec.get("weights") is not None:
+            # config.json's architecture at random, seeded: the random-init twin of the model (vlbias.robustness)
+            model, random, _ = load_model(spec, "sentence", AutoModel.from_config,
+                                          transformers.CONFIG_MAPPING[config.get("model_type", "bert")], config)
+            source |= {k: random[k] for k in ("weights_file", "seed")} | {"model_id": f"random {model_id}"}
+            config, self.implementation = model.config.to_dict(), "transformers"
+        elif PortedBert.fits(config):
             # the project's BERT (same outputs, see tests/models/test_models.py): no transformers modelling import
             model, self.implementation = _load_bert(weights, config), "vlbias.models.bert_layers"
         else:
             model, self.implementation = from_folder(AutoModel, model_dir, "sentence")[0], "transformers"
+        self.layer = spec["layer"]
         self.model = model.eval().requires_grad_(False).to(self.device)
         self.max_length = int(spec.get("max_length") or st_cfg.get("max_seq_length")
                               or min(self.tokenizer.model_max_length, config["max_position_embeddings"]))
         self.dim = int(config["hidden_size"])
         self.info = {
             "adapter": "sentence",
-            "model_id": model_id,
             "path": spec.get("path"),
             "model_dir": str(model_dir),
-            "weights_file": str(weights),
-            "weights_sha256": sha256_file(weights),
-            "revision": revision,
-            "commit": commit,
+            **source,
+            "weights_sha256": source["weights_file"] and sha256_file(weights),
             "weights": weights_label(spec),
             "architecture": model.__class__.__name__,
             "implementation": self.implementation,
+            "layer": self.layer,
             "pooling": self.pooling,
             "normalize": self.normalize,
             "max_length": self.max_length,
@@ -122,10 +136,13 @@ class SentenceEncoder:
                 rows = order[start:start + self.batch_size]
                 batch = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,
                                        max_length=self.max_length, return_tensors="pt").to(self.device)
+                penultimate = self.layer == "penultimate"
                 if self.implementation == "transformers":
-                    hidden = self.model(**batch).last_hidden_state  # (b, tokens, dim)
+                    states = self.model(**batch, output_hidden_states=penultimate)
+                    hidden = states.hidden_states[-2] if penultimate else states.last_hidden_state  # (b, tokens, dim)
                 else:
-                    hidden = self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+                    hidden = self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                                        skip=int(penultimate))
                 hidden = hidden.float()  # pooled in float32 (under bf16 autocast the states are bfloat16)
                 if self.pooling == "cls":
                     emb = hidden[:, 0]
