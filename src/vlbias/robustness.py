@@ -318,13 +318,17 @@ def run(stimuli, model, entry, settings, stats, embedder, *, threads=None):
     return curve, pd.DataFrame(twin_rows)
 
 
-def run_models(stimuli, entries, settings, stats, open_encoder, cache, *, threads=None, **images):
+def run_models(stimuli, entries, settings, stats, open_encoder, cache, *, threads=None, images=None, workdir=None):
     """(curve, twins) of ``run`` for each model of ``entries`` ({name: entry}) in turn, concatenated:
     ``open_encoder(name, entry)`` builds one of a model's variants or twins, each through the cache
-    under ``cache`` (``images``: the Embedder's ``images``, ``image_settings`` and ``workdir``)."""
+    under ``cache``. ``images``: {name: (the Embedder's ``images``, its ``image_settings``)} of the
+    models that read image sets (each its own: the images its store decoded, at its settings), their
+    image stores in ``workdir``."""
     curves, twins = [], []
     for name, entry in entries.items():
-        with Embedder(lambda variant, name=name: open_encoder(name, variant), cache, **images) as embedder:
+        sets, store = (images or {}).get(name, (None, None))
+        with Embedder(lambda variant, name=name: open_encoder(name, variant), cache, sets, store,
+                      workdir) as embedder:
             curve, theirs = run(stimuli, name, entry, settings, stats, embedder, threads=threads)
         log.info("%s: %d specifications, %d twins; %d vectors computed", name, len(curve), len(theirs),
                  sum(embedder.computed.values()))

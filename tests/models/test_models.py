@@ -454,5 +454,7 @@ def test_bad_sentence_entries_are_refused(tmp_path, minilm):
         build({**MINILM, "path": "org/model", "revision": "main"})
     with pytest.raises(InputError, match="pooling 'max'"):
         build({**MINILM, "pooling": "max"})
+    with pytest.raises(InputError, match="weights 'trained': the only value is `random`"):
+        build({**MINILM, "weights": "trained"})
     with pytest.raises(InputError, match="texts: expected a list of strings"):
         minilm.encode_texts("one string")

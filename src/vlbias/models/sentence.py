@@ -45,7 +45,7 @@ from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, refuse_un
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.bert_layers import PortedBert
-from vlbias.models.hf import from_folder, load_model, local_folder, without_unused
+from vlbias.models.hf import from_folder, local_folder, random_model, without_unused
 from vlbias.registry import weights_label
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
@@ -63,6 +63,8 @@ class SentenceEncoder:
         model_dir, model_id, revision, commit = resolve(spec)
         refuse_custom_code(model_dir)
         weights = model_dir / "model.safetensors"
+        if spec.get("weights") not in (None, "random"):
+            raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
         if spec.get("weights") is None and not weights.is_file():
             raise InputError(model_dir, "no model.safetensors (only safetensors weights are loaded)")
         st_modules, pooling_cfg, st_cfg = _sentence_transformers_config(model_dir)
@@ -84,9 +86,9 @@ class SentenceEncoder:
                                        "describes its weights")
         if spec.get("weights") is not None:
             # config.json's architecture at random, seeded: the random-init twin of the model (vlbias.robustness)
-            model, random, _ = load_model(spec, "sentence", AutoModel.from_config,
-                                          transformers.CONFIG_MAPPING[config.get("model_type", "bert")], config)
-            source |= {k: random[k] for k in ("weights_file", "seed")} | {"model_id": f"random {model_id}"}
+            model = random_model(spec, AutoModel.from_config,
+                                 transformers.CONFIG_MAPPING[config.get("model_type", "bert")], config)
+            source |= {"model_id": f"random {model_id}", "weights_file": None, "seed": int(spec["seed"])}
             config, self.implementation = model.config.to_dict(), "transformers"
         elif PortedBert.fits(config):
             # the project's BERT (same outputs, see tests/models/test_models.py): no transformers modelling import
