@@ -122,15 +122,18 @@ def test_templates_and_casing_change_the_texts_and_an_ensemble_averages_unit_vec
     np.testing.assert_allclose(sets["X"][0], unit.mean(axis=0))
 
 
-@pytest.mark.parametrize(("axes", "images", "crops", "ds"), [
-    # 3 + 3 images at the default, the 3 wide ones again top-left-cropped (the square ones the same pixels)
-    ({"crop": ["top-left"]}, 3 + 3 + 3, ["", "top-left"], 2),
+@pytest.mark.parametrize(("axes", "images", "words", "crops", "ds"), [
+    # 3 + 3 images at the default, the 3 wide ones again top-left-cropped (the square ones the same pixels);
+    # the 6 attribute words once
+    ({"crop": ["top-left"]}, 3 + 3 + 3, 6, ["", "top-left"], 2),
     # resize only: the wide ones squashed, bicubic and bilinear apart; a 32 px square is not resized, so
     # bilinear changes no pixel of the cropped images (center or top-left) nor of the square ones
-    ({"crop": ["top-left", "none"], "resample": ["bilinear"]}, 3 + 3 + 3 + 3 + 3,
+    ({"crop": ["top-left", "none"], "resample": ["bilinear"]}, 3 + 3 + 3 + 3 + 3, 6,
      ["", "", "top-left", "top-left", "none", "none"], 4),
+    # the text tower's penultimate layer: the words again, the images the default's (its encoder's cache)
+    ({"layer": ["penultimate"]}, 3 + 3, 6 + 6, ["", ""], 2),
 ])
-def test_an_image_axis_computes_only_the_vectors_it_changes(tmp_path, axes, images, crops, ds):
+def test_an_axis_computes_only_the_vectors_it_changes(tmp_path, axes, images, words, crops, ds):
     from PIL import Image
 
     from vlbias.api import Query
@@ -146,10 +149,12 @@ def test_an_image_axis_computes_only_the_vectors_it_changes(tmp_path, axes, imag
     q = Query({"x": files["X"], "y": files["Y"]}, {"Career": ATTRIBUTES["A"], "Family": ATTRIBUTES["B"]})
     st = q.stimulus("img")
     settings = checked(**axes, subsample={"draws": 0})
+    clip = {**TINY_OPEN_CLIP_TEXT, "model_cfg": {**TINY_OPEN_CLIP_TEXT["model_cfg"],
+                                                 "text_cfg": {"width": 32, "heads": 2, "layers": 2}}}
     with Embedder(build, tmp_path / "cache", {"img": q.images},
                   {"size": 32, "crop": "center", "resample": "bicubic", "decoder": "pil"}, tmp_path) as embedder:
-        curve, _ = run([st], "clip", TINY_OPEN_CLIP_TEXT, settings, STATS, embedder)
-    assert sum(embedder.computed.values()) == images + 6  # and the 6 attribute words once
+        curve, _ = run([st], "clip", clip, settings, STATS, embedder)
+    assert sum(embedder.computed.values()) == images + words
     assert list(curve["crop"]) == crops and curve["d"].nunique() == ds
 
 
@@ -225,7 +230,7 @@ def test_the_summary_on_a_hand_checked_curve():
     (TINY_OPEN_CLIP_TEXT, {"twins": 0}, ["family 'open_clip'", "axis 'twins'", "0 twins"]),
     ({"adapter": "igpt"}, {"layer": ["penultimate"]}, ["family 'igpt'", "axis 'layer'", "takes no 'penultimate'"]),
     ({"adapter": "sentence", "path": "x"}, {"layer": [3]}, ["family 'sentence'", "axis 'layer'", "takes no 3"]),
-    (TINY_OPEN_CLIP_TEXT, {"layer": ["penultimate"]}, ["family 'open_clip'", "axis 'layer'"]),
+    (TINY_OPEN_CLIP_TEXT, {"layer": [20]}, ["family 'open_clip'", "axis 'layer'", "takes no 20"]),
     ({"source": "vectors", "vectors": "v.csv"}, {}, ["one's own vectors"]),
 ])
 def test_an_axis_a_family_cannot_vary_is_refused_in_one_line(entry, axes, words):

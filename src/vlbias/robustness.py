@@ -217,18 +217,24 @@ class Embedder:
         return self.read[key]
 
     def _sets(self, stimulus, spec, entry):
-        keys = families.axes(entry.get("adapter"))
-        entry = {**entry, **{keys[axis]: value for axis, value in spec.adapter}}
-        encoder, records = self.encoder(entry)
-        where = fingerprint(encoder.info)
-        out = {}
+        adapter = entry.get("adapter")
+        keys, text_axes = families.axes(adapter), families.text_axes(adapter)
+        variant = {"texts": {**entry, **{keys[axis]: value for axis, value in spec.adapter}},
+                   # an axis of the text tower alone leaves the images to the default's encoder and its cache
+                   "images": {**entry, **{keys[axis]: value for axis, value in spec.adapter if axis not in text_axes}}}
+        out, info = {}, None
         for s in SETS:
             st = getattr(stimulus, s)
-            if st.items is not None:
-                out[s] = self._texts(encoder, records, where, st.items, spec, entry.get("adapter"))
+            kind = "images" if st.items is None else "texts"
+            encoder, records = self.encoder(variant[kind])
+            where = fingerprint(encoder.info)
+            if kind == "texts":
+                out[s] = self._texts(encoder, records, where, st.items, spec, adapter)
+                info = encoder.info  # the row's provenance: the encoder the variant changed
             else:
                 out[s] = self._images(encoder, records, where, self.images[stimulus.id][s], spec)
-        return out, encoder.info
+                info = info or encoder.info
+        return out, info
 
     def _vectors(self, records, where, keys, compute):
         unique = list(dict.fromkeys(keys))

@@ -277,6 +277,23 @@ def test_text_tower_equals_open_clip_and_shares_the_image_space():
     assert one.info["tokenizer"] == "ViT-B-32" and one.info["context_length"] == 77
 
 
+def test_the_text_towers_penultimate_layer_is_a_tower_one_block_shorter():
+    """layer penultimate: the states of the block before the last, through the same final LayerNorm, pooling
+    and projection: the encoding of the same weights in a text tower built without its last block."""
+    two = {**TINY_TEXT, "model_cfg": {**TINY_TEXT["model_cfg"], "text_cfg": {"width": 32, "heads": 2, "layers": 2}}}
+    texts = ["a photo of a flower", "an insect", "career"]
+    full, penultimate = build(two), build({**two, "layer": "penultimate"})
+    shorter = build(TINY_TEXT)
+    missing, unexpected = shorter.model.load_state_dict(full.model.state_dict(), strict=False)
+    assert not missing and unexpected and all(k.startswith("transformer.resblocks.1.") for k in unexpected)
+    np.testing.assert_allclose(penultimate.encode_texts(texts), shorter.encode_texts(texts), atol=1e-6)
+    assert not np.allclose(penultimate.encode_texts(texts), full.encode_texts(texts), atol=1e-3)
+    np.testing.assert_array_equal(penultimate.encode_images(pixels(2)), full.encode_images(pixels(2)))  # texts only
+    assert len(penultimate.model.transformer.resblocks) == 2 and penultimate.info["layer"] == "penultimate"
+    with pytest.raises(InputError, match=r"layer 'penultimate': .*'s text tower \(CLIP\) has no two open_clip"):
+        build({**TINY_TEXT, "layer": "penultimate"})
+
+
 def test_image_targets_with_text_attributes():
     """An association test across modalities: images X, Y against texts A, B in the joint space."""
     from vlbias.stats.weat import effect_size
