@@ -290,6 +290,7 @@ def test_the_text_towers_penultimate_layer_is_a_tower_one_block_shorter():
     assert not np.allclose(penultimate.encode_texts(texts), full.encode_texts(texts), atol=1e-3)
     np.testing.assert_array_equal(penultimate.encode_images(pixels(2)), full.encode_images(pixels(2)))  # texts only
     assert len(penultimate.model.transformer.resblocks) == 2 and penultimate.info["layer"] == "penultimate"
+    assert "layer" not in full.info  # the last layer's provenance, and cache, as before the axis
     with pytest.raises(InputError, match=r"layer 'penultimate': .*'s text tower \(CLIP\) has no two open_clip"):
         build({**TINY_TEXT, "layer": "penultimate"})
 
@@ -406,7 +407,7 @@ def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path
     real MiniLM is checked against sentence-transformers above."""
     model, tokenizer = _tiny_bert_dir(tmp_path)
     ours = build({"adapter": "sentence", "path": str(tmp_path), "batch_size": 4, "layer": layer})
-    assert ours.info["implementation"] == "vlbias.models.bert_layers" and ours.info["layer"] == layer
+    assert ours.info["implementation"] == "vlbias.models.bert_layers" and ours.info.get("layer", "last") == layer
     np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES, states),
                                atol=2e-6)
 

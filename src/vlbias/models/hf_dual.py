@@ -153,7 +153,7 @@ class DualEncoder:
         self.lowercase = spec.get("lowercase")
         if self.lowercase is None:
             self.lowercase = config.model_type in LOWER_CASED
-        self.layer = spec["layer"]
+        self.layer = spec.get("layer") or "last"
         # the text tower's blocks, which it runs in turn: `layers` (CLIP, SigLIP) or `layer` (BLIP, FLAVA)
         text_encoder = getattr(self.model, "text_model", None) or self.model.text_encoder
         self._text_blocks = (text_encoder.encoder, "layers" if hasattr(text_encoder.encoder, "layers") else "layer")
@@ -172,7 +172,8 @@ class DualEncoder:
             "tokenizer": type(tokenizer).__name__,
             "padding": self.padding,
             "lowercase": bool(self.lowercase),
-            "layer": self.layer,
+            # the layer only where it is not the last: the caches of the entries written before the axis stay valid
+            **({"layer": self.layer} if self.layer != "last" else {}),
             "context_length": self.context_length,
             "pooling": pooling,
             "normalized": isinstance(self.model, BlipForImageTextRetrieval),

@@ -109,7 +109,7 @@ class OpenClipEncoder:
             raise InputError(f"tokenizer '{self.tokenizer_name}'", "not an open_clip model name (see open_clip."
                                                                    "list_models()), hf-hub:<id> or local-dir:<path>")
         self._tokenizer = None  # built on the first encode_texts: image-only runs never need it
-        self.layer = spec["layer"]
+        self.layer = spec.get("layer") or "last"
         tower = getattr(self.model, "text", self.model)  # CustomTextCLIP's text tower, or CLIP itself
         self._text_transformer = getattr(tower, "transformer", None)  # its blocks: `resblocks`
         if self.layer == "penultimate" and len(getattr(self._text_transformer, "resblocks", ())) < 2:
@@ -132,7 +132,8 @@ class OpenClipEncoder:
             "preprocess": {"size": self.size, "mean": list(pp["mean"]), "std": list(pp["std"]),
                            "interpolation": pp["interpolation"]},
             "tokenizer": self.tokenizer_name,
-            "layer": self.layer,
+            # the layer only where it is not the last: the caches of the entries written before the axis stay valid
+            **({"layer": self.layer} if self.layer != "last" else {}),
             "context_length": int(self.model.context_length),
             "dim": self.dim,
             "device": str(self.device),

@@ -95,7 +95,7 @@ class SentenceEncoder:
             model, self.implementation = _load_bert(weights, config), "vlbias.models.bert_layers"
         else:
             model, self.implementation = from_folder(AutoModel, model_dir, "sentence")[0], "transformers"
-        self.layer = spec["layer"]
+        self.layer = spec.get("layer") or "last"
         self.model = model.eval().requires_grad_(False).to(self.device)
         self.max_length = int(spec.get("max_length") or st_cfg.get("max_seq_length")
                               or min(self.tokenizer.model_max_length, config["max_position_embeddings"]))
@@ -109,7 +109,8 @@ class SentenceEncoder:
             "weights": weights_label(spec),
             "architecture": model.__class__.__name__,
             "implementation": self.implementation,
-            "layer": self.layer,
+            # the layer only where it is not the last: the caches of the entries written before the axis stay valid
+            **({"layer": self.layer} if self.layer != "last" else {}),
             "pooling": self.pooling,
             "normalize": self.normalize,
             "max_length": self.max_length,
