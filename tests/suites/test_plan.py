@@ -2,6 +2,8 @@
 and each job's input functions per wildcard (vlbias.suites.<suite>.plan; the .smk files only call them)."""
 
 import copy
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -296,6 +298,26 @@ def test_the_robustness_of_ieat_reads_each_models_image_store_and_one_output(shi
     # the suite's own axes in place of robustness/axes (the SEAT curves keep those)
     assert robustness.axes(config, "ieat")["crop"] == ["none"] and robustness.axes(config, "ieat")["template"] == []
     assert robustness.axes(config, "seat") == config["robustness"]["axes"]
+
+
+def test_an_ieat_curve_reads_the_images_its_store_decoded():
+    from vlbias.api import Query
+    from vlbias.suites import robustness
+
+    image = Query({"f": [Path("f.png")], "i": [Path("i.png")]}, {"p": [Path("p.png")], "u": [Path("u.png")]}).stimulus(
+        "img")
+    image = replace(image, **{s: replace(getattr(image, s), category=c)
+                              for s, c in zip("XYAB", ("flower", "insect", "pleasant", "unpleasant"), strict=True)})
+    words = Query({"x": ["a"], "y": ["b"]}, {"a": ["c"], "b": ["d"]}).stimulus("words")
+    listed = [{"category": c, "file": f, "path": Path(f"/m/{c}/{f}")} for c, f in (
+        ("flower", "1.png"), ("flower", "2.png"), ("insect", "1.png"), ("pleasant", "1.png"),
+        ("unpleasant", "1.png"), ("unpleasant", "gone.jpg"), ("unpleasant", "page.jpg"))]
+    status = [{"category": e["category"], "file": e["file"], "status": "ok"} for e in listed[:5]]
+    status += [{"category": "unpleasant", "file": "gone.jpg", "status": "missing"},
+               {"category": "unpleasant", "file": "page.jpg", "status": "corrupt"}]
+    assert robustness.image_sets([image, words], listed, status) == {"img": {
+        "X": ["/m/flower/1.png", "/m/flower/2.png"], "Y": ["/m/insect/1.png"], "A": ["/m/pleasant/1.png"],
+        "B": ["/m/unpleasant/1.png"]}}
 
 
 # --- grounded images and region stores ----------------------------------------------------------------
