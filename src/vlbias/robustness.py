@@ -15,8 +15,11 @@ of the text, the adapter, the image store or the test:
   zero-shot classifier; a string with ``{}``; a list of them, averaged as ``imagenet``);
 - ``casing``: ``given`` (the default) or ``lower``;
 - ``pooling``, ``layer``: the adapter key its family declares for the axis (``family: axes:`` in its
-  schema: sentence's ``pooling``, iGPT's ``layer``); the entry's own value is the default;
-- ``crop``, ``resample``, ``decoder``: the image store's switches (vlbias.images.store);
+  schema: sentence's ``pooling``, iGPT's ``layer``, a text tower's ``layer``, last or penultimate:
+  sentence, open_clip, hf_dual); the entry's own value is the default; an axis of a joint space's
+  text tower alone (``family: text_axes:``) leaves its images to the default's encoder;
+- ``crop``, ``resample``, ``decoder``: the image store's switches (vlbias.images.store; crop ``none``:
+  resize only);
 - ``subsample``: B draws, each leaving ``leave_out`` of every set out (at least two targets and one
   attribute kept per set); all stimuli is the default;
 - ``seeds``: the permutation test's seed; the test's own is the default.

@@ -134,12 +134,12 @@ class SentenceEncoder:
         # batches of texts of similar length: padding (to a batch's longest text) is work thrown away
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]]
         order = np.argsort(lengths, kind="stable")
+        penultimate = self.layer == "penultimate"
         with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 rows = order[start:start + self.batch_size]
                 batch = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,
                                        max_length=self.max_length, return_tensors="pt").to(self.device)
-                penultimate = self.layer == "penultimate"
                 if self.implementation == "transformers":
                     states = self.model(**batch, output_hidden_states=penultimate)
                     hidden = states.hidden_states[-2] if penultimate else states.last_hidden_state  # (b, tokens, dim)
