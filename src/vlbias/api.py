@@ -215,8 +215,8 @@ def _robustness(table, queries, stimuli, suite, name, entry, config, cache, robu
 
     images = {s.id: q.images for q, s in zip(queries, stimuli, strict=True) if q.images}
     curve, twins = run_models(stimuli, {name: entry}, robust, stats,
-                              lambda name, spec: _encoder(suite, name, spec, config, cache), cache, images=images,
-                              image_settings=_image_settings(queries, entry, config), workdir=workdir)
+                              lambda name, spec: _encoder(suite, name, spec, config, cache), cache,
+                              images={name: (images, _image_settings(queries, entry, config))}, workdir=workdir)
     extra = [c for c in SUMMARY_COLUMNS if c not in table.columns]
     table = table.merge(summary(curve, twins, robust)[["test", "model", *extra]], on=["test", "model"], how="left")
     table.attrs |= {"specifications": curve, "twins": twins}

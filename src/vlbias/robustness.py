@@ -15,8 +15,11 @@ of the text, the adapter, the image store or the test:
   zero-shot classifier; a string with ``{}``; a list of them, averaged as ``imagenet``);
 - ``casing``: ``given`` (the default) or ``lower``;
 - ``pooling``, ``layer``: the adapter key its family declares for the axis (``family: axes:`` in its
-  schema: sentence's ``pooling``, iGPT's ``layer``); the entry's own value is the default;
-- ``crop``, ``resample``, ``decoder``: the image store's switches (vlbias.images.store);
+  schema: sentence's ``pooling``, iGPT's ``layer``, a text tower's ``layer``, last or penultimate:
+  sentence, open_clip, hf_dual); the entry's own value is the default; an axis of a joint space's
+  text tower alone (``family: text_axes:``) leaves its images to the default's encoder;
+- ``crop``, ``resample``, ``decoder``: the image store's switches (vlbias.images.store; crop ``none``:
+  resize only);
 - ``subsample``: B draws, each leaving ``leave_out`` of every set out (at least two targets and one
   attribute kept per set); all stimuli is the default;
 - ``seeds``: the permutation test's seed; the test's own is the default.
@@ -33,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 
@@ -108,17 +112,20 @@ def templates(value, adapter="?"):
 
 def twin_entries(entry, settings):
     """The model's architecture with seeded random weights: R entries ``settings["twins"]`` (None: none),
-    seeds ``twin_seed``, ``twin_seed`` + 1, ... Its weights sources are dropped, but for those a
-    random entry leaves inactive (a transformers family's ``model_id``: ``unless: [weights]``)."""
+    seeds ``twin_seed``, ``twin_seed`` + 1, ... Its weights sources are dropped (and what localize
+    recorded of them), but for those a random entry leaves inactive (a transformers family's
+    ``model_id``: ``unless: [weights]``) or reads all the same (sentence's ``path``, its config and
+    tokenizer: ``random_reads``)."""
     adapter, r = entry.get("adapter"), settings.get("twins")
     if r is None:
         return []
     if r < 1:
         raise refuse(adapter, "twins", f"{r} twins: give at least 1, or leave `twins` out for none")
-    if "weights" not in adapter_schema("models", adapter)["properties"]:
-        raise refuse(adapter, "twins", "its schema has no `weights: random`")
-    sources = [k for k, d in declared(adapter).items() if "weights" not in d.get("unless", ())]
+    sources = [k for k, d in declared(adapter).items()
+               if "weights" not in d.get("unless", ()) and not d.get("random_reads")]
     base = {k: v for k, v in entry.items() if k not in sources and k not in ("revision", "sha256")}
+    if "fetched" in entry:
+        base["fetched"] = {k: v for k, v in entry["fetched"].items() if k not in sources}
     return [{**base, "weights": "random", "seed": settings["twin_seed"] + i} for i in range(r)]
 
 
@@ -134,6 +141,11 @@ def specifications(settings, entry):
     for axis in ADAPTER_AXES:
         if settings[axis] and axis not in families.axes(adapter):
             raise refuse(adapter, axis, "its schema declares no such switch (`family: axes:`)")
+        for value in settings[axis]:
+            # a value the family's key does not take (iGPT's layer is a number, sentence's last or penultimate)
+            key = families.axes(adapter)[axis]
+            if not jsonschema.Draft202012Validator(adapter_schema("models", adapter)["properties"][key]).is_valid(value):
+                raise refuse(adapter, axis, f"its `{key}` takes no {value!r}")
     for value in settings["template"]:
         templates(value, adapter)
     choices = {
@@ -208,18 +220,24 @@ class Embedder:
         return self.read[key]
 
     def _sets(self, stimulus, spec, entry):
-        keys = families.axes(entry.get("adapter"))
-        entry = {**entry, **{keys[axis]: value for axis, value in spec.adapter}}
-        encoder, records = self.encoder(entry)
-        where = fingerprint(encoder.info)
-        out = {}
+        adapter = entry.get("adapter")
+        keys, text_axes = families.axes(adapter), families.text_axes(adapter)
+        variant = {"texts": {**entry, **{keys[axis]: value for axis, value in spec.adapter}},
+                   # an axis of the text tower alone leaves the images to the default's encoder and its cache
+                   "images": {**entry, **{keys[axis]: value for axis, value in spec.adapter if axis not in text_axes}}}
+        out, info = {}, None
         for s in SETS:
             st = getattr(stimulus, s)
-            if st.items is not None:
-                out[s] = self._texts(encoder, records, where, st.items, spec, entry.get("adapter"))
+            kind = "images" if st.items is None else "texts"
+            encoder, records = self.encoder(variant[kind])
+            where = fingerprint(encoder.info)
+            if kind == "texts":
+                out[s] = self._texts(encoder, records, where, st.items, spec, adapter)
+                info = encoder.info  # the row's provenance: the encoder the variant changed
             else:
                 out[s] = self._images(encoder, records, where, self.images[stimulus.id][s], spec)
-        return out, encoder.info
+                info = info or encoder.info
+        return out, info
 
     def _vectors(self, records, where, keys, compute):
         unique = list(dict.fromkeys(keys))
@@ -309,13 +327,17 @@ def run(stimuli, model, entry, settings, stats, embedder, *, threads=None):
     return curve, pd.DataFrame(twin_rows)
 
 
-def run_models(stimuli, entries, settings, stats, open_encoder, cache, *, threads=None, **images):
+def run_models(stimuli, entries, settings, stats, open_encoder, cache, *, threads=None, images=None, workdir=None):
     """(curve, twins) of ``run`` for each model of ``entries`` ({name: entry}) in turn, concatenated:
     ``open_encoder(name, entry)`` builds one of a model's variants or twins, each through the cache
-    under ``cache`` (``images``: the Embedder's ``images``, ``image_settings`` and ``workdir``)."""
+    under ``cache``. ``images``: {name: (the Embedder's ``images``, its ``image_settings``)} of the
+    models that read image sets (each its own: the images its store decoded, at its settings), their
+    image stores in ``workdir``."""
     curves, twins = [], []
     for name, entry in entries.items():
-        with Embedder(lambda variant, name=name: open_encoder(name, variant), cache, **images) as embedder:
+        sets, store = (images or {}).get(name, (None, None))
+        with Embedder(lambda variant, name=name: open_encoder(name, variant), cache, sets, store,
+                      workdir) as embedder:
             curve, theirs = run(stimuli, name, entry, settings, stats, embedder, threads=threads)
         log.info("%s: %d specifications, %d twins; %d vectors computed", name, len(curve), len(theirs),
                  sum(embedder.computed.values()))

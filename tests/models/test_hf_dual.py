@@ -9,6 +9,7 @@ from helpers.tiny import HF_DUAL_CLASSES as CLASSES
 from helpers.tiny import HF_DUAL_CONFIGS as CONFIGS
 from helpers.tiny import HF_DUAL_TEXT as TEXT
 from helpers.tiny import HF_DUAL_VISION as VISION
+from helpers.tiny import TINY_DUAL, TINY_DUAL_CONTEXT
 from helpers.tiny import tiny_dual_dir
 from transformers import AutoProcessor
 
@@ -65,6 +66,22 @@ def test_a_vector_does_not_depend_on_the_batch(tiny):
         encoder.batch_size = 4
     for a, b in zip(one, many):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("architecture", ["clip", "siglip", "siglip2", "blip", "flava"])
+def test_the_text_towers_penultimate_layer_is_a_tower_one_block_shorter(tmp_path, architecture):
+    """layer penultimate: the text states of the block before the last, through the same final norm, pooling
+    and projection: the encoding of the same weights in a text tower built without its last block."""
+    config = {**CONFIGS, **TINY_DUAL}[architecture]
+    processor = write_processor(tmp_path, architecture, 32, TINY_DUAL_CONTEXT.get(architecture, 16))
+    spec = {"adapter": "hf_dual", "architecture": architecture, "weights": "random", "processor": str(processor),
+            "device": "cpu", "config": {**config, "text_config": {**config["text_config"], "num_hidden_layers": 2}}}
+    full, penultimate, shorter = build(spec), build({**spec, "layer": "penultimate"}), build({**spec, "config": config})
+    _, unexpected = shorter.model.load_state_dict(full.model.state_dict(), strict=False)
+    assert unexpected and all(".1." in k for k in unexpected)  # the text tower's second block alone
+    np.testing.assert_allclose(penultimate.encode_texts(SHORT), shorter.encode_texts(SHORT), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(penultimate.encode_texts(SHORT), full.encode_texts(SHORT), atol=1e-4)
+    np.testing.assert_array_equal(penultimate.encode_images(pixels(2)), full.encode_images(pixels(2)))
 
 
 @pytest.mark.parametrize("architecture", ["clip", "siglip"])

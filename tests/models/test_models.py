@@ -277,6 +277,24 @@ def test_text_tower_equals_open_clip_and_shares_the_image_space():
     assert one.info["tokenizer"] == "ViT-B-32" and one.info["context_length"] == 77
 
 
+def test_the_text_towers_penultimate_layer_is_a_tower_one_block_shorter():
+    """layer penultimate: the states of the block before the last, through the same final LayerNorm, pooling
+    and projection: the encoding of the same weights in a text tower built without its last block."""
+    two = {**TINY_TEXT, "model_cfg": {**TINY_TEXT["model_cfg"], "text_cfg": {"width": 32, "heads": 2, "layers": 2}}}
+    texts = ["a photo of a flower", "an insect", "career"]
+    full, penultimate = build(two), build({**two, "layer": "penultimate"})
+    shorter = build(TINY_TEXT)
+    missing, unexpected = shorter.model.load_state_dict(full.model.state_dict(), strict=False)
+    assert not missing and unexpected and all(k.startswith("transformer.resblocks.1.") for k in unexpected)
+    np.testing.assert_allclose(penultimate.encode_texts(texts), shorter.encode_texts(texts), atol=1e-6)
+    assert not np.allclose(penultimate.encode_texts(texts), full.encode_texts(texts), atol=1e-3)
+    np.testing.assert_array_equal(penultimate.encode_images(pixels(2)), full.encode_images(pixels(2)))  # texts only
+    assert len(penultimate.model.transformer.resblocks) == 2 and penultimate.info["layer"] == "penultimate"
+    assert "layer" not in full.info  # the last layer's provenance, and cache, as before the axis
+    with pytest.raises(InputError, match=r"layer 'penultimate': .*'s text tower \(CLIP\) has no two open_clip"):
+        build({**TINY_TEXT, "layer": "penultimate"})
+
+
 def test_image_targets_with_text_attributes():
     """An association test across modalities: images X, Y against texts A, B in the joint space."""
     from vlbias.stats.weat import effect_size
@@ -370,32 +388,62 @@ def _tiny_bert_dir(path, **config):
     return model, tokenizer
 
 
-def _mean_pooled(model, tokenizer, texts):
-    """transformers' BertModel, mean-pooled over the real tokens: what the adapter must give."""
+def _mean_pooled(model, tokenizer, texts, layer=-1):
+    """transformers' BertModel, its hidden states ``layer`` (-1: the last) mean-pooled over the real
+    tokens: what the adapter must give."""
     import torch
 
     with torch.inference_mode():
         batch = tokenizer(texts, padding=True, return_tensors="pt")
-        hidden = model(**batch).last_hidden_state
+        hidden = model(**batch, output_hidden_states=True).hidden_states[layer]
         mask = batch["attention_mask"].unsqueeze(-1).float()
         return ((hidden * mask).sum(1) / mask.sum(1)).numpy()
 
 
-def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path):
+@pytest.mark.parametrize(("layer", "states"), [("last", -1), ("penultimate", -2)])
+def test_plain_bert_runs_on_the_projects_bert_with_transformers_outputs(tmp_path, layer, states):
     """The differential test of bert_layers.PortedBert: random weights, texts of different lengths in
-    one batch (padding), against transformers' BertModel; the real MiniLM is checked against
-    sentence-transformers above."""
+    one batch (padding), against transformers' BertModel, its last and its penultimate layer; the
+    real MiniLM is checked against sentence-transformers above."""
     model, tokenizer = _tiny_bert_dir(tmp_path)
-    ours = build({"adapter": "sentence", "path": str(tmp_path), "batch_size": 4})
-    assert ours.info["implementation"] == "vlbias.models.bert_layers"
-    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES), atol=2e-6)
+    ours = build({"adapter": "sentence", "path": str(tmp_path), "batch_size": 4, "layer": layer})
+    assert ours.info["implementation"] == "vlbias.models.bert_layers" and ours.info.get("layer", "last") == layer
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES, states),
+                               atol=2e-6)
 
 
-def test_other_berts_run_on_transformers(tmp_path):
+@pytest.mark.parametrize(("layer", "states"), [("last", -1), ("penultimate", -2)])
+def test_other_berts_run_on_transformers(tmp_path, layer, states):
     model, tokenizer = _tiny_bert_dir(tmp_path, hidden_act="gelu_new")  # tanh-approximated GELU
-    ours = build({"adapter": "sentence", "path": str(tmp_path)})
+    ours = build({"adapter": "sentence", "path": str(tmp_path), "layer": layer})
     assert ours.info["implementation"] == "transformers"
-    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES), atol=2e-6)
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(model, tokenizer, SENTENCES, states),
+                               atol=2e-6)
+
+
+def test_the_penultimate_layer_differs_from_the_last(minilm):
+    penultimate = build({**MINILM, "layer": "penultimate"}).encode_texts(SENTENCES[:2])
+    assert not np.allclose(penultimate, minilm.encode_texts(SENTENCES[:2]), atol=1e-2)
+
+
+def test_random_weights_are_the_directorys_architecture_seeded(tmp_path):
+    """`weights: random`: config.json's BERT as transformers initialises it, from the seed alone, with the
+    directory's tokenizer; the weights file is never read (a random-init twin of the model)."""
+    import torch
+    from transformers import BertModel
+
+    model, tokenizer = _tiny_bert_dir(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    ours = build({"adapter": "sentence", "path": str(tmp_path), "weights": "random", "seed": 3})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        twin = BertModel(model.config).eval()
+    np.testing.assert_allclose(ours.encode_texts(SENTENCES), _mean_pooled(twin, tokenizer, SENTENCES), atol=2e-6)
+    assert (ours.info["weights"], ours.info["seed"], ours.info["weights_file"]) == ("random-init", 3, None)
+    with pytest.raises(InputError, match="no model.safetensors"):
+        build({"adapter": "sentence", "path": str(tmp_path)})
+    with pytest.raises(InputError, match="config: overrides apply to `weights: random` only"):
+        build({**MINILM, "config": {"num_hidden_layers": 1}})
 
 
 def test_weights_that_do_not_fit_the_config_are_refused(tmp_path):
@@ -424,5 +472,7 @@ def test_bad_sentence_entries_are_refused(tmp_path, minilm):
         build({**MINILM, "path": "org/model", "revision": "main"})
     with pytest.raises(InputError, match="pooling 'max'"):
         build({**MINILM, "pooling": "max"})
+    with pytest.raises(InputError, match="weights 'trained': the only value is `random`"):
+        build({**MINILM, "weights": "trained"})
     with pytest.raises(InputError, match="texts: expected a list of strings"):
         minilm.encode_texts("one string")

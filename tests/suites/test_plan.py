@@ -2,6 +2,8 @@
 and each job's input functions per wildcard (vlbias.suites.<suite>.plan; the .smk files only call them)."""
 
 import copy
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -263,13 +265,13 @@ def test_the_robustness_target_is_out_of_the_default_target(shipped, monkeypatch
     assert robustness.targets(shipped) == [*(f"results/robustness/seat.{e}" for e in ("csv", "md", "html")),
                                            "results/robustness/seat/specifications.csv"]
     assert not [t for t in default_targets(shipped, {}) if t.startswith("results/robustness")]
-    assert robustness.stimuli(shipped) == [f"resources/stimuli/seat/{t}.yaml" for t in ("weat6", "weat7", "weat8")]
+    assert robustness.stimuli(shipped, "seat") == [f"resources/stimuli/seat/{t}.yaml" for t in ("weat6", "weat7", "weat8")]
     config = copy.deepcopy(shipped)
     config["robustness"]["seat"]["tests"] = "all"
     config["seat"]["tests"] = ["weat1"]
     # every test, in the SEAT table's order (each sent- beside its word test), whatever seat/tests lists
-    assert robustness.tests(config)[:2] == ["angry_black_woman_stereotype", "sent-angry_black_woman_stereotype"]
-    assert len(robustness.tests(config)) == 46
+    assert robustness.tests(config, "seat")[:2] == ["angry_black_woman_stereotype", "sent-angry_black_woman_stereotype"]
+    assert len(robustness.tests(config, "seat")) == 46
     del config["robustness"]
     assert robustness.targets(config) == []
 
@@ -284,6 +286,47 @@ def test_the_robustness_section_names_models_and_tests_it_has(shipped):
     assert "key 'robustness/seat/models/1': 'minlm' is not a model under 'seat/models'" in problems
     assert "key 'robustness/seat/models/2': 'mine' is one's own vectors" in problems
     assert "key 'robustness/seat/tests/1': 'weat66' is not a stimulus file" in problems
+
+
+def test_the_robustness_of_ieat_reads_each_models_image_store_and_one_output(shipped):
+    from vlbias.suites import robustness
+
+    config = copy.deepcopy(shipped)
+    config["ieat"]["models"]["igpt-2"] = {**config["ieat"]["models"]["igpt-l"], "layer": [10, 20]}
+    config["robustness"]["ieat"] = {"models": ["igpt", "igpt-2", "simclr-r152"], "tests": ["insect-flower"]}
+    with pytest.raises(InputError) as e:
+        check_config(copy.deepcopy(config), SCHEMA, root=REPO)
+    assert "key 'robustness/ieat/models/0': 'igpt' is published vectors" in str(e.value)
+    assert "key 'robustness/ieat/models/1': 'igpt-2' gives several vectors per image (layer10, layer20, logits)" in str(e.value)
+    config["robustness"]["ieat"] = {"models": ["simclr-r152"], "tests": ["insect-flower"], "axes": {"crop": ["none"]}}
+    config = check_config(config, SCHEMA, root=REPO)
+    assert robustness.targets(config)[3:6] == [f"results/robustness/ieat.{e}" for e in ("csv", "md", "html")]
+    assert robustness.inputs(config, "ieat")["stores"] == ["results/images/ieat/224px-top-left-area-opencv/manifest.tsv"]
+    assert robustness.image_settings(config, "ieat") == {
+        "simclr-r152": {"size": 224, "crop": "top-left", "resample": "area", "decoder": "opencv"}}
+    # the suite's own axes in place of robustness/axes (the SEAT curves keep those)
+    assert robustness.axes(config, "ieat")["crop"] == ["none"] and robustness.axes(config, "ieat")["template"] == []
+    assert robustness.axes(config, "seat") == config["robustness"]["axes"]
+
+
+def test_an_ieat_curve_reads_the_images_its_store_decoded():
+    from vlbias.api import Query
+    from vlbias.suites import robustness
+
+    image = Query({"f": [Path("f.png")], "i": [Path("i.png")]}, {"p": [Path("p.png")], "u": [Path("u.png")]}).stimulus(
+        "img")
+    image = replace(image, **{s: replace(getattr(image, s), category=c)
+                              for s, c in zip("XYAB", ("flower", "insect", "pleasant", "unpleasant"), strict=True)})
+    words = Query({"x": ["a"], "y": ["b"]}, {"a": ["c"], "b": ["d"]}).stimulus("words")
+    listed = [{"category": c, "file": f, "path": Path(f"/m/{c}/{f}")} for c, f in (
+        ("flower", "1.png"), ("flower", "2.png"), ("insect", "1.png"), ("pleasant", "1.png"),
+        ("unpleasant", "1.png"), ("unpleasant", "gone.jpg"), ("unpleasant", "page.jpg"))]
+    status = [{"category": e["category"], "file": e["file"], "status": "ok"} for e in listed[:5]]
+    status += [{"category": "unpleasant", "file": "gone.jpg", "status": "missing"},
+               {"category": "unpleasant", "file": "page.jpg", "status": "corrupt"}]
+    assert robustness.image_sets([image, words], listed, status) == {"img": {
+        "X": ["/m/flower/1.png", "/m/flower/2.png"], "Y": ["/m/insect/1.png"], "A": ["/m/pleasant/1.png"],
+        "B": ["/m/unpleasant/1.png"]}}
 
 
 # --- grounded images and region stores ----------------------------------------------------------------
@@ -476,7 +519,7 @@ def test_without_upstream_the_plans_keep_what_needs_none(shipped, tmp_path, monk
     config = make_project(tmp_path)  # a table of one's own vectors needs nothing upstream
     (tmp_path / "v.csv").write_text("id,0,1\n")
     config["ieat"]["models"]["mine"] = {"source": "vectors", "vectors": "v.csv"}
-    config["ieat"]["tables"]["own"] = {"caption": "mine", "models": ["mine"], "tests": ["flower-insect"]}
+    config["ieat"]["tables"]["own"] = {"caption": "mine", "models": ["mine"], "tests": ["insect-flower"]}
     monkeypatch.chdir(tmp_path)
     plan = IeatPlan(check_config(config, SCHEMA, root=tmp_path))
     assert plan.targets(upstream=False) == ([f"results/ieat/own.{e}" for e in ("csv", "md", "html", "missing.tsv")]

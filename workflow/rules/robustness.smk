@@ -1,7 +1,7 @@
-# How robust each d is (docs/robustness.md): the chosen SEAT tests on the chosen models re-run along the
-# extraction choices of robustness/axes (a specification curve) and on random-init twins, in one job;
-# each vector through the embedding cache, so what the SEAT tables encoded is not encoded again.
-# Built by `snakemake robustness` only, never by the default target. Planned and declared in
+# How robust each d is (docs/robustness.md): a suite's chosen tests on its chosen models re-run along the
+# extraction choices of robustness/axes (a specification curve) and on random-init twins, one job per suite
+# (SEAT, iEAT); each vector through the embedding cache, so what the suite's tables encoded is not encoded
+# again. Built by `snakemake robustness` only, never by the default target. Planned and declared in
 # vlbias.suites.robustness.
 
 from vlbias.suites import robustness as robustness_plan
@@ -12,41 +12,46 @@ rule robustness:
         lambda w: robustness_plan.targets(config),
 
 
-rule robustness_seat:
+rule robustness_suite:
     input:
-        weights=lambda w: robustness_plan.weights(config),
-        stimuli=lambda w: robustness_plan.stimuli(config),
+        unpack(lambda w: robustness_plan.inputs(config, w.rb_suite)),
     output:
-        csv=robustness_plan.table_path("seat"),
-        md=robustness_plan.table_path("seat", "md"),
+        csv=robustness_plan.table_path("{rb_suite}"),
+        md=robustness_plan.table_path("{rb_suite}", "md"),
         html=report(
-            robustness_plan.table_path("seat", "html"),
+            robustness_plan.table_path("{rb_suite}", "html"),
             caption="../report/robustness_table.rst",
             category="Robustness",
-            subcategory="SEAT",
+            subcategory="{rb_suite}",
             labels={"file": "summary and curves"},
         ),
-        specifications=robustness_plan.specifications_path("seat"),
+        specifications=robustness_plan.specifications_path("{rb_suite}"),
         curves=report(
-            directory(robustness_plan.curves_path("seat")),
+            directory(robustness_plan.curves_path("{rb_suite}")),
             patterns=["{rb_model}/{rb_test}.png"],
             caption="../report/robustness_curve.rst",
             category="Robustness",
-            subcategory="SEAT curves",
+            subcategory="{rb_suite} curves",
             labels={"model": "{rb_model}", "test": "{rb_test}"},
         ),
     log:
-        "results/logs/robustness_seat.log",
+        "results/logs/robustness_{rb_suite}.log",
+    wildcard_constraints:
+        rb_suite=alternatives(list(robustness_plan.SUITES)),
     conda:
         "../../environment.yml"
-    threads: lambda w: config["seat"]["threads"]
+    threads: lambda w: config[w.rb_suite]["threads"]
     resources:
         mem_mb=4000,
     params:
-        models=lambda w: {m: config["seat"]["models"][m] for m in config["robustness"]["seat"]["models"]},
-        axes=lambda w: config["robustness"]["axes"],
+        suite=lambda w: w.rb_suite,
+        models=lambda w: robustness_plan.models(config, w.rb_suite),
+        image_settings=lambda w: robustness_plan.image_settings(config, w.rb_suite),
+        axes=lambda w: robustness_plan.axes(config, w.rb_suite),
         stats=stats_params(),
-        threads=lambda w: config["seat"]["threads"],
+        threads=lambda w: config[w.rb_suite]["threads"],
+        source=source("ieat"),
+        mirror=mirror(),
         cache=config["cache"],
         weights_lock=config["weights_lock"],
     script:

@@ -17,7 +17,7 @@ from vlbias.errors import InputError
 # Formats a stimulus may have (JPEG includes camera MPO files). Pillow's other plugins are not
 # needed, and some (EPS) run external programs on load.
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")
-CROPS = ("center", "top-left")
+CROPS = ("center", "top-left", "none")  # none: the whole image, resized to a square (its aspect not kept)
 # how a file becomes pixels: cv2.imread as the iEAT authors' code (load_rgb_opencv), or Pillow (load_rgb)
 DECODERS = ("opencv", "pil")
 
@@ -129,12 +129,15 @@ def load_rgb_opencv(path):
 
 
 def square_crop(img, mode="center"):
-    """The largest square of ``img``: its centre (``"center"``) or top-left corner (``"top-left"``).
+    """The largest square of ``img``: its centre (``"center"``) or top-left corner (``"top-left"``);
+    ``"none"``: ``img`` whole (resizing then squashes it to the square: the resize-only preprocessing).
 
     The iEAT paper (Appendix B) centres the object; the iEAT authors' code took ``img[:D, :D]``.
     """
     if mode not in CROPS:
         raise ValueError(f"unknown crop mode '{mode}' (known: {', '.join(CROPS)})")
+    if mode == "none":
+        return img
     w, h = img.size
     side = min(w, h)
     left, top = ((w - side) // 2, (h - side) // 2) if mode == "center" else (0, 0)
@@ -210,14 +213,16 @@ def area_resize(pixels, size):
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-RESAMPLING = ("bicubic", "area")
+# Pillow's filters (antialiased when shrinking), and OpenCV's INTER_AREA ("area")
+PIL_FILTERS = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
+RESAMPLING = (*PIL_FILTERS, "area")
 
 
 def prepare(path, size, crop="center", resample="bicubic", decoder="pil"):
     """The image at ``path`` as a uint8 (size, size, 3) array: RGB, square-cropped, resized.
 
     ``decoder``: ``opencv`` (``load_rgb_opencv``, the iEAT authors' ``cv2.imread``) or ``pil``
-    (``load_rgb``: transparent pixels become white). ``resample``: ``bicubic`` (Pillow's,
+    (``load_rgb``: transparent pixels become white). ``resample``: ``bicubic`` or ``bilinear`` (Pillow's,
     antialiased) or ``area`` (``cv2.resize`` with ``INTER_AREA``, which the iEAT authors fed iGPT and
     SimCLR, enlarging an image smaller than ``size`` as well as shrinking a larger one). With
     ``decoder="opencv", crop="top-left", resample="area"`` this is the authors' ``resize`` exactly.
@@ -233,4 +238,4 @@ def prepare(path, size, crop="center", resample="bicubic", decoder="pil"):
     img = square_crop(load_rgb(path) if decoder == "pil" else Image.fromarray(load_rgb_opencv(path)), crop)
     if resample == "area":
         return cv2.resize(np.asarray(img, dtype=np.uint8), (size, size), interpolation=cv2.INTER_AREA)
-    return np.asarray(img.resize((size, size), Image.Resampling.BICUBIC), dtype=np.uint8)
+    return np.asarray(img.resize((size, size), PIL_FILTERS[resample]), dtype=np.uint8)

@@ -51,7 +51,7 @@ def _process(entry, size, crop, resample, decoder):
 def build_image_store(entries, out_path, size, crop="center", workers=2, resample="bicubic", decoder="pil"):
     """Decode ``entries`` into the HDF5 store ``out_path``; one status row per entry, in order.
 
-    ``resample``: ``bicubic``, or ``area`` (OpenCV's INTER_AREA, the iEAT authors' resizing);
+    ``resample``: ``bicubic`` or ``bilinear`` (Pillow's), or ``area`` (OpenCV's INTER_AREA, the iEAT authors' resizing);
     ``decoder``: ``opencv`` (the iEAT authors' cv2.imread) or ``pil`` (see vlbias.images.decode.prepare).
 
     ``entries``: dicts with ``category``, ``file``, ``path`` (None when the file could not be

@@ -141,13 +141,15 @@ class PortedBert(nn.Module):
     def from_config(cls, config):
         return cls(**{k: config[k] for k in cls.KEYS})
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
-        """(b, L) token ids and 1/0 attention mask -> (b, L, hidden) final hidden states."""
+    def forward(self, input_ids, attention_mask, token_type_ids=None, skip=0):
+        """(b, L) token ids and 1/0 attention mask -> (b, L, hidden) final hidden states (with ``skip``
+        the states ``skip`` layers before the last: transformers' ``hidden_states[-1 - skip]``)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
         mask = additive_mask(attention_mask, x.dtype)
-        for layer in self.encoder["layer"]:
+        layers = self.encoder["layer"]
+        for layer in layers[:len(layers) - skip]:
             x = layer(x, mask)
         return x
 

@@ -7,6 +7,7 @@ read from what each family declares once, in its schema file (``vlbias/schemas/m
       ws_vectors: [language, language+visual]   # the W/S vectors a vision-language family can give
       feeds: {<protocol switch>: [its own value, the other]}   # how a vision-language family is fed
       axes: {pooling: pooling}  # the robustness axes an entry key varies (vlbias.robustness): axis -> key
+      text_axes: [layer]        # those of them that change the text vectors alone (a joint space's text tower)
       mlm_head: false           # a vision-language family without a masked-language head (the MLM study refuses it)
       renamed: {<old key>: <what to write now>}
       weights: {<key>: what it names}   # the weights an entry loads: read by vlbias.weights.declarations
@@ -60,3 +61,9 @@ def axes(adapter):
     """{robustness axis: the entry key that varies it} of ``adapter`` (``family: axes:``; vlbias.robustness):
     what a specification curve may vary beyond the text and the image store."""
     return dict(family(adapter).get("axes") or {})
+
+
+def text_axes(adapter):
+    """The robustness axes of ``adapter`` that change its text vectors alone (``family: text_axes:``, a text
+    tower's layer): its image vectors are the default's under them."""
+    return tuple(family(adapter).get("text_axes") or ())

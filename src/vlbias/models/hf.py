@@ -65,6 +65,17 @@ def _merged(base, overrides):
                        for k, v in overrides.items()}}
 
 
+def random_model(spec, model_class, config_class, base_config):
+    """``model_class`` of ``config_class`` (the family's ``base_config``, the entry's ``config`` over it),
+    initialised as transformers initialises it from the entry's ``seed``."""
+    base = _merged(RANDOM_BASE.get(getattr(config_class, "model_type", None), {}), base_config)
+    config = build_config(config_class, base, spec.get("config") or {})
+    # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(spec["seed"]))
+        return model_class(config)
+
+
 def load_model(spec, family, model_class, config_class, base_config, map_state=None):
     """(model, provenance for .info, model directory or None) from the entry's weights keys.
 
@@ -76,15 +87,9 @@ def load_model(spec, family, model_class, config_class, base_config, map_state=N
     source = {"model_id": spec.get("model_id"), "weights_file": None, "weights_sha256": None,
               "revision": spec.get("revision"), "commit": None, "seed": None}
     if spec.get("weights") == "random":
-        base = _merged(RANDOM_BASE.get(getattr(config_class, "model_type", None), {}), base_config)
-        config = build_config(config_class, base, spec.get("config") or {})
-        seed = int(spec["seed"])
-        # a private RNG stream: the weights depend on the seed alone, and the caller's RNG is untouched
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = model_class(config)
+        model = random_model(spec, model_class, config_class, base_config)
         return model, {**source, "model_id": source["model_id"] or f"random {family}",
-                       "weights": weights_label(spec), "seed": seed}, None
+                       "weights": weights_label(spec), "seed": int(spec["seed"])}, None
     if spec.get("weights") is not None:
         raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
     if spec.get("checkpoint"):

@@ -56,6 +56,9 @@ Config entry keys (``adapter: hf_dual``):
                     ``weights: random`` and ``checkpoint``
     padding         ``longest`` or ``max_length`` (default: see above)
     lowercase       true or false (default: true for siglip2 models): lower-case the texts (see above)
+    layer           the text tower's states read: ``last`` (the default) or ``penultimate`` (those of the
+                    block before the last, through the same final norm, pooling and projection; a
+                    specification curve's layer axis)
     batch_size, device, threads, precision   see vlbias.runtime
 
 Offline (tests, smoke runs, benchmarks), ``write_processor`` writes a processor directory of the
@@ -87,7 +90,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.hf import load_model
 from vlbias.models.tokenization import load_tokenizer
-from vlbias.runtime import autocast, precision, runtime
+from vlbias.runtime import autocast, hidden_layer, precision, runtime
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +150,10 @@ class DualEncoder:
         self.lowercase = spec.get("lowercase")
         if self.lowercase is None:
             self.lowercase = config.model_type in LOWER_CASED
+        self.layer = spec.get("layer") or "last"
+        # the text tower's blocks, which it runs in turn: `layers` (CLIP, SigLIP) or `layer` (BLIP, FLAVA)
+        text_encoder = getattr(self.model, "text_model", None) or self.model.text_encoder
+        self._text_blocks = (text_encoder.encoder, "layers" if hasattr(text_encoder.encoder, "layers") else "layer")
         pooling = POOLING.get(type(self.model), "get_image_features/get_text_features (unnormalised)")
         image_processor, tokenizer = self.processor.image_processor, self.processor.tokenizer
         self.info = {
@@ -162,6 +169,8 @@ class DualEncoder:
             "tokenizer": type(tokenizer).__name__,
             "padding": self.padding,
             "lowercase": bool(self.lowercase),
+            # the layer only where it is not the last: the caches of the entries written before the axis stay valid
+            **({"layer": self.layer} if self.layer != "last" else {}),
             "context_length": self.context_length,
             "pooling": pooling,
             "normalized": isinstance(self.model, BlipForImageTextRetrieval),
@@ -224,7 +233,8 @@ class DualEncoder:
                     raise InputError(f"processor {self.processor_dir}",
                                      f"gives token ids up to {int(inputs['input_ids'].max())}, beyond the text "
                                      f"tower's {vocab} embeddings")
-                out[start:start + len(batch)] = self._features("text", inputs, len(batch))
+                with hidden_layer(*self._text_blocks, self.layer):
+                    out[start:start + len(batch)] = self._features("text", inputs, len(batch))
         return out
 
 

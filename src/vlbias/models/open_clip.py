@@ -17,6 +17,9 @@ Config entry keys:
                   architecture (embed_dim, vision_cfg, text_cfg), e.g. a tiny model for tests
     preprocess    dict overriding the image preprocessing (mean, std, interpolation); a checkpoint
                   or random init otherwise gets open_clip's defaults (OpenAI mean/std, bicubic)
+    layer         the text tower's states read: "last" (the default, as CLIP) or "penultimate" (those of the
+                  block before the last, through the same final LayerNorm, end-of-text pooling and
+                  projection; a specification curve's layer axis)
     tokenizer     the open_clip tokenizer of the text tower, a name for ``open_clip.get_tokenizer``
                   (default: ``arch``'s own; OpenAI's BPE ships with open_clip, Hugging Face
                   tokenizers of other archs need the network or the Hugging Face cache: they are
@@ -44,7 +47,7 @@ from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.open_clip_config import DEFINED, model_config
 from vlbias.registry import one_weights_source, weights_label
-from vlbias.runtime import autocast, precision, runtime
+from vlbias.runtime import autocast, hidden_layer, precision, runtime
 from vlbias.weights import fetched
 
 log = logging.getLogger(__name__)
@@ -106,6 +109,12 @@ class OpenClipEncoder:
             raise InputError(f"tokenizer '{self.tokenizer_name}'", "not an open_clip model name (see open_clip."
                                                                    "list_models()), hf-hub:<id> or local-dir:<path>")
         self._tokenizer = None  # built on the first encode_texts: image-only runs never need it
+        self.layer = spec.get("layer") or "last"
+        tower = getattr(self.model, "text", self.model)  # CustomTextCLIP's text tower, or CLIP itself
+        self._text_transformer = getattr(tower, "transformer", None)  # its blocks: `resblocks`
+        if self.layer == "penultimate" and len(getattr(self._text_transformer, "resblocks", ())) < 2:
+            raise InputError("layer 'penultimate'", f"{arch}'s text tower ({type(tower).__name__}) has no two open_clip "
+                                                    "transformer blocks to stop before the last")
         self.info = {
             "adapter": "open_clip",
             "model_id": spec.get("model_id") or arch,
@@ -123,6 +132,8 @@ class OpenClipEncoder:
             "preprocess": {"size": self.size, "mean": list(pp["mean"]), "std": list(pp["std"]),
                            "interpolation": pp["interpolation"]},
             "tokenizer": self.tokenizer_name,
+            # the layer only where it is not the last: the caches of the entries written before the axis stay valid
+            **({"layer": self.layer} if self.layer != "last" else {}),
             "context_length": int(self.model.context_length),
             "dim": self.dim,
             "device": str(self.device),
@@ -180,10 +191,12 @@ class OpenClipEncoder:
                     raise InputError(f"tokenizer '{self.tokenizer_name}'",
                                      f"gives token ids up to {int(tokens.max())}, beyond the text tower's {vocab} "
                                      "embeddings")
-                emb = self.model.encode_text(tokens)
+                with hidden_layer(self._text_transformer, "resblocks", self.layer):
+                    emb = self.model.encode_text(tokens)
                 assert emb.shape == (len(tokens), self.dim), emb.shape
                 out[start:start + len(tokens)] = emb.float().cpu().numpy()
         return out
+
 
 
 def _from_file(arch, path, tag_cfg, create):

@@ -17,6 +17,11 @@ Config entry keys:
                 equal the installed "<distribution>==<version>" if given
     pooling     "mean" (attention-masked mean over tokens) or "cls" (the first token's state);
                 default: the directory's sentence-transformers Pooling config, else "mean"
+    layer       the hidden states pooled: "last" (the default, as sentence-transformers) or
+                "penultimate" (the layer before it; a specification curve's layer axis)
+    weights     ``random``, with ``seed`` (default 0) and ``config`` (overrides of config.json):
+                the architecture config.json describes, initialised as transformers initialises it
+                (vlbias.models.hf), with the directory's tokenizer; no weights file is read
     normalize   L2-normalise the embeddings; default: whether modules.json has a Normalize step
     max_length  tokens per text (longer texts are truncated); default: sentence_bert_config.json's
                 max_seq_length, else what the tokenizer and position embeddings allow
@@ -40,7 +45,7 @@ from vlbias.io.checkpoints import read_state_dict, refuse_custom_code, refuse_un
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
 from vlbias.models.bert_layers import PortedBert
-from vlbias.models.hf import from_folder, local_folder, without_unused
+from vlbias.models.hf import from_folder, local_folder, random_model, without_unused
 from vlbias.registry import weights_label
 from vlbias.runtime import autocast, precision, runtime
 from vlbias.weights import fetched
@@ -58,7 +63,9 @@ class SentenceEncoder:
         model_dir, model_id, revision, commit = resolve(spec)
         refuse_custom_code(model_dir)
         weights = model_dir / "model.safetensors"
-        if not weights.is_file():
+        if spec.get("weights") not in (None, "random"):
+            raise InputError(f"weights '{spec['weights']}'", "the only value is `random`")
+        if spec.get("weights") is None and not weights.is_file():
             raise InputError(model_dir, "no model.safetensors (only safetensors weights are loaded)")
         st_modules, pooling_cfg, st_cfg = _sentence_transformers_config(model_dir)
 
@@ -73,27 +80,37 @@ class SentenceEncoder:
 
         config = _read_json(model_dir / "config.json")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-        if PortedBert.fits(config):
+        source = {"model_id": model_id, "weights_file": str(weights), "revision": revision, "commit": commit}
+        if spec.get("config") and spec.get("weights") is None:
+            raise InputError("config", "overrides apply to `weights: random` only; the model folder's config.json "
+                                       "describes its weights")
+        if spec.get("weights") is not None:
+            # config.json's architecture at random, seeded: the random-init twin of the model (vlbias.robustness)
+            model = random_model(spec, AutoModel.from_config,
+                                 transformers.CONFIG_MAPPING[config.get("model_type", "bert")], config)
+            source |= {"model_id": f"random {model_id}", "weights_file": None, "seed": int(spec["seed"])}
+            config, self.implementation = model.config.to_dict(), "transformers"
+        elif PortedBert.fits(config):
             # the project's BERT (same outputs, see tests/models/test_models.py): no transformers modelling import
             model, self.implementation = _load_bert(weights, config), "vlbias.models.bert_layers"
         else:
             model, self.implementation = from_folder(AutoModel, model_dir, "sentence")[0], "transformers"
+        self.layer = spec.get("layer") or "last"
         self.model = model.eval().requires_grad_(False).to(self.device)
         self.max_length = int(spec.get("max_length") or st_cfg.get("max_seq_length")
                               or min(self.tokenizer.model_max_length, config["max_position_embeddings"]))
         self.dim = int(config["hidden_size"])
         self.info = {
             "adapter": "sentence",
-            "model_id": model_id,
             "path": spec.get("path"),
             "model_dir": str(model_dir),
-            "weights_file": str(weights),
-            "weights_sha256": sha256_file(weights),
-            "revision": revision,
-            "commit": commit,
+            **source,
+            "weights_sha256": source["weights_file"] and sha256_file(weights),
             "weights": weights_label(spec),
             "architecture": model.__class__.__name__,
             "implementation": self.implementation,
+            # the layer only where it is not the last: the caches of the entries written before the axis stay valid
+            **({"layer": self.layer} if self.layer != "last" else {}),
             "pooling": self.pooling,
             "normalize": self.normalize,
             "max_length": self.max_length,
@@ -117,15 +134,18 @@ class SentenceEncoder:
         # batches of texts of similar length: padding (to a batch's longest text) is work thrown away
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]]
         order = np.argsort(lengths, kind="stable")
+        penultimate = self.layer == "penultimate"
         with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(texts), self.batch_size):
                 rows = order[start:start + self.batch_size]
                 batch = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,
                                        max_length=self.max_length, return_tensors="pt").to(self.device)
                 if self.implementation == "transformers":
-                    hidden = self.model(**batch).last_hidden_state  # (b, tokens, dim)
+                    states = self.model(**batch, output_hidden_states=penultimate)
+                    hidden = states.hidden_states[-2] if penultimate else states.last_hidden_state  # (b, tokens, dim)
                 else:
-                    hidden = self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+                    hidden = self.model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                                        skip=int(penultimate))
                 hidden = hidden.float()  # pooled in float32 (under bf16 autocast the states are bfloat16)
                 if self.pooling == "cls":
                     emb = hidden[:, 0]

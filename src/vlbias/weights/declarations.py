@@ -11,7 +11,9 @@ importing the adapter::
     unused:     ["cls.seq_relationship.*"]      # checkpoint entries the family never reads (see below)
 
 A hub file list item ``a|b`` is the first of those the repository has, ``*.json`` every match; with
-``or_local: true`` a value that is a local directory or ``package:<name>`` is local.
+``or_local: true`` a value that is a local directory or ``package:<name>`` is local. ``random_reads:
+true``: ``weights: random`` reads the key's files too (sentence's ``path``: its config.json and
+tokenizer), so a random-init twin keeps it (vlbias.robustness.twin_entries).
 
 ``unused`` (not a key of the entry) names, as fnmatch patterns, the parameters a family's published
 checkpoints carry and its model never reads (a pre-training head, a pooler): the only entries a
