@@ -19,8 +19,6 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from vlbias.stats import _kernels
-
 # Floating-point sums over different orders of the same values differ in the last bits;
 # a partition within this relative distance of the observed statistic is a tie, and ties
 # count as at least as extreme (May et al.'s conservative rule).
@@ -133,6 +131,8 @@ def permutation_test_sw(s_w: ArrayLike, n_x: int, n_samples: int = 100_000, seed
     _finite(s, "s(w,A,B)")
     n_partitions = comb(n, n_x)
     observed = float(s[:n_x].sum())
+    from vlbias.stats import _kernels  # numba: loaded by a job's first test, not by every job that imports this
+
     counted = _count((_kernels.count_exact, _kernels.count_sampled), (s, n_x), s, observed, n_partitions,
                      "partitions", n_samples, seed, exact, threads)
 
@@ -179,6 +179,8 @@ def signflip_test(d: ArrayLike, groups: ArrayLike | None = None, n_samples: int 
         raise ValueError(f"groups must be {n} labels 0..G-1, got shape {groups.shape}")
     n_groups = int(groups.max()) + 1
     observed = float(sum(abs(d[groups == g].sum()) for g in range(n_groups)))
+    from vlbias.stats import _kernels
+
     counted = _count((_kernels.count_signflip_exact, _kernels.count_signflip_sampled), (d, groups, n_groups), d,
                      observed, 2**n, "sign vectors", n_samples, seed, exact, threads)
     return SignFlipResult(**counted, n_configurations=2**n, statistic=observed)
