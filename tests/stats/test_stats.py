@@ -9,6 +9,7 @@ import pytest
 
 from vlbias.stats import effect_size, effect_size_sw, permutation_pvalue, permutation_test_sw, s_wAB
 from vlbias.stats import reference
+from vlbias.stats._kernels import BLOCK
 from vlbias.stats.bootstrap import effect_size_ci
 from vlbias.stats.specificity import false_positive_rates, random_partition_pvalues
 
@@ -175,6 +176,15 @@ def test_same_seed_same_p_on_any_number_of_threads():
         results.append(permutation_test_sw(s, 40, n_samples=100_001, seed=42, threads=threads))
     assert results[0].p == results[1].p
     assert permutation_test_sw(s, 40, n_samples=100_001, seed=43).p != results[0].p
+
+
+def test_a_test_runs_no_more_threads_than_blocks_of_draws():
+    # a thread without a block of draws (BLOCK each) would only wait for the others: one block, one thread
+    s = np.random.default_rng(11).normal(size=80)
+    permutation_test_sw(s, 40, n_samples=BLOCK + 1, seed=42, threads=2)  # the observed one and BLOCK draws
+    assert numba.get_num_threads() == 1
+    permutation_test_sw(s, 40, n_samples=BLOCK + 2, seed=42, threads=2)
+    assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
 
 
 def test_monte_carlo_standard_error():
