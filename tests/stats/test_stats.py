@@ -1,6 +1,7 @@
 """The association statistics: hand-checked cases, brute force, and the May et al. loop."""
 
 import itertools
+import os
 from math import comb, erfc, sqrt
 
 import numba
@@ -185,6 +186,16 @@ def test_a_test_runs_no_more_threads_than_blocks_of_draws():
     assert numba.get_num_threads() == 1
     permutation_test_sw(s, 40, n_samples=BLOCK + 2, seed=42, threads=2)
     assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+
+
+def test_the_kernels_threads_sleep_while_they_wait(monkeypatch):
+    # OpenMP's threads spinning between blocks cost a busy machine 4× a test's CPU; a user's own setting stays
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    permutation_test_sw(np.arange(6.0), 3)
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    permutation_test_sw(np.arange(6.0), 3)
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_monte_carlo_standard_error():
