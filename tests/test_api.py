@@ -3,6 +3,7 @@ against values worked out by hand, the statistics called directly on the model's
 command line's row on the same test."""
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -119,6 +120,33 @@ def test_images_and_words_on_a_tiny_model_equal_the_statistics_on_its_vectors(no
     for bad, message in ((nowhere / "gone.png", "gone.png"), (nowhere / "page.png", "page.png")):
         with pytest.raises(InputError, match=message):
             run_query(Query({"Sunny": [*X[:2], bad], "Grey": Y}, words), copy.deepcopy(TINY_CLIP), cache="cache")
+
+
+def test_a_query_whose_texts_are_all_cached_builds_no_model(nowhere, monkeypatch):
+    import vlbias.models
+
+    query = Query({"Sunny": ["sun", "light"], "Grey": ["rain", "fog"]}, {"Pleasant": ["joy"], "Unpleasant": ["war"]})
+    entry = {k: v for k, v in TINY_CLIP.items() if k != "images"}
+    first = run_query(query, copy.deepcopy(entry), name="tiny", cache="cache", ci=False)
+    builds = []
+    build = vlbias.models.build
+    monkeypatch.setattr(vlbias.models, "build", lambda spec: builds.append(spec) or build(spec))
+    again = run_query(query, copy.deepcopy(entry), name="tiny", cache="cache", ci=False)
+    assert builds == []  # every text found in the cache: no model
+    pd.testing.assert_frame_equal(again, first)
+    assert again.attrs["provenance"] == first.attrs["provenance"]  # the info its build recorded
+    # a text the cache lacks: the model is built, once, and the texts it had are read from the cache
+    more = run_query(Query(query.targets, {"Pleasant": ["joy", "love"], "Unpleasant": ["war"]}), copy.deepcopy(entry),
+                     name="tiny", cache="cache", ci=False)
+    assert len(builds) == 1 and more.iloc[0]["n_a"] == 2 and more.iloc[0]["status"] == "ok"
+    # a record whose info is not the model's (its code changed unseen): refused before a vector is cached under
+    # it, and recorded anew
+    [record] = (nowhere / "cache/encoders").glob("*.json")
+    record.write_text(json.dumps({**json.loads(record.read_text()), "dim": 17}))
+    with pytest.raises(InputError, match="not the one recorded"):
+        run_query(query, copy.deepcopy(entry), name="tiny", cache="cache", ci=False)
+    pd.testing.assert_frame_equal(run_query(query, copy.deepcopy(entry), name="tiny", cache="cache", ci=False), first)
+    assert len(builds) == 2
 
 
 def test_an_image_listed_twice_in_a_set_is_refused(nowhere):

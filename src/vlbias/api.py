@@ -21,6 +21,7 @@ d, its interval, p and the adjusted p, n per set, provenance), the queries of on
 together as one's own family. ``vlbias run`` is this for a stimulus file.
 """
 
+import json
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -270,7 +271,8 @@ def model_store(stimuli, suite, name, spec, config, cache, out, *, images=None, 
     from vlbias.suites.ieat import embed_image_store
     from vlbias.suites.stores import embed_stimuli
 
-    encoder = _encoder(suite, name, spec, config, cache)
+    # text sets alone: the model is built when a text is missing from the cache (a rerun builds none)
+    encoder = _encoder(suite, name, spec, config, cache, lazy=not images)
     if images and not hasattr(encoder, "encode_images"):
         raise UsageError(f"model '{name}' ({suite}, adapter {spec['adapter']}) has no image tower for image sets")
     with RecordCache(Path(cache, "embeddings", fingerprint(encoder.info))) as records:
@@ -289,16 +291,68 @@ def model_store(stimuli, suite, name, spec, config, cache, out, *, images=None, 
         embed_image_store(images_h5, encoder, out, plan.provenance(spec), records, stimuli)
 
 
-def _encoder(suite, name, spec, config, cache):
+def _encoder(suite, name, spec, config, cache, lazy=False):
     """Model ``name``'s encoder (an entry of ``suite``, ``spec``): its weights fetched (or found in ``cache``),
-    checked against the config's weights lock and verified, built with its section's threads."""
+    checked against the config's weights lock and verified, built with its section's threads; ``lazy``: a
+    _LazyTextEncoder of it."""
     from vlbias.models import build
     from vlbias.weights import prepare
 
     lock = config["weights_lock"] if config else None
     threads = config[suite]["threads"] if config else None
-    return build({**prepare(f"{suite}/{name}", spec, cache=cache, lock_path=lock),
-                  **({"threads": threads} if threads else {})})
+    entry = {**prepare(f"{suite}/{name}", spec, cache=cache, lock_path=lock), **({"threads": threads} if threads else {})}
+    return _LazyTextEncoder(entry, Path(cache, "encoders")) if lazy else build(entry)
+
+
+class _LazyTextEncoder:
+    """The text encoder of a prepared ``entry``, built on its first ``encode_texts``: its ``info`` (which names
+    its cache, vlbias.io.cache.fingerprint) is what the last build of the same entry recorded in ``folder``,
+    keyed by all that makes that info (the entry with its weights' sha256, the adapters' code, torch's version,
+    the machine's GPUs: the device ``auto`` picks), so a run that finds every text in the cache builds no model.
+    Without a record the model is built at once, and its info recorded."""
+
+    def __init__(self, entry, folder):
+        self.entry, self.encoder = entry, None
+        self.record = Path(folder, f"{_build_key(entry)}.json")
+        try:
+            self.info = json.loads(self.record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # none yet, or unreadable: built now, recorded anew
+            self.built()
+
+    def built(self):
+        from vlbias.io.atomic import atomic_path
+        from vlbias.io.cache import fingerprint
+        from vlbias.models import build
+
+        if self.encoder is None:
+            self.encoder, recorded = build(self.entry), getattr(self, "info", None)
+            self.record.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(self.record) as tmp:
+                tmp.write_text(json.dumps(self.encoder.info, default=str), encoding="utf-8")
+            # the texts found under the recorded info are this model's only if the model built now has it
+            if recorded is not None and fingerprint(recorded) != fingerprint(self.encoder.info):
+                raise InputError(self.record, "the model built now is not the one recorded (its info differs): "
+                                              "recorded anew, run again")
+            self.info = self.encoder.info
+        return self.encoder
+
+    def encode_texts(self, texts):
+        return self.built().encode_texts(texts)
+
+
+def _build_key(entry):
+    """The digest of all that makes the ``info`` of the encoder ``entry`` builds (_LazyTextEncoder)."""
+    import os
+    from importlib.metadata import version
+
+    import vlbias.models
+    from vlbias.io.cache import digest
+
+    models = Path(vlbias.models.__file__).parent
+    code = [path.read_bytes() for path in (*sorted(models.glob("*.py")), models.parent / "runtime.py")]
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return digest(entry, code, version("torch"), sorted(os.listdir(gpus)) if gpus.is_dir() else [],
+                  os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def _image_settings(queries, entry, config):

@@ -123,7 +123,7 @@ def test_run_shows_its_progress_and_exits_promptly(project):
     messages = [line.split(" INFO ", 1)[1] for line in logged if " INFO " in line]
     # as a workflow job's terminal: the steps and the encoding's progress, before the row is printed
     assert messages[0] == "resources/stimuli/seat/weat-toy.yaml on minilm"
-    assert "seat/minilm: building the model, encoding weat-toy" in messages
+    assert "seat/minilm: encoding weat-toy (the model built if the cache lacks a text)" in messages
     assert any(m.startswith("texts: ") and " done in " in m for m in messages), messages
     assert last == "frozen at exit: True"
 

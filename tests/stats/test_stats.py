@@ -1,6 +1,7 @@
 """The association statistics: hand-checked cases, brute force, and the May et al. loop."""
 
 import itertools
+import os
 from math import comb, erfc, sqrt
 
 import numba
@@ -10,6 +11,7 @@ import pytest
 from vlbias.stats import effect_size, effect_size_sw, permutation_pvalue, permutation_test_sw, s_wAB
 from vlbias.stats.permutation import permutation_tails_sw
 from vlbias.stats import reference
+from vlbias.stats._kernels import BLOCK
 from vlbias.stats.bootstrap import effect_size_ci
 from vlbias.stats.specificity import false_positive_rates, random_partition_pvalues
 
@@ -186,6 +188,25 @@ def test_both_tails_in_one_pass_are_the_two_one_tailed_tests(exact):
     assert (upper, lower) == (permutation_test_sw(s, 6, n_samples=20_001, seed=9, exact=exact),
                               permutation_test_sw(-s, 6, n_samples=20_001, seed=9, exact=exact))
     assert upper.p + lower.p > 1  # the ties on the observed sum count in both tails
+
+
+def test_a_test_runs_no_more_threads_than_blocks_of_draws():
+    # a thread without a block of draws (BLOCK each) would only wait for the others: one block, one thread
+    s = np.random.default_rng(11).normal(size=80)
+    permutation_test_sw(s, 40, n_samples=BLOCK + 1, seed=42, threads=2)  # the observed one and BLOCK draws
+    assert numba.get_num_threads() == 1
+    permutation_test_sw(s, 40, n_samples=BLOCK + 2, seed=42, threads=2)
+    assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+
+
+def test_the_kernels_threads_sleep_while_they_wait(monkeypatch):
+    # OpenMP's threads spinning between blocks cost a busy machine 4× a test's CPU; a user's own setting stays
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    permutation_test_sw(np.arange(6.0), 3)
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    permutation_test_sw(np.arange(6.0), 3)
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_monte_carlo_standard_error():

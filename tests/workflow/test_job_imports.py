@@ -1,6 +1,8 @@
 """What a rule's job imports before it starts: every `script:` job is a Python process of its own, so
 each module its script imports at the top costs every job of the rule (torch with transformers: about
-3 s of CPU). The model jobs load their framework when they build the model; the rest never load it."""
+3 s of CPU). The model jobs load their framework when they build the model, the statistics' jobs numba
+(the permutation kernels) when they run their first test, the figures' jobs matplotlib; the rest never
+load them."""
 
 import ast
 import json
@@ -12,18 +14,16 @@ from helpers import REPO
 
 SCRIPTS = sorted((REPO / "workflow/scripts").glob("*.py"))
 FRAMEWORKS = ("torch", "transformers", "open_clip", "torchvision")
-# the jobs that run no permutation test nor ML-EAT: numba (the permutation kernels) stays out too
-NO_STATISTICS = ("grounded_embed", "grounded_experiment", "grounded_figures", "grounded_images", "grounded_table",
-                 "embed_images", "ieat_images", "ieat_output_store", "ieat_published_embeddings", "mlm_logprobs",
-                 "regions", "regions_tsv", "seat_embed", "skew_embed", "skew_images", "skew_propagation",
-                 "skew_queries", "skew_skipped", "skew_table", "suite_figures", "vectors_store", "weights_fetch")
+# the jobs that draw a figure: matplotlib is theirs alone (a table job's start stays light)
+FIGURES = ("grounded_figures", "grounded_mleat", "ieat_sweep", "mleat_table", "mlm_report", "robustness",
+           "skew_propagation", "skew_table", "suite_figures")
+# a last step that loads the permutation kernels: where numba's first importer must be
+KERNELS = ("the kernels", "from vlbias.stats import _kernels")
 
 
-def first_importers(scripts, watched):
-    """{watched module: the first of ``scripts`` whose module-level imports load it}, the scripts' imports
-    run one script after another in one fresh interpreter."""
-    steps = [(path.stem, "\n".join(ast.unparse(node) for node in ast.parse(path.read_text()).body
-                                   if isinstance(node, (ast.Import, ast.ImportFrom)))) for path in scripts]
+def first_importers(steps, watched):
+    """{watched module: the first of ``steps`` ((name, Python code) each) whose code loads it}, the steps
+    run one after another in one fresh interpreter."""
     code = f"""
 import json, sys
 found = {{}}
@@ -37,21 +37,31 @@ print(json.dumps(found))
     return json.loads(out.stdout)
 
 
+def module_imports(path):
+    """The module-level imports of the script ``path``: what its job runs before its first line of work."""
+    return "\n".join(ast.unparse(node) for node in ast.parse(path.read_text()).body
+                     if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 @pytest.fixture(scope="module")
 def first_loaded():
-    """first_importers of every script, the jobs without statistics first, ieat_table (a statistic's
-    job) next: one interpreter serves both tests below (its start and the imports cost seconds)."""
-    rest = [path for path in SCRIPTS if path.stem not in NO_STATISTICS and path.stem != "ieat_table"]
-    scripts = [REPO / f"workflow/scripts/{name}.py" for name in (*NO_STATISTICS, "ieat_table")] + rest
-    assert sorted(scripts) == SCRIPTS  # every script, each once
-    return first_importers(scripts, FRAMEWORKS + ("numba",))
+    """first_importers of every script's imports, the jobs without figures first, then the figures' jobs, then
+    the permutation kernels: one interpreter serves the tests below (its start and the imports cost seconds)."""
+    scripts = sorted(SCRIPTS, key=lambda path: path.stem in FIGURES)
+    assert {path.stem for path in SCRIPTS} >= set(FIGURES)
+    return first_importers([(path.stem, module_imports(path)) for path in scripts] + [KERNELS],
+                           FRAMEWORKS + ("numba", "matplotlib"))
 
 
 def test_no_job_imports_a_model_framework_before_it_builds_a_model(first_loaded):
     assert not set(FRAMEWORKS) & set(first_loaded), first_loaded
 
 
-def test_the_jobs_without_statistics_import_no_numba(first_loaded):
-    # the jobs without statistics ran first: numba's first importer is the statistic's job after them
-    # (the check sees numba where a statistic's job loads it)
-    assert first_loaded.get("numba") == "ieat_table", first_loaded
+def test_no_job_imports_numba_before_its_first_permutation_test(first_loaded):
+    # the kernels, after every script's imports, are numba's first importer (the check sees numba where it loads)
+    assert first_loaded.get("numba") == KERNELS[0], first_loaded
+
+
+def test_the_jobs_without_figures_import_no_matplotlib(first_loaded):
+    # they ran first: matplotlib's first importer is a figures' job (the check sees matplotlib where one loads it)
+    assert first_loaded.get("matplotlib") in FIGURES, first_loaded

@@ -86,7 +86,7 @@ def main(args):
             from vlbias.api import find_model
 
             suite, spec = find_model(config, args.model, stimulus.suite)
-            log.info("%s/%s: building the model, encoding %s", suite, args.model, stimulus.id)
+            log.info("%s/%s: encoding %s (the model built if the cache lacks a text)", suite, args.model, stimulus.id)
             store, model = model_store(config, suite, args.model, spec, stimulus, tmp), args.model
         log.info("%s on %s: d and p%s", stimulus.id, model, " and d's interval" if ci else "")
         row = run_test(stimulus, store, model, ci=ci, **settings)
