@@ -81,7 +81,9 @@ log = logging.getLogger(__name__)
 LEVELS = ("W", "S", "C")
 # A matmul of fewer rows than this sums each row otherwise on CPU (MKL's small-matrix kernels; 4 and 8
 # rows alike save where one 8-token caption's attention runs alone): a batch whose pairs give fewer rows
-# is filled up with copies of its first pair (see _batches)
+# is filled up with copies of its first pair (see _batches). An attention's matmuls multiply one pair's
+# tokens at a time, whatever the batch: fewer than this (5 image tokens, an odd count), MKL sums a pair's scores
+# in an order that depends on its place in the batch, which no filling mends; a real model's image has hundreds
 MIN_ROWS = 12
 # A caption is padded to its token count rounded up to a multiple of this (its bucket), whatever it is
 # batched with: its padded shape, hence its vector, is its own, and a batch holds any caption of a bucket
@@ -344,7 +346,11 @@ class VLEncoder:
         """
         text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
                            LENGTH_BUCKET)
-        visual = [self._visual(entry, i, mask) for i, entry in zip(index, regions)]
+        checked = {}  # id(entry) -> its arrays: a batch holds many captions of one image, read and masked once
+        for i, entry in zip(index, regions):
+            if id(entry) not in checked:
+                checked[id(entry)] = self._visual(entry, i, mask)
+        visual = [checked[id(entry)] for entry in regions]
         k = max(len(f) for f, _ in visual)
         feats = np.zeros((len(visual), k, self.feature_dim), dtype=np.float32)
         boxes = np.zeros((len(visual), k, 4), dtype=np.float32)
