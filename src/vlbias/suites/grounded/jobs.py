@@ -364,8 +364,8 @@ class Batches:
     mask, role) they come from. The pairs of one image (``image``: its image-only work's key) are added
     together; a queue runs before it is full only to keep at most ``images`` images with pairs waiting,
     the queue of the longest-waiting pair first, so an encoder keeping that many images' work
-    (``image_memo``) does each once. ``done``: the images whose last pair has been handed out (their
-    work can go: ``forget``), since the caller last cleared it."""
+    (``memo_images()``, which the job hands on after each call) does each once. ``done``: the images whose
+    last pair has been handed out (their work can go: ``forget``), since the caller last cleared it."""
 
     def __init__(self, size, images):
         self.size, self.images = size, images
@@ -418,7 +418,7 @@ def _embed_groups(encoder, groups, visual, cache, progress, dropped):
     depends on what it is batched with (vlbias.models.vl), so neither the cache's content nor the order
     of jobs changes one."""
     vectors, cached, refused, held = {}, [], [], {}
-    batches = Batches(encoder.batch_size, encoder.image_memo)
+    batches = Batches(encoder.batch_size, encoder.memo_images())
 
     def run(calls):
         for (level_c, mask, terms), part in calls:
@@ -431,6 +431,7 @@ def _embed_groups(encoder, groups, visual, cache, progress, dropped):
             if cache is not None:
                 cache.put_many(keys, {"vector": out[:, None]})
             progress.advance(len(part))
+        batches.images = encoder.memo_images()  # fewer once the first images' work shows what one holds
         encoder.forget([held.pop(image) for image in batches.done])
         batches.done.clear()
 
