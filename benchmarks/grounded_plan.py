@@ -88,9 +88,10 @@ def stand_in(encoder, regions):
                   np.zeros((*IMAGE_HW, 3), np.uint8), np.zeros(k, np.int64))
 
 
-def calls(encoder, groups, batch_size, entry):
-    """[pairs per call] of the job's ``Batches`` over ``groups``, each distinct pair once."""
-    batches, sizes, seen = jobs.Batches(batch_size, encoder.image_memo), [], set()
+def job_calls(encoder, groups, batch_size, entry):
+    """The job's calls, [((level C or not, mask, mask terms), [(caption, word span, image id)])], as its
+    ``Batches`` hands them out over ``groups`` (each distinct pair once; every image's regions ``entry``)."""
+    batches, out, seen = jobs.Batches(batch_size, encoder.memo_images()), [], set()
     shapes = {}
     for (image, _), members in jobs.read_order(groups):
         for gi, ri in members:
@@ -102,9 +103,19 @@ def calls(encoder, groups, batch_size, entry):
             seen.add(pair)
             if caption not in shapes:
                 shapes[caption] = encoder.shape_keys([caption], [entry])[0]
-            sizes += [len(part) for _, part in batches.add((g.level == "C", g.mask, g.terms and tuple(g.terms)),
-                                                           shapes[caption], (image, g.mask == "I"), None)]
-    return sizes + [len(part) for _, part in batches.close()]
+            out += batches.add((g.level == "C", g.mask, g.terms and tuple(g.terms)), shapes[caption],
+                               (image, g.mask == "I"), (caption, span, image))
+    return out + batches.close()
+
+
+def calls(encoder, groups, batch_size, entry):
+    """[pairs per call] of the job's calls (``job_calls``)."""
+    return [len(part) for _, part in job_calls(encoder, groups, batch_size, entry)]
+
+
+def plan_stimuli(plan, dataset):
+    """The stimuli of the main protocol's ``dataset`` job."""
+    return [load_grounded_stimulus(REPO / p) for p in plan.embed_stimuli(plan.main_protocol, dataset, None)]
 
 
 def reads(encoder, groups, entry):
@@ -152,7 +163,7 @@ def main():
               " ".join(f"{'rows/call@' + b:>14s} {'full@' + b:>9s}" for b in args.batch_sizes.split(",")) +
               f" {'reads/(image,mask)':>19s}")
         for dataset in args.datasets.split(","):
-            stimuli = [load_grounded_stimulus(REPO / p) for p in plan.embed_stimuli(plan.main_protocol, dataset, None)]
+            stimuli = plan_stimuli(plan, dataset)
             out["plans"][dataset] = {}
             for family, encoder in families.items():
                 groups = job_groups(stimuli, encoder, g["levels"], g["masks"])
