@@ -18,7 +18,7 @@ from vlbias.suites.grounded.stimulus import load_grounded_stimulus
 
 FAMILIES = {**TINY_VL, "blip": TINY_BLIP, "flava": TINY_FLAVA, "vilt": TINY_VILT, "bridgetower": TINY_BRIDGETOWER}
 # the families that keep an image's work (vlbias.models.vl ``_once``): once per (image, mask I or not)
-ONCE = {"lxmert", "vlbert", "blip", "flava", "bridgetower"}
+ONCE = {"lxmert", "vlbert", "blip", "flava", "bridgetower", "vilt"}
 LEVELS, MASKS = ["W", "S", "C"], {"T": ["S"], "I": ["S"]}
 
 
