@@ -5,8 +5,9 @@ For the Google and COCO jobs of the paper tables (config/config.yaml's stimuli, 
 main protocol's encoder options; every image taken as present), per grounded family of the config:
 
 - at each of ``--batch-sizes``: mean pairs per ``embed`` call and the share of pairs in full calls, as
-  the job hands them out (vlbias.suites.grounded.jobs ``read_order`` and ``Batches``, the family's
-  ``image_memo``). Shape keys are the family's own (``shape_keys`` of a tiny random model of its real
+  the job hands them out (vlbias.suites.grounded.jobs ``read_order`` and ``Batches``, the tiny model's
+  ``memo_images()``: ``image_memo``, 256; a base model whose image work would pass ``memo_bytes`` keeps
+  fewer, BLIP's 72 images: 90.6% full at 128, which gpu_check.py --plan reports). Shape keys are the family's own (``shape_keys`` of a tiny random model of its real
   config class: the token counts of its tokenizer, ``--regions`` regions per image, 480 x 640 pixels);
   the pairs of one key batch alike at any width, so the tiny model's keys are the base model's;
 - the store reads per distinct (image, mask I or not): the job reads each (image, labels) once
