@@ -30,6 +30,7 @@ their 600/800-pixel scales). ``--only`` picks adapters, ``--seconds`` the time p
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -40,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(Path(__file__).parent)]  # --plan: grounded_plan.py and grounded_embed.py beside it
 GOOGLE_PAIRS = 225_496   # the Google-images grounded job's (caption, image) pairs
 GOOGLE_IMAGES = 12_185   # its distinct images: what a detector runs on
 REL_TOL, COS_TOL, BOX_TOL = 1e-3, 1e-5, 0.5
@@ -284,6 +287,134 @@ def table(meta, rows, hours):
     return "\n".join(lines)
 
 
+def plan_row(name, size, device, batch_size, n_calls, tmp, stimuli=None):
+    """The family's share of the Google job on its own plan: the job's calls (windows, shape keys, fill:
+    benchmarks/grounded_plan.py's ``job_calls``, from the config's stimuli, or the first ``stimuli``), a
+    run of ``n_calls`` consecutive ones from the plan's middle (their images' work shared as in the job)
+    on a random model of ``size`` with stand-in regions per image (36 regions, 480 x 640 pixels): pairs/s,
+    batch fill, host ms per pair (wall minus the time inside the model's modules) and the device's busy
+    time (CUDA events around each outermost module call; None on the CPU, where the modules' wall time is
+    the model's share); the plan's pairs at that rate, in hours."""
+    import torch
+    from grounded_embed import ModelClock  # noqa: I001  (benchmarks/: the stage's module clock)
+    from grounded_plan import GroundedPlan, job_calls, job_groups, load_config, plan_stimuli, stand_in
+
+    from vlbias.models import build
+
+    with contextlib.chdir(REPO):  # the config's paths are the repository's
+        config = load_config("config/config.yaml")
+        plan = GroundedPlan(config)
+        google = plan_stimuli(plan, "google")[:stimuli]
+    encoder = build(entry(name, size, device, batch_size=batch_size, tmp=tmp))
+    groups = job_groups(google, encoder, config["grounded"]["levels"], config["grounded"]["masks"])
+    # the base model's image work sizes the job's image window (memo_images): one image's, computed ahead
+    rng = np.random.default_rng(0)
+    plain = stand_in(encoder, N_REGIONS)
+    encoder.embed(CAPTIONS[:1], [plain], "S")
+    calls = job_calls(encoder, groups, batch_size, plain)
+    sizes = [len(part) for _, part in calls]
+    start = max(0, len(calls) // 2 - n_calls // 2)
+    sample = calls[start:start + n_calls]
+    regions = {}
+    for _, part in sample:
+        for _, _, image in part:
+            if image not in regions:  # random regions and pixels: the model's work does not depend on them
+                xy = np.sort(rng.random((N_REGIONS, 2, 2)), axis=1)
+                regions[image] = type(plain)(
+                    (rng.random(plain.features.shape) * 4).astype(np.float32),
+                    np.concatenate([xy[:, 0], xy[:, 1]], axis=1).astype(np.float32), rng.random(N_REGIONS) < 0.2,
+                    plain.image_size, rng.integers(0, 256, plain.image.shape, dtype=np.uint8), plain.class_ids)
+    class DeviceClock(ModelClock):
+        """ModelClock, and on CUDA an event pair around each outermost module call: the device's own time."""
+
+        def __init__(self):
+            super().__init__(torch.cuda.synchronize if cuda else None)
+            self.events = []
+
+        def _pre(self, module, args):
+            if cuda and self.depth == 0:
+                self.events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+                self.events[-1][0].record()
+            super()._pre(module, args)
+
+        def _post(self, module, args, output):
+            super()._post(module, args, output)
+            if cuda and self.depth == 0:
+                self.events[-1][1].record()
+
+    cuda = device.startswith("cuda")
+    clock = DeviceClock()
+    encoder._memo.clear()
+    started = time.perf_counter()
+    with clock:
+        for (level_c, mask, terms), part in sample:
+            encoder.embed([c for c, _, _ in part], [regions[i] for *_, i in part], "C" if level_c else "S",
+                          mask=mask, mask_terms=terms and list(terms), words=[s for _, s, _ in part] if level_c else None)
+        if cuda:
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    pairs = sum(len(part) for _, part in sample)
+    busy = sum(a.elapsed_time(b) for a, b in clock.events) / 1000 if cuda else None
+    rate = pairs / wall
+    return {"adapter": name, "kind": "plan", "size": size, "batch": batch_size, "plan_pairs": sum(sizes),
+            "plan_calls": len(sizes), "fill": sum(sizes) / len(sizes) / batch_size,
+            "full_share": sum(n for n in sizes if n == batch_size) / sum(sizes), "image_window": encoder.memo_images(),
+            "calls_run": len(sample), "pairs_run": pairs, "seconds": wall, "pairs_per_s": rate,
+            "model_s": clock.seconds, "host_ms_per_pair": 1000 * (wall - clock.seconds) / pairs,
+            "device_busy_s": busy, "device_busy_share": busy / wall if cuda else None,
+            "hours": sum(sizes) / rate / 3600}
+
+
+def plan_table(meta, rows):
+    """The plan rows' table and the study's projection (the six families and the bottom-up detector)."""
+    lines = [f"Google plan on {meta['device']} ({meta['device_name']}), {meta['size']} models, random weights; "
+             + ("device busy from CUDA events" if meta["cuda"] else "CPU: no device busy time, the modules' wall "
+                "time is the model's share; hours are CPU projections"),
+             f"{'family':<12} {'pairs/s':>9} {'fill':>6} {'full':>6} {'host ms/pair':>13} {'busy':>6} {'hours':>8}"]
+    hours = {}
+    for row in rows:
+        if row.get("error"):
+            lines.append(f"{row['adapter']:<12} ERROR {row['error']}")
+            continue
+        if row["kind"] == "detector":
+            hours[row["adapter"]] = GOOGLE_IMAGES / row["fp32"]["items_per_s"] / 3600
+            lines.append(f"{row['adapter']:<12} {row['fp32']['items_per_s']:>9.2f} images/s over {GOOGLE_IMAGES:,} "
+                         f"images {hours[row['adapter']]:>8.2f}")
+            continue
+        hours[row["adapter"]] = row["hours"]
+        busy = f"{row['device_busy_share']:>6.1%}" if row["device_busy_share"] is not None else f"{'-':>6}"
+        lines.append(f"{row['adapter']:<12} {row['pairs_per_s']:>9.1f} {row['fill']:>6.1%} {row['full_share']:>6.1%} "
+                     f"{row['host_ms_per_pair']:>13.3f} {busy} {row['hours']:>8.2f}")
+    families = sum(v for k, v in hours.items() if k in GROUNDED)
+    detector = sum(v for k, v in hours.items() if k not in GROUNDED)
+    lines.append(f"Projected: the grounded families {families:.2f} h (goal <= 0.5 on one H200), with the detector "
+                 f"{families + detector:.2f} h (goal <= 1)")
+    return "\n".join(lines), {"families": families, "with detector": families + detector}
+
+
+def main_plan(args, meta, out):
+    """--plan: each grounded family on the Google plan's own calls, and bua's images/s."""
+    rows, failed = [], False
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in (args.only.split(",") if args.only else [*GROUNDED, "bua"]):
+            try:
+                if CASES[name][0] == "detector":
+                    row = check(name, meta["size"], args.device, 2, args.seconds, tmp, ["fp32"])
+                else:
+                    row = plan_row(name, meta["size"], args.device, args.batch_size, args.calls, tmp, args.stimuli)
+            except Exception as e:  # recorded, and the others still run
+                traceback.print_exc()
+                row, failed = {"adapter": name, "kind": CASES[name][0], "error": f"{type(e).__name__}: {e}"}, True
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            text, hours = plan_table(meta, rows)
+            (out / "gpu_check_plan.json").write_text(json.dumps({**meta, "rows": rows, "projected_hours": hours},
+                                                                indent=1))
+            (out / "gpu_check_plan.txt").write_text(text + "\n")
+    print(text)
+    return 1 if failed else 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for gpu_check.json and gpu_check.txt")
@@ -293,6 +424,11 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=32, help="items per call (pairs, images, texts; detectors: 2)")
     parser.add_argument("--seconds", type=float, default=2.0, help="time per throughput measurement")
     parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--plan", action="store_true",
+                        help="the grounded families on the Google plan's own calls, and the study projected")
+    parser.add_argument("--batch-size", type=int, default=128, help="--plan: the job's batch size")
+    parser.add_argument("--calls", type=int, default=20, help="--plan: consecutive calls of the plan run per family")
+    parser.add_argument("--stimuli", type=int, help="--plan: the first this many Google tests (default: all)")
     args = parser.parse_args(argv)
 
     import torch
@@ -313,6 +449,8 @@ def main(argv=None):
             "device_name": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
             else "CPU", "threads": torch.get_num_threads(), "n": args.n, "seconds": args.seconds,
             "tolerance": {"rel_max_abs": REL_TOL, "cos": COS_TOL, "box_px": BOX_TOL}}
+    if args.plan:
+        return main_plan(args, meta, out)
     rows, failed = [], False
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

@@ -5,8 +5,9 @@ For the Google and COCO jobs of the paper tables (config/config.yaml's stimuli, 
 main protocol's encoder options; every image taken as present), per grounded family of the config:
 
 - at each of ``--batch-sizes``: mean pairs per ``embed`` call and the share of pairs in full calls, as
-  the job hands them out (vlbias.suites.grounded.jobs ``read_order`` and ``Batches``, the family's
-  ``image_memo``). Shape keys are the family's own (``shape_keys`` of a tiny random model of its real
+  the job hands them out (vlbias.suites.grounded.jobs ``read_order`` and ``Batches``, the tiny model's
+  ``memo_images()``: ``image_memo``, 256; a base model whose image work would pass ``memo_bytes`` keeps
+  fewer, BLIP's 72 images: 90.6% full at 128, which gpu_check.py --plan reports). Shape keys are the family's own (``shape_keys`` of a tiny random model of its real
   config class: the token counts of its tokenizer, ``--regions`` regions per image, 480 x 640 pixels);
   the pairs of one key batch alike at any width, so the tiny model's keys are the base model's;
 - the store reads per distinct (image, mask I or not): the job reads each (image, labels) once
@@ -89,9 +90,10 @@ def stand_in(encoder, regions):
                   np.zeros((*IMAGE_HW, 3), np.uint8), np.zeros(k, np.int64))
 
 
-def calls(encoder, groups, batch_size, entry):
-    """[pairs per call] of the job's ``Batches`` over ``groups``, each distinct pair once."""
-    batches, sizes, seen = jobs.Batches(batch_size, encoder.image_memo), [], set()
+def job_calls(encoder, groups, batch_size, entry):
+    """The job's calls, [((level C or not, mask, mask terms), [(caption, word span, image id)])], as its
+    ``Batches`` hands them out over ``groups`` (each distinct pair once; every image's regions ``entry``)."""
+    batches, out, seen = jobs.Batches(batch_size, encoder.memo_images()), [], set()
     shapes = {}
     for (image, _), members in jobs.read_order(groups):
         for gi, ri in members:
@@ -103,9 +105,19 @@ def calls(encoder, groups, batch_size, entry):
             seen.add(pair)
             if caption not in shapes:
                 shapes[caption] = encoder.shape_keys([caption], [entry])[0]
-            sizes += [len(part) for _, part in batches.add((g.level == "C", g.mask, g.terms and tuple(g.terms)),
-                                                           shapes[caption], (image, g.mask == "I"), None)]
-    return sizes + [len(part) for _, part in batches.close()]
+            out += batches.add((g.level == "C", g.mask, g.terms and tuple(g.terms)), shapes[caption],
+                               (image, g.mask == "I"), (caption, span, image))
+    return out + batches.close()
+
+
+def calls(encoder, groups, batch_size, entry):
+    """[pairs per call] of the job's calls (``job_calls``)."""
+    return [len(part) for _, part in job_calls(encoder, groups, batch_size, entry)]
+
+
+def plan_stimuli(plan, dataset):
+    """The stimuli of the main protocol's ``dataset`` job."""
+    return [load_grounded_stimulus(REPO / p) for p in plan.embed_stimuli(plan.main_protocol, dataset, None)]
 
 
 def reads(encoder, groups, entry):
@@ -139,7 +151,7 @@ def main():
               " ".join(f"{'rows/call@' + b:>14s} {'full@' + b:>9s}" for b in args.batch_sizes.split(",")) +
               f" {'reads/(image,mask)':>19s}")
         for dataset in args.datasets.split(","):
-            stimuli = [load_grounded_stimulus(REPO / p) for p in plan.embed_stimuli(plan.main_protocol, dataset, None)]
+            stimuli = plan_stimuli(plan, dataset)
             out["plans"][dataset] = {}
             for family, encoder in families.items():
                 groups = job_groups(stimuli, encoder, g["levels"], g["masks"])

@@ -149,6 +149,21 @@ def test_gpu_check_tiny_on_the_cpu(tmp_path, capsys):
     assert "Projected" in (tmp_path / "gpu_check.txt").read_text()
 
 
+def test_gpu_check_on_the_google_plan_tiny_on_the_cpu(tmp_path):
+    # --plan: one family on the plan's own calls (one Google test's), the study projected from its rate
+    assert gpu_check().main(["--out", str(tmp_path), "--device", "cpu", "--tiny", "--plan", "--only", "lxmert",
+                             "--stimuli", "1", "--calls", "2", "--batch-size", "8"]) == 0
+    report = json.loads((tmp_path / "gpu_check_plan.json").read_text())
+    (row,) = report["rows"]
+    assert row["calls_run"] == 2 and 8 < row["pairs_run"] <= 16 and row["device_busy_s"] is None
+    assert row["plan_pairs"] == pytest.approx(row["fill"] * 8 * row["plan_calls"]) and 0.5 < row["fill"] <= 1
+    assert row["pairs_per_s"] == pytest.approx(row["pairs_run"] / row["seconds"])
+    assert row["host_ms_per_pair"] == pytest.approx(1000 * (row["seconds"] - row["model_s"]) / row["pairs_run"])
+    assert 0 < row["model_s"] < row["seconds"]
+    assert report["projected_hours"]["families"] == pytest.approx(row["plan_pairs"] / row["pairs_per_s"] / 3600)
+    assert "CPU projections" in (tmp_path / "gpu_check_plan.txt").read_text()
+
+
 def test_gpu_check_compare_fails_beyond_its_tolerance():
     check = gpu_check()
     a = np.random.default_rng(0).standard_normal((4, 8))

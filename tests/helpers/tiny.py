@@ -206,14 +206,16 @@ TINY_VILT = {"adapter": "vilt", "weights": "random", "seed": 0, "device": "cpu",
 
 # A tiny random BridgeTower (vlbias.models.bridgetower): 3 text and vision layers and two cross-modal layers (the
 # second reads the image work of a later ViT layer), all 32 wide (the vision tower 64: one head per 64 channels),
-# 32x32 images of 16-pixel patches; its RoBERTa-style tokenizer is tiny_bpe_tokenizer's (vocab_size 400)
+# 32x32 images of 8-pixel patches: 17 image tokens, at least vlbias.models.vl.MIN_ROWS as a real BridgeTower's 325
+# (the image stream's attention multiplies one image's tokens at a time: with 5, MKL summed an image's scores in an
+# order that depended on its place in the batch); its RoBERTa-style tokenizer is tiny_bpe_tokenizer's (vocab 400)
 TINY_BRIDGETOWER = {"adapter": "bridgetower", "weights": "random", "seed": 0, "device": "cpu",
                     "config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                                "text_config": {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
                                                "intermediate_size": 37, "vocab_size": 400,
                                                "max_position_embeddings": 66},
                                "vision_config": {"hidden_size": 64, "num_hidden_layers": 3, "image_size": 32,
-                                                 "patch_size": 16}}}
+                                                 "patch_size": 8}}}
 
 
 def tiny_bpe_tokenizer(folder):

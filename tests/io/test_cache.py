@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vlbias.io import cache as cache_module
-from vlbias.io.cache import RecordCache, cached_vectors, digest, fingerprint
+from vlbias.io.cache import RecordCache, cached_vectors, digest, digester, fingerprint
 
 
 def test_digest_tells_apart_what_differs_and_only_that():
@@ -18,6 +18,26 @@ def test_digest_tells_apart_what_differs_and_only_that():
     assert digest({"b": 1, "a": 2}) == digest({"a": 2, "b": 1})
     with pytest.raises(TypeError):
         digest(object())
+
+
+def test_a_digester_gives_the_digest_of_its_head_and_parts():
+    of = digester(("S", None, ["man", "woman"]), 3)
+    a = np.arange(3, dtype=np.float32)
+    first = of("A man.", (2, 5), a)
+    assert first == digest("S", None, ["man", "woman"], "A man.", (2, 5), a) != of("A man.", (2, 5), a + 1)
+    assert of("A man.", (2, 5), a) == first  # each call from the head alone, not from the calls before
+    assert digester(("a",), 1)("b") == digester((), 2)("a", "b") == digest("a", "b")
+
+
+def test_a_block_of_records_is_kept_row_by_row(tmp_path):
+    block = np.arange(6, dtype=np.float32).reshape(3, 1, 2)
+    with RecordCache(tmp_path) as c:
+        c.put_many(["a", "b", "c"], {"vector": block})
+        with pytest.raises(ValueError, match="a row per key"):
+            c.put_many(["d"], {"vector": block})
+    c = RecordCache(tmp_path)
+    assert [c.get(k)["vector"].tolist() for k in "abc"] == [[[0, 1]], [[2, 3]], [[4, 5]]] and len(c) == 3
+    c.close()
 
 
 def test_fingerprint_ignores_where_files_lie_but_not_what_they_hold():

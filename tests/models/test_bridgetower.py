@@ -51,7 +51,7 @@ def blank(tiny):
 @pytest.fixture(scope="module")
 def processor(tokenizer_dir):
     """BridgeTowerProcessor as its docs build it: bridgetower-base's image processing at the tiny model's size."""
-    image = BridgeTowerImageProcessor(size={"shortest_edge": 32}, crop_size={"shortest_edge": 32}, size_divisor=16)
+    image = BridgeTowerImageProcessor(size={"shortest_edge": 32}, crop_size={"shortest_edge": 32}, size_divisor=8)
     return BridgeTowerProcessor(image, AutoTokenizer.from_pretrained(tokenizer_dir))
 
 

@@ -19,7 +19,7 @@ from helpers.tiny import TINY_BLIP, TINY_BRIDGETOWER, TINY_FLAVA, TINY_VILT, TIN
 
 from vlbias.models import build
 from vlbias.models.tokenization import encode_text
-from vlbias.models.vl import LENGTH_BUCKET
+from vlbias.models.vl import LENGTH_BUCKET, _nbytes
 from vlbias.suites.grounded.jobs import vision_passes
 from vlbias.visual import visual_field
 
@@ -160,6 +160,20 @@ def test_mask_i_and_the_unmasked_run_keep_apart(family):
     assert np.abs(plain - masked).max() > 1e-4  # image 0 has persons: mask I reads other image work
     encoder.embed(captions[:1], regions[:1], "S", mask="T", mask_terms=["woman"])
     assert len(encoder._memo) == 2  # mask T reads the unmasked image's work
+
+
+def test_the_work_kept_is_bounded_by_bytes(family):
+    encoder, _, captions, regions = family
+    encoder._memo.clear()
+    encoder.embed(captions[:1], regions[:1], "S")
+    one = _nbytes(next(iter(encoder._memo.values()))[1])
+    assert one > 0 and encoder.memo_images() == min(encoder.image_memo, encoder.memo_bytes // one)
+    encoder.memo_bytes = one + one // 2  # room for one image's work
+    try:
+        encoder.embed(captions, regions, "S")
+        assert encoder.memo_images() == 1 and len(encoder._memo) == 1 < len({id(r) for r in regions})
+    finally:
+        encoder.memo_bytes = type(encoder).memo_bytes
 
 
 # --- vectors independent of their batch ----------------------------------------------------------

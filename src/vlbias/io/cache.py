@@ -92,6 +92,23 @@ def digest(*parts: object) -> str:
     return h.hexdigest()
 
 
+def digester(head: Sequence[object], n: int) -> Callable[..., str]:
+    """A function of ``n`` parts giving ``digest(*head, *parts)``: the parts every call shares hashed
+    once (a job's cache keys differ in a pair's own parts, not in its group's)."""
+    start = hashlib.sha256()
+    start.update(b"L%d:" % (len(head) + n))  # as ``digest``'s list of them all
+    for part in head:
+        _feed(start, part)
+
+    def of(*parts: object) -> str:
+        h = start.copy()
+        for part in parts:
+            _feed(h, part)
+        return h.hexdigest()
+
+    return of
+
+
 def record_digest(key: str, record: Mapping[str, NDArray[Any]]) -> str:
     """Digest of a cache record and the key it is stored under (kept beside it, checked when read)."""
     h = hashlib.sha256()
@@ -209,10 +226,16 @@ class RecordCache:
 
     def put(self, key: str, record: Mapping[str, ArrayLike]) -> None:
         """Keep ``record`` ({name: array with ndim >= 1}) under ``key``; written by the next flush."""
-        arrays = {name: np.asarray(value) for name, value in record.items()}
-        if any(v.ndim == 0 for v in arrays.values()):
-            raise ValueError(f"record {key}: fields need at least one dimension")
-        self.pending[key] = arrays
+        self.put_many([key], {name: np.asarray(value)[None] for name, value in record.items()})
+
+    def put_many(self, keys: Sequence[str], block: Mapping[str, ArrayLike]) -> None:
+        """Keep the records of a block ({name: array (len(keys), ...) with ndim >= 2}): record i, row i of
+        each field (a view), under ``keys[i]``; one call for a batch of vectors."""
+        arrays = {name: np.asarray(value) for name, value in block.items()}
+        if any(v.ndim < 2 or len(v) != len(keys) for v in arrays.values()):
+            raise ValueError(f"records {', '.join(keys[:3])}: fields need at least one dimension, a row per key")
+        for i, key in enumerate(keys):
+            self.pending[key] = {name: v[i] for name, v in arrays.items()}
         self.pending_bytes += sum(v.nbytes for v in arrays.values())
         if self.pending_bytes >= FLUSH_BYTES or time.monotonic() - self.last_flush >= FLUSH_SECONDS:
             self.flush()
@@ -327,8 +350,8 @@ def cached_outputs(cache: RecordCache | None, keys: Sequence[str],
         computed = compute(part)
         for j, i in enumerate(part):
             rows[i] = {name: vectors[j] for name, vectors in computed.items()}
-            if cache is not None:
-                cache.put(keys[i], {name: v[None] for name, v in rows[i].items()})
+        if cache is not None:
+            cache.put_many([keys[i] for i in part], {name: np.asarray(v)[:, None] for name, v in computed.items()})
         if progress is not None:
             progress.advance(len(part))
     if progress is not None:

@@ -107,22 +107,25 @@ class PixelMaskedLM(VLEncoder):
 
     def _batch(self, captions, regions, index, mask, mask_terms, words):
         """(TextBatch, pixel values (b, 3, H, W), pixel mask (b, H, W), blind (b,)): each caption's image
-        (a blank one for None), each distinct image processed once, padded to the batch's largest."""
+        (a blank one for None), processed once per (image, mask) however many captions, batches and calls
+        read it (``_once``: the processor's resizing is host work a GPU does not shrink). A batch's images
+        are of one size (``_shape``), so the processor pads none of them."""
         text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
                            LENGTH_BUCKET)
-        images, which, seen = [], [], {}
+        processed = []
         for i, entry in zip(index, regions):
-            entry = self.blank if entry is None else entry
-            if id(entry) not in seen:
-                seen[id(entry)] = len(images)
-                images.append(self._image(entry, i, mask if entry is not self.blank else None))
-            which.append(seen[id(entry)])
-        processed = self.processor(images=images, return_tensors="pt")
-        which = torch.tensor(which)
+            entry, seen = (self.blank, None) if entry is None else (entry, mask)  # the blank image is never masked
+            processed.append(self._once(entry, seen, lambda entry=entry, i=i, seen=seen:
+                                        self._processed(entry, i, seen)))
         text.input_ids = text.input_ids.to(self.device)
         text.attention_mask = text.attention_mask.to(self.device)
-        return (text, processed["pixel_values"][which].to(self.device),
-                processed["pixel_mask"][which].to(self.device), self._blind(regions))
+        return (text, torch.cat([p for p, _ in processed]).to(self.device),
+                torch.cat([m for _, m in processed]).to(self.device), self._blind(regions))
+
+    def _processed(self, entry, index, mask):
+        """(pixel values (1, 3, H, W), pixel mask (1, H, W)) of one caption's image, as the processor gives them."""
+        processed = self.processor(images=[self._image(entry, index, mask)], return_tensors="pt")
+        return processed["pixel_values"], processed["pixel_mask"]
 
     def _level_vectors(self, text, visual, level):
         states, pooled = self._states(text, *visual)

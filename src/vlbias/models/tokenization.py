@@ -97,6 +97,7 @@ def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, to
     real = offsets[:, :, 1] > offsets[:, :, 0]
     positions = np.zeros(len(captions), dtype=np.int64) if words is not None else None
     term_ids = _term_ids(tokenizer, mask_terms) if mask_terms is not None and token_mask == "word" else None
+    patterns = [re.compile(_whole_word(t), flags=re.IGNORECASE) for t in mask_terms or ()]  # once per batch
     for i, caption in enumerate(captions):
         if lengths[i] > max_length:
             raise InputError(f"caption '{caption}'", f"is {lengths[i]} tokens long, more than max_length "
@@ -116,8 +117,8 @@ def encode_text(tokenizer, captions, max_length, mask_terms=None, words=None, to
                 positions[i] = moved[positions[i]]
         elif mask_terms is not None:
             hit = np.zeros(input_ids.shape[1], dtype=bool)
-            for term in mask_terms:
-                for m in re.finditer(_whole_word(term), caption, flags=re.IGNORECASE):
+            for pattern in patterns:
+                for m in pattern.finditer(caption):
                     # every token overlapping the occurrence: all of a multi-piece word's pieces
                     hit |= real[i] & (offsets[i, :, 0] < m.end()) & (offsets[i, :, 1] > m.start())
             if not hit.any():

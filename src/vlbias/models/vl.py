@@ -81,7 +81,9 @@ log = logging.getLogger(__name__)
 LEVELS = ("W", "S", "C")
 # A matmul of fewer rows than this sums each row otherwise on CPU (MKL's small-matrix kernels; 4 and 8
 # rows alike save where one 8-token caption's attention runs alone): a batch whose pairs give fewer rows
-# is filled up with copies of its first pair (see _batches)
+# is filled up with copies of its first pair (see _batches). An attention's matmuls multiply one pair's
+# tokens at a time, whatever the batch: fewer than this (5 image tokens, an odd count), MKL sums a pair's scores
+# in an order that depends on its place in the batch, which no filling mends; a real model's image has hundreds
 MIN_ROWS = 12
 # A caption is padded to its token count rounded up to a multiple of this (its bucket), whatever it is
 # batched with: its padded shape, hence its vector, is its own, and a batch holds any caption of a bucket
@@ -111,9 +113,11 @@ class VLEncoder:
     no_image = None        # what "no visual input" feeds, in words
     masks_every_run = False  # True: the regions mask I hides are masked in the unmasked runs too
     batch_dependent = False  # True: a pair's vector depends on its batch in the authors' loader (in_authors_batches)
-    # (image, mask) states kept (``_once``): a job keeps at most this many images' pairs waiting for a full call
-    # (vlbias.suites.grounded.jobs.Batches; 256: >= 90% of the Google job's pairs in full calls of 128)
+    # (image, mask) states kept (``_once``): a job keeps at most ``memo_images()`` images' pairs waiting for a full
+    # call (vlbias.suites.grounded.jobs.Batches): this many, fewer where their work would pass memo_bytes (BLIP base
+    # keeps 44 MB an image: 72 images, 90.5% of the Google job's pairs in full calls of 128; 256 held 11 GB)
     image_memo = 256
+    memo_bytes = 3 * 2**30
 
     def __init__(self, spec):
         self.device, self.batch_size = runtime(spec)
@@ -143,6 +147,7 @@ class VLEncoder:
                 raise InputError(f"{name} '{self.feed[name]}'", f"must be one of {', '.join(values)}")
         self.visual_dim = self._visual_dim(config)
         self._memo = OrderedDict()  # (id(entry), masked) -> (entry, its image-only work): see _once
+        self._work_bytes = 0        # the most bytes one image's work has held: see memo_images
         self._token_counts = {}     # caption -> its token count: see _lengths
         self.image_passes = 0       # image-only computations run (vlbias.suites.grounded.jobs counts them ahead)
         self.max_length = int(spec.get("max_length") or min(512, config.max_position_embeddings))
@@ -269,17 +274,25 @@ class VLEncoder:
     def _once(self, entry, mask, compute):
         """``compute()``, the image-only work of one regions entry under ``mask`` (vision states, their
         projections), run once however many captions, batches and calls read that image: kept for the
-        last ``image_memo`` (entry, mask I or not) met. The entry is held with it, so its id is not reused."""
+        last ``memo_images()`` (entry, mask I or not) met. The entry is held with it, so its id is not reused."""
         key = (id(entry), mask == "I")
         if key in self._memo:
             self._memo.move_to_end(key)
             return self._memo[key][1]
         value = compute()
         self.image_passes += 1
+        self._work_bytes = max(self._work_bytes, _nbytes(value))
         self._memo[key] = (entry, value)
-        if len(self._memo) > self.image_memo:
+        while len(self._memo) > self.memo_images():
             self._memo.popitem(last=False)
         return value
+
+    def memo_images(self):
+        """How many images' work ``_once`` keeps: ``image_memo``, fewer where that many of the largest work
+        met so far would hold more than ``memo_bytes``."""
+        if not self._work_bytes:
+            return self.image_memo
+        return min(self.image_memo, max(1, self.memo_bytes // self._work_bytes))
 
     def _bucket(self, length):
         """The token count a caption of ``length`` tokens is padded to: ``length`` rounded up to a multiple
@@ -344,7 +357,11 @@ class VLEncoder:
         """
         text = encode_text(self.tokenizer, captions, self.max_length, mask_terms, words, self.token_mask,
                            LENGTH_BUCKET)
-        visual = [self._visual(entry, i, mask) for i, entry in zip(index, regions)]
+        checked = {}  # id(entry) -> its arrays: a batch holds many captions of one image, read and masked once
+        for i, entry in zip(index, regions):
+            if id(entry) not in checked:
+                checked[id(entry)] = self._visual(entry, i, mask)
+        visual = [checked[id(entry)] for entry in regions]
         k = max(len(f) for f, _ in visual)
         feats = np.zeros((len(visual), k, self.feature_dim), dtype=np.float32)
         boxes = np.zeros((len(visual), k, 4), dtype=np.float32)
@@ -457,6 +474,17 @@ class VLEncoder:
                     logp = torch.log_softmax(logits[j].float(), dim=-1)
                     out[i] = (logp if columns is None else logp[:, columns]).cpu().numpy()
         return out
+
+
+def _nbytes(value):
+    """Bytes of the tensors and arrays in ``value`` (nested in lists, tuples and dicts)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        value = list(value.values())
+    return sum(map(_nbytes, value)) if isinstance(value, (list, tuple)) else 0
 
 
 class Given(nn.Module):

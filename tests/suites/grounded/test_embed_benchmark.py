@@ -62,6 +62,7 @@ def test_stage_and_model_alone_of_a_region_and_a_pixel_family(bench, tmp_path, c
         assert row["stage_pairs_s"] == pytest.approx(row["pairs"] / row["stage_s"])
         assert row["model_pairs_s"] == pytest.approx(row["pairs"] / row["model_s"])
         assert row["overhead"] == pytest.approx(1 - row["model_s"] / row["stage_s"])
+        assert row["host_ms_per_pair"] == pytest.approx(1000 * (row["stage_s"] - row["model_s"]) / row["pairs"])
     # FLAVA's text, image and multimodal encoders are separate calls; LXMERT's model one per batch
     assert rows["flava"]["module_calls"] > rows["lxmert"]["module_calls"]
     printed = capsys.readouterr().out

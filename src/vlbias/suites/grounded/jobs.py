@@ -4,13 +4,13 @@ pairs on one vision-language model, and the experiments on them (see docs/ground
 import json
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from vlbias.errors import InputError
-from vlbias.io.cache import digest, fingerprint
+from vlbias.io.cache import digest, digester, fingerprint
 from vlbias.io.fetch import sha256_file
 from vlbias.io.atomic import atomic_path
 from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
@@ -318,12 +318,16 @@ class _Group:
     rows: list
     entries: list | None
     keys: list
+    digests: dict = field(default_factory=dict)  # parts after the group's own -> their ``digester``
 
     def key(self, row, visual_digest, batch=None):
-        """The cache key of the pair ``row`` (caption, image, span) on an image of ``visual_digest``."""
+        """The cache key of the pair ``row`` (caption, image, span) on an image of ``visual_digest``:
+        digest(level, mask, terms, caption, span, visual_digest, *option[, batch])."""
         caption, _, span = row
-        return digest(self.level, self.mask, self.terms, caption, span, visual_digest, *self.option,
-                      *([] if batch is None else [batch]))
+        rest = (caption, span, visual_digest, *self.option, *([] if batch is None else [batch]))
+        if len(rest) not in self.digests:
+            self.digests[len(rest)] = digester((self.level, self.mask, self.terms), len(rest))
+        return self.digests[len(rest)](*rest)
 
 
 def _authors_feed(encoder, g, visual, images, dropped):
@@ -362,8 +366,8 @@ class Batches:
     mask, role) they come from. The pairs of one image (``image``: its image-only work's key) are added
     together; a queue runs before it is full only to keep at most ``images`` images with pairs waiting,
     the queue of the longest-waiting pair first, so an encoder keeping that many images' work
-    (``image_memo``) does each once. ``done``: the images whose last pair has been handed out (their
-    work can go: ``forget``), since the caller last cleared it."""
+    (``memo_images()``, which the job hands on after each call) does each once. ``done``: the images whose
+    last pair has been handed out (their work can go: ``forget``), since the caller last cleared it."""
 
     def __init__(self, size, images):
         self.size, self.images = size, images
@@ -416,7 +420,7 @@ def _embed_groups(encoder, groups, visual, cache, progress, dropped):
     depends on what it is batched with (vlbias.models.vl), so neither the cache's content nor the order
     of jobs changes one."""
     vectors, cached, refused, held = {}, [], [], {}
-    batches = Batches(encoder.batch_size, encoder.image_memo)
+    batches = Batches(encoder.batch_size, encoder.memo_images())
 
     def run(calls):
         for (level_c, mask, terms), part in calls:
@@ -424,11 +428,12 @@ def _embed_groups(encoder, groups, visual, cache, progress, dropped):
             out = encoder.embed([c for c, *_ in part], [e for _, _, e, _ in part], "C" if level_c else "S",
                                 mask=mask, mask_terms=terms and list(terms),
                                 words=[s for _, s, *_ in part] if level_c else None)
-            for (*_, key), v in zip(part, out):
-                vectors[key] = v
-                if cache is not None:
-                    cache.put(key, {"vector": v[None]})
+            keys = [key for *_, key in part]
+            vectors.update(zip(keys, out))
+            if cache is not None:
+                cache.put_many(keys, {"vector": out[:, None]})
             progress.advance(len(part))
+        batches.images = encoder.memo_images()  # fewer once the first images' work shows what one holds
         encoder.forget([held.pop(image) for image in batches.done])
         batches.done.clear()
 
