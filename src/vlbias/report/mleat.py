@@ -164,13 +164,13 @@ class _EatMapFigure:
                                                   else "")
         flag = (f"\ncosine similarity uninformative: every μ ≥ {result.saturation:g}"
                 if result.cosine_uninformative else "")
-        pad = self.PAD / self.SIZE[1]
-        self.fig.suptitle(f"{head}Level 1: {level1}\n{pattern}{flag}", fontsize=9, y=1 - pad, va="top")
+        edge = self.PAD / self.SIZE[1]  # the figure fraction between its edge and the texts along it
+        self.fig.suptitle(f"{head}Level 1: {level1}\n{pattern}{flag}", fontsize=9, y=1 - edge, va="top")
         note = (f"points: s(c, T) = mean cos(c, t) over t ∈ T, one per attribute stimulus; line μ, band μ ± σ (all "
                 f"cosines of T with C); shaded: Level 2 p < {result.alpha:g} ({result.null} null); p as computed; "
                 f"{significance_note(STARS_FAMILY)}")
         # wrapped to the figure's width: at 6.5 pt a line holds about 135 characters
-        self.fig.supxlabel(textwrap.fill(note, 125, break_on_hyphens=False), fontsize=6.5, color="0.3", y=pad,
+        self.fig.supxlabel(textwrap.fill(note, 125, break_on_hyphens=False), fontsize=6.5, color="0.3", y=edge,
                            va="bottom")
         self.place()
         # the layout fits the labels in the figure: no tight bounding box, whose second draw would cost as much
