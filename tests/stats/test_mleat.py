@@ -342,6 +342,56 @@ def test_maps_drawn_in_worker_processes_are_the_maps_drawn_here(tmp_path):
         assert (tmp_path / "forked" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
 
 
+
+def test_maps_share_one_figure_drawn_once_each_without_a_layout_engine(tmp_path, monkeypatch):
+    """A map cost 0.26 CPU-s, three quarters of it a fresh Figure and its constrained layout (solved twice
+    per savefig: a dry draw, then the real one): the maps share one Figure, placed by arithmetic on the
+    texts' measured extents, and each is drawn once."""
+    import matplotlib.layout_engine
+    from matplotlib.figure import Figure
+
+    draws, solves, draw = [], [], Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda fig, renderer: (draws.append(fig), draw(fig, renderer))[1])
+    monkeypatch.setattr(matplotlib.layout_engine, "do_constrained_layout", lambda *a, **k: solves.append(a) or {})
+    results = [mleat(X, Y, A, B, alpha=0.2, null="count"), mleat(unit(ANGLES["X"]["B"]), unit(ANGLES["Y"]["A"]), A9, B9)]
+    draw_maps([(r, tmp_path / f"{i}.png", f"Test {i}", LABELS) for i, r in enumerate(results * 2)])
+    assert len(draws) == 4 and len(set(map(id, draws))) == 1 and not solves
+
+
+def assert_texts_apart(fig):
+    """Every text around an EAT-Map's quadrants inside the figure and clear of the others and of the axes."""
+    renderer = fig.canvas.get_renderer()
+    axes = {ax.get_gid(): ax for ax in fig.axes}
+    lo, hi = axes["XA"].get_ylim()
+    texts = [fig._suptitle, fig._supxlabel, axes["XA"].title, axes["XB"].title, axes["XA"].yaxis.label,
+             axes["YA"].yaxis.label, *(axes[q].yaxis.offsetText for q in ("XA", "YA") if axes[q].yaxis.offsetText.get_text())]
+    drawn = lambda tick: abs(tick.get_loc() - (lo + hi) / 2) <= (hi - lo) * (0.5 + 1e-9)  # a tick on a limit too
+    texts += [t.label1 for q in ("XA", "YA") for t in axes[q].yaxis.get_major_ticks() if drawn(t)]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for b, t in zip(boxes, texts, strict=True):
+        assert fig.bbox.x0 <= b.x0 and b.x1 <= fig.bbox.x1 and fig.bbox.y0 <= b.y0 and b.y1 <= fig.bbox.y1, t
+        assert not any(b.overlaps(ax.bbox) for ax in fig.axes), t
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+def test_eat_map_fits_its_texts_in_the_figure_apart(tmp_path):
+    """The titles, the y labels and tick labels, the suptitle (up to four lines) and the note under the map
+    (it ran past both edges of the figure when it was two lines long) fit, clear of each other."""
+    import vlbias.report.mleat as report
+
+    rng = np.random.default_rng(2)
+    near = lambda n: np.array([1.0, 0, 0]) + 0.05 * rng.normal(size=(n, 3))
+    title = "Double bind, likable: male/female names × likable/unlikable (one word) on minilm"
+    for r in (mleat(X, Y, A, B, alpha=0.2, null="count"), mleat(near(9), near(9), near(8), near(8))):
+        fig = plot_eat_map(r, tmp_path / "map.png", title, LABELS)
+        assert_texts_apart(fig)
+    # a tick on either limit: its label reaches half its height beyond the axes, toward the note and the other row
+    fig.axes[0].set_ylim(0.1, 0.3)  # the four share it: ticks 0.100 to 0.300
+    report._FIGURE.place()
+    fig.canvas.draw()
+    assert_texts_apart(fig)
+
+
 def summary_rows():
     rows = []
     for test, name, (o_x, o_y) in (("t1", "Test One", ("A", "B")), ("t2", "Test Two", ("B", "")),
