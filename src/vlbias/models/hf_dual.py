@@ -77,26 +77,23 @@ import numpy as np
 import torch
 import transformers
 from PIL import Image
-from transformers import (AutoModel, AutoProcessor, BlipConfig, BlipForImageTextRetrieval, BlipImageProcessor,
-                          BlipProcessor, CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer,
-                          FlavaConfig, FlavaImageProcessor, FlavaModel, FlavaProcessor, PreTrainedTokenizerFast,
-                          SiglipConfig, SiglipImageProcessor, SiglipModel, SiglipProcessor, Siglip2Config,
-                          Siglip2ImageProcessor, Siglip2Model, Siglip2Processor)
+from transformers import (AutoModel, AutoProcessor, BlipForImageTextRetrieval, BlipImageProcessor,
+                          BlipProcessor, CLIPImageProcessor, CLIPProcessor, CLIPTokenizer,
+                          FlavaImageProcessor, FlavaModel, FlavaProcessor, PreTrainedTokenizerFast,
+                          SiglipImageProcessor, SiglipProcessor, Siglip2ImageProcessor, Siglip2Processor)
 
 from vlbias.errors import InputError
 from vlbias.images.decode import square_images
 from vlbias.io.checkpoints import refuse_custom_code
 from vlbias.io.fetch import sha256_file
 from vlbias.models import register
+from vlbias.models.dual import ARCHITECTURES, joint_width
 from vlbias.models.hf import load_model
 from vlbias.models.tokenization import load_tokenizer
 from vlbias.runtime import autocast, hidden_layer, precision, runtime
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = {"clip": (CLIPModel, CLIPConfig), "siglip": (SiglipModel, SiglipConfig),
-                 "siglip2": (Siglip2Model, Siglip2Config), "blip": (BlipForImageTextRetrieval, BlipConfig),
-                 "flava": (FlavaModel, FlavaConfig)}
 PADDINGS = ("longest", "max_length")
 # model types trained on texts padded to the full length (the SigLIP model card: padding="max_length")
 MAX_LENGTH_PADDED = ("siglip", "siglip2")
@@ -236,15 +233,6 @@ class DualEncoder:
                 with hidden_layer(*self._text_blocks, self.layer):
                     out[start:start + len(batch)] = self._features("text", inputs, len(batch))
         return out
-
-
-def joint_width(model):
-    """The width of a dual encoder's joint space (its vectors'): BLIP's ITC projections'; CLIP-like models' (and
-    FLAVA's) projection_dim, to which both towers project; SigLIP's towers share the vision width."""
-    config = model.config
-    if isinstance(model, BlipForImageTextRetrieval):
-        return int(config.image_text_hidden_size)
-    return int(getattr(config, "projection_dim", None) or config.vision_config.hidden_size)
 
 
 def _processor(directory):

@@ -86,7 +86,7 @@ HF_DUAL = {"clip": (HF_DUAL_CONFIGS["clip"], ["vision_model", "visual_projection
 
 @pytest.mark.parametrize("arch", HF_DUAL)
 def test_an_hf_dual_entry_is_counted_from_its_config_on_the_meta_device(arch):
-    from vlbias.models.hf_dual import ARCHITECTURES
+    from vlbias.models.dual import ARCHITECTURES
 
     config, image_modules, neither_modules, width, size = HF_DUAL[arch]
     model_class, config_class = ARCHITECTURES[arch]

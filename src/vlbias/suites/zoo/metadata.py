@@ -165,7 +165,7 @@ def _hf_dual_architecture(entry_json):
     from transformers import AutoConfig, AutoModel
 
     from vlbias.models.hf import build_config
-    from vlbias.models.hf_dual import ARCHITECTURES, joint_width
+    from vlbias.models.dual import ARCHITECTURES, joint_width
 
     entry = json.loads(entry_json)
     model_class, config_class = ARCHITECTURES.get(entry["architecture"], (None, None))
