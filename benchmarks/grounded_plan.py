@@ -128,8 +128,7 @@ def reads(encoder, groups, entry):
     reader = jobs._Visuals(store)
     images = {i for g in groups for _, i, _ in g.rows}
     with mock.patch("vlbias.visual.visual_from_store", lambda *a: entry):
-        for g in groups:
-            jobs._authors_feed(encoder, g, reader, images, [])
+        jobs._authors_feeds(encoder, groups, reader, images, [])
     return reader.reads
 
 

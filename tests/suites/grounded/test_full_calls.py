@@ -97,3 +97,18 @@ def test_read_order_gives_each_images_rows_together_mask_i_last():
     assert jobs.read_order([types.SimpleNamespace(rows=[("c", "a", None), ("d", "b", None)], labels=None, mask="I"),
                             types.SimpleNamespace(rows=[("e", "b", None)], labels=None, mask=None)]) == \
         [(("a", None), [(0, 0)]), (("b", None), [(1, 0), (0, 1)])]
+
+
+def test_a_feed_of_the_authors_batches_reads_each_image_once(tmp_path, monkeypatch):
+    # VL-BERT's attended padding reads each role's listed pairs ahead of the calls (_authors_feeds); with a reader
+    # that keeps one image, the groups of one role and masking must still come together and read each once
+    stimuli, ids = plan(tmp_path)
+    visuals = {i: random_visual(12, n, persons=[0, 3], size=(40, 56))[0] for n, i in enumerate(ids)}
+    reads = []
+    monkeypatch.setattr("vlbias.visual.visual_from_store",
+                        lambda store, image, labels, path, offset: reads.append((image, labels)) or visuals[image])
+    monkeypatch.setattr(jobs._Visuals, "__init__", functools.partialmethod(jobs._Visuals.__init__, size=1))
+    encoder = build({**TINY_VL["vlbert"], "vlbert_box_padding": "attended", "authors_batch_size": 4, "batch_size": 4})
+    assert encoder.batch_dependent
+    embed_tests(stimuli, encoder, types.SimpleNamespace(ids=ids, skipped={}), tmp_path / "out.h5", LEVELS, MASKS)
+    assert len(reads) == len(set(reads)) == len({(i, labels) for i in ids for labels in {r[1] for r in reads}})

@@ -282,11 +282,10 @@ def embed_tests(stimuli, encoder, store, out_path, levels, masks, attrs=None, ma
             group = f.create_group(f"{stimulus.id}/{level}/{mask or NO_MASK}")
             group.attrs.update({"level": level, "mask": mask or NO_MASK, "stimulus_level": LEVEL_SOURCE[level]})
             for role in ROLES:
-                g = _Group(stimulus, level, mask, terms, labels, option, role, group, pairs[role], None,
-                           [None] * len(pairs[role]))
-                if encoder.batch_dependent:
-                    _authors_feed(encoder, g, visual, images, dropped)
-                groups.append(g)
+                groups.append(_Group(stimulus, level, mask, terms, labels, option, role, group, pairs[role], None,
+                                     [None] * len(pairs[role])))
+        if encoder.batch_dependent:
+            _authors_feeds(encoder, groups, visual, images, dropped)
         vectors = _embed_groups(encoder, groups, visual, cache, progress, dropped)
         for g in groups:
             out = np.stack([vectors[k] for k in g.keys]) if g.keys else np.zeros((0, encoder.output_dim(g.level)))
@@ -344,6 +343,20 @@ def _authors_feed(encoder, g, visual, images, dropped):
     g.entries, batch = _in_authors_batches(encoder, g.stimulus.pairs(LEVEL_SOURCE[g.level], g.role), rows,
                                            lambda i: visual(i, g.labels)[0], images)
     g.rows, g.keys = rows, [g.key(r, visual(r[1], g.labels)[1], b) for r, b in zip(rows, batch)]
+
+
+def _authors_feeds(encoder, groups, visual, images, dropped):
+    """``_authors_feed`` of every group, the reader (``visual``) keeping every image it reads meanwhile, so each
+    (image, labels) is read once: the groups' entries hold those regions until they are embedded anyway."""
+    size = visual.size
+    visual.size = len({(i, g.labels) for g in groups for _, i in g.stimulus.pairs(LEVEL_SOURCE[g.level], g.role)})
+    try:
+        for g in groups:
+            _authors_feed(encoder, g, visual, images, dropped)
+    finally:
+        visual.size = size
+        for key in list(visual.cache)[:-size]:
+            del visual.cache[key]
 
 
 def read_order(groups, only=None):
