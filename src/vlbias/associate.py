@@ -4,17 +4,20 @@ A table's tests on its models run in one process (``run_tests``): the statistics
 take about a second, less than starting a process per test would.
 """
 
+import json
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 
 from vlbias.errors import InputError
+from vlbias.io.atomic import atomic_path
 from vlbias.io.store import read_provenance, read_set
 from vlbias.logs import Progress
 from vlbias.stats import effect_size_sw, permutation_test_sw, s_wAB
 from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
-from vlbias.stats.mleat import mleat
+from vlbias.stats.mleat import Level1, mleat
 from vlbias.stats.row import ASSOCIATION, IDENTITY, MLEAT, PROVENANCE, SETS, SIZES
 
 log = logging.getLogger(__name__)
@@ -99,10 +102,42 @@ def run_tests(stimuli, stores, *, n_samples, seed, exact="auto", threads=None, c
     return rows
 
 
+def write_rows(rows, path, *, n_samples, seed, exact="auto", ci=None):
+    """A table job's rows (``run_tests``') and the settings that computed them, as JSON at ``path``: its
+    floats in full (the CSV rounds them), so the table's ML-EAT job takes Level 1 from them bit for bit
+    (``table_level1``) instead of computing it again."""
+    doc = {"settings": {"n_samples": n_samples, "seed": seed, "exact": exact, "ci": ci}, "rows": rows}
+    with atomic_path(path) as tmp:
+        # numpy scalars (a kernel's bool) as the Python values they hold
+        Path(tmp).write_text(json.dumps(doc, default=lambda v: v.item()), encoding="utf-8")
+
+
+def table_level1(path, *, n_samples, seed, exact="auto", ci=None):
+    """{(test, model): Level1} of the rows in a ``write_rows`` file that have d and p: what
+    vlbias.stats.mleat.level1 computes for the same vectors and settings. {} when the file's settings
+    are not these (its d, p and interval would not be this ML-EAT's)."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if doc["settings"] != {"n_samples": n_samples, "seed": seed, "exact": exact, "ci": ci}:
+        log.info("%s: computed with other settings (%s); Level 1 computed anew", path, doc["settings"])
+        return {}
+    # a count too large to write in full ("≈...") is not the exact int Level 1 holds: computed anew
+    return {(r["test"], r["model"]): _level1(r) for r in doc["rows"]
+            if r["status"] == "ok" and r["n_partitions"].isdigit()}
+
+
+def _level1(row):
+    """The Level1 of a table's row (``score``'s), as vlbias.stats.mleat.level1 builds it from the same numbers."""
+    pp = row["p_parametric"]
+    return Level1(row["d"], row["p"], row["p_se"], min(pp, 1.0 - pp), row["exact"], row["n_samples"],
+                  int(row["n_partitions"]), None if row["seed"] == "" else row["seed"], row.get("d_low", np.nan),
+                  row.get("d_high", np.nan))
+
+
 def run_mleat(stimulus, store_path, model, *, n_samples, seed, exact="auto", threads=None, ci=None, alpha, null,
-              saturation):
+              saturation, l1=None):
     """The ML-EAT (vlbias.stats.mleat) of ``stimulus`` on the vectors in ``store_path``, read as
     ``run_test`` reads them (so its Level 1 is the table's d and p): (row, MLEATResult or None).
+    ``l1``: its Level 1 as the table's job computed it (``table_level1``), or None to compute it.
 
     The row (vlbias.stats.row.MLEAT) is the test's identity, the model's provenance and
     MLEATResult.row(); a set with no vectors gives a row with the skip status and no result.
@@ -114,20 +149,22 @@ def run_mleat(stimulus, store_path, model, *, n_samples, seed, exact="auto", thr
         return MLEAT.build(shared, status=skipped), None
     try:
         r = mleat(*(vectors[s] for s in ("X", "Y", "A", "B")), n_samples=n_samples, seed=seed, exact=exact,
-                  threads=threads, ci=ci, alpha=alpha, null=null, saturation=saturation)
+                  threads=threads, ci=ci, alpha=alpha, null=null, saturation=saturation, l1=l1)
     except ValueError as e:
         raise InputError(f"{stimulus.path} on {store_path}", str(e)) from None
     return MLEAT.build(shared, r.row()), r
 
 
-def run_mleats(stimuli, stores, **settings):
+def run_mleats(stimuli, stores, computed=None, **settings):
     """[(row, MLEATResult or None)] of every test of ``stimuli`` on every model of ``stores``, in
-    ``run_tests``' order (``settings``: those of ``run_mleat``)."""
+    ``run_tests``' order (``settings``: those of ``run_mleat``); ``computed``: {(test, model): Level1}
+    the table's job computed (``table_level1``), each taken instead of computing it."""
+    computed = computed or {}
     progress = Progress(len(stimuli) * len(stores), "ML-EATs", log)
     found = []
     for stimulus in stimuli:
         for model, path in stores.items():
-            found.append(run_mleat(stimulus, path, model, **settings))
+            found.append(run_mleat(stimulus, path, model, l1=computed.get((stimulus.id, model)), **settings))
             progress.advance()
     progress.done()
     return found

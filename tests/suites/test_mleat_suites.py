@@ -3,6 +3,8 @@ grounded tests of an embedding file, a table's ML-EAT files (vlbias.report.mleat
 settings. The workflow runs them in tests/workflow/test_workflow.py (iEAT, SEAT) and tests/workflow/test_grounded_pipeline.py."""
 
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,7 +12,7 @@ from PIL import Image
 
 from helpers.grounded import write_grounded
 
-from vlbias.associate import run_mleat, run_mleats, run_test
+from vlbias.associate import run_mleat, run_mleats, run_test, run_tests, table_level1, write_rows
 from vlbias.io.store import write_embeddings
 from vlbias.io.stimuli import Stimulus, StimulusSet
 from vlbias.report.mleat import adjusted, map_path, mleat_frame, write_mleat
@@ -62,6 +64,35 @@ def test_a_set_with_no_stimuli_is_a_skipped_row_without_a_result(store):
     found = run_mleats([stimulus(), stimulus("img/none", "gone")], {"clip": store, "again": store}, **SETTINGS)
     assert [(r["test"], r["model"]) for r, _ in found] == [("flower-insect", "clip"), ("flower-insect", "again"),
                                                             ("gone", "clip"), ("gone", "again")]
+
+
+def test_the_tables_rows_are_the_mleats_level1_bit_for_bit_and_it_is_not_computed_again(store, tmp_path, monkeypatch):
+    """The table job's rows file (write_rows: d, p, interval at full precision) gives the ML-EAT job of the
+    same tests, models and settings its Level 1: the rows and results are mleat()'s exactly, and the job
+    runs neither Level 1's permutation test nor its bootstrap. Rows of other settings give none."""
+    import vlbias.stats.mleat as stats_mleat
+
+    ci = {"level": 0.95, "n_boot": 200, "seed": 1, "method": "bca"}
+    stats = {"n_samples": 300, "seed": 2, "exact": False}  # sampled: Level 1 has a seed and a p_se
+    settings = {**SETTINGS, **stats, "ci": ci}
+    forward = stimulus()
+    reverse = replace(forward, id="insect-flower", X=forward.Y, Y=forward.X)  # d < 0: p_normal is 1 - p_parametric
+    tests = [forward, reverse, stimulus("img/none", "gone")]
+    write_rows(run_tests(tests, {"clip": store}, ci=ci, **stats), tmp_path / "t.rows.json", ci=ci, **stats)
+    fresh = [mleat(*(VECTORS[s.sets[k].key] for k in ("X", "Y", "A", "B")), **settings) for s in tests[:2]]
+    calls = []
+    for name in ("permutation_test_sw", "effect_size_ci_cos"):
+        monkeypatch.setattr(stats_mleat, name, lambda *a, name=name, **k: calls.append(name))
+    computed = table_level1(tmp_path / "t.rows.json", ci=ci, **stats)
+    assert list(computed) == [("flower-insect", "clip"), ("insect-flower", "clip")]  # not the skipped test
+    found = run_mleats(tests, {"clip": store}, computed, **settings)
+    assert calls == []
+    for (row, result), want in zip(found, fresh):
+        np.testing.assert_equal({k: row[k] for k in MLEAT.computed}, want.row())
+        np.testing.assert_equal(result.asdict(), want.asdict())
+    assert found[2][1] is None
+    for other in ({**stats, "seed": 3}, {**stats, "exact": "auto"}, {"ci": {**ci, "n_boot": 100}}):
+        assert table_level1(tmp_path / "t.rows.json", **{"ci": ci, **stats, **other}) == {}
 
 
 def test_a_tables_files(store, tmp_path):

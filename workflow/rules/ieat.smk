@@ -153,6 +153,7 @@ rule ieat_table:
             labels={"table": "{table}"},
         ),
         missing="results/ieat/{table}.missing.tsv",
+        rows="results/ieat/{table}.rows.json",  # at full precision: the ML-EAT reads Level 1 there
     log:
         "results/logs/ieat_table/{table}.log",
     wildcard_constraints:
@@ -216,6 +217,8 @@ rule ieat_mleat:
     input:
         stores=lambda w: [embedding_path("ieat", m) for m in IEAT_PLAN.mleat_table(w.table)[1]],
         stimuli=lambda w: table_stimuli(*IEAT_PLAN.mleat_table(w.table)[:2]),
+        # the table job's rows (Level 1 at full precision); the sweep's job writes none
+        rows=lambda w: [f"results/ieat/{w.table}.rows.json"] if w.table in IEAT_TABLES else [],
     output:
         csv=mleat_path("ieat", "{table}"),
         html=report(

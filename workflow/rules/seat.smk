@@ -79,6 +79,7 @@ rule seat_table:
             subcategory="Tables",
             labels={"model": "{model}"},
         ),
+        rows="results/seat/{model}/table.rows.json",  # at full precision: the ML-EAT reads Level 1 there
     log:
         "results/logs/seat_table/{model}.log",
     wildcard_constraints:
@@ -99,6 +100,7 @@ rule seat_mleat:
     input:
         stores=[embedding_path("seat", "{model}")],
         stimuli=lambda w: seat_stimuli(w.model),
+        rows=["results/seat/{model}/table.rows.json"],
     output:
         csv=mleat_path("seat", "{model}"),
         html=report(

@@ -1,4 +1,4 @@
-from vlbias.associate import run_tests
+from vlbias.associate import run_tests, write_rows
 from vlbias.io.fetch import read_manifest, write_manifest
 from vlbias.io.stimuli import load_stimulus
 from vlbias.logs import setup_logging
@@ -10,6 +10,7 @@ p = snakemake.params
 stimuli = [load_stimulus(f) for f in snakemake.input.stimuli]
 rows = run_tests(stimuli, dict(zip(p.models, snakemake.input.stores)), threads=snakemake.threads, ci=p.ci,
                  **p.stats)
+write_rows(rows, snakemake.output.rows, ci=p.ci, **p.stats)
 published = published_as(read_published(snakemake.input.published), p.paper)
 table = assemble(rows, [s.id for s in stimuli], p.models, published, table=p.table)
 write_table(table, snakemake.output.csv, snakemake.output.md, p.caption, snakemake.output.html)

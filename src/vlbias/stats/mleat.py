@@ -286,14 +286,17 @@ def pattern(o_x: str | None, o_y: str | None) -> str:
 
 def mleat(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, *, n_samples: int = 100_000, seed: int = 0,
           exact: Exact = "auto", alpha: float = 0.05, null: str = "normal", saturation: float = 0.9,
-          ci: Mapping[str, Any] | None = None, threads: int | None = None) -> MLEATResult:
+          ci: Mapping[str, Any] | None = None, threads: int | None = None,
+          l1: Level1 | None = None) -> MLEATResult:
     """The ML-EAT of X vs Y with A vs B ((n, dim) arrays): its three levels, pattern and flag.
 
     ``n_samples``, ``seed``, ``exact``, ``threads``: the permutation engine's (vlbias.stats.permutation),
     for Level 1 and each Level 2 test alike; ``alpha``: the level below which a Level-2 p counts for the
     pattern; ``null``: "normal" (the authors' code, default) or "count" — how Level 2's p is read;
     ``saturation``: the Level-3 mean above which every cosine is "near" (``cosine_uninformative``);
-    ``ci``: bootstrap interval settings of d₁ (vlbias.stats.bootstrap), None for none.
+    ``ci``: bootstrap interval settings of d₁ (vlbias.stats.bootstrap), None for none; ``l1``: Level 1
+    as ``level1`` computed it already for these sets and settings (a table's row, vlbias.associate
+    .table_level1), taken as it is.
     """
     if null not in NULLS:
         raise ValueError(f"null must be one of {NULLS}, got {null!r}")
@@ -304,7 +307,8 @@ def mleat(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, *, n_sampl
     C = cosines(X, Y, A, B)  # rows X then Y, columns A then B
     blocks = {"XA": C[:n_x, :n_a], "XB": C[:n_x, n_a:], "YA": C[n_x:, :n_a], "YB": C[n_x:, n_a:]}
     settings: dict[str, Any] = {"n_samples": n_samples, "seed": seed, "exact": exact, "threads": threads}
-    l1 = level1(X, Y, A, B, ci=ci, C=C, **settings)
+    if l1 is None:
+        l1 = level1(X, Y, A, B, ci=ci, C=C, **settings)
     # s(c, T) = mean_{t∈T} cos(c, t): the column means of T's rows of C
     l2 = {t: level2(blocks[t + "A"].mean(axis=0), blocks[t + "B"].mean(axis=0), t, null=null, **settings)
           for t in TARGETS}
