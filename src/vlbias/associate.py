@@ -17,7 +17,7 @@ from vlbias.io.store import read_provenance, read_set
 from vlbias.logs import Progress
 from vlbias.stats import effect_size_sw, permutation_test_sw, s_wAB
 from vlbias.stats.bootstrap import cosines, effect_size_ci_cos
-from vlbias.stats.mleat import Level1, mleat
+from vlbias.stats.mleat import Level1, mleat, p_normal
 from vlbias.stats.row import ASSOCIATION, IDENTITY, MLEAT, PROVENANCE, SETS, SIZES
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,7 @@ def table_level1(path, *, n_samples, seed, exact="auto", ci=None):
 
 def _level1(row):
     """The Level1 of a table's row (``score``'s), as vlbias.stats.mleat.level1 builds it from the same numbers."""
-    pp = row["p_parametric"]
-    return Level1(row["d"], row["p"], row["p_se"], min(pp, 1.0 - pp), row["exact"], row["n_samples"],
+    return Level1(row["d"], row["p"], row["p_se"], p_normal(row["p_parametric"]), row["exact"], row["n_samples"],
                   int(row["n_partitions"]), None if row["seed"] == "" else row["seed"], row.get("d_low", np.nan),
                   row.get("d_high", np.nan))
 

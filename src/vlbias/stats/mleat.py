@@ -213,13 +213,19 @@ def _d(s_1: ArrayLike, s_2: ArrayLike, sizes: Mapping[str, int]) -> tuple[float,
         return np.nan, str(e)
 
 
+def p_normal(p_parametric: float) -> float:
+    """The normal null's p as the authors' code reads it, min(Φ(z), 1 − Φ(z)), from the upper tail's
+    p_parametric (vlbias.stats.permutation)."""
+    return min(p_parametric, 1.0 - p_parametric)
+
+
 def _directional(s: NDArray[np.float64], n_first: int, d: float, n_samples: int, seed: int, exact: Exact,
                  threads: int | None) -> tuple[float, float, PermutationResult]:
     """(p_count, p_normal, the PermutationResult of the tail in the direction of ``d``) of ``s`` split
     after ``n_first``. The lower tail is the upper tail of −s, counted on the same partitions in the
     same pass (permutation_tails_sw)."""
     upper, lower = permutation_tails_sw(s, n_first, n_samples=n_samples, seed=seed, exact=exact, threads=threads)
-    normal = min(upper.p_parametric, 1.0 - upper.p_parametric)  # min(Φ(z), 1 − Φ(z)), the authors' reading
+    normal = p_normal(upper.p_parametric)
     tail = upper if d >= 0 else lower
     return tail.p, normal, tail
 
@@ -241,7 +247,7 @@ def level1(X: Embeddings, Y: Embeddings, A: Embeddings, B: Embeddings, *, n_samp
         interval = effect_size_ci_cos(C if C is not None else cosines(X, Y, A, B), (n_x, n_y, len(A), len(B)), d,
                                       **ci)
         low, high = interval.low, interval.high
-    return Level1(d, res.p, res.p_se, min(res.p_parametric, 1.0 - res.p_parametric), res.exact, res.n_samples,
+    return Level1(d, res.p, res.p_se, p_normal(res.p_parametric), res.exact, res.n_samples,
                   res.n_partitions, res.seed, low, high)
 
 
