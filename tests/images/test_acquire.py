@@ -285,6 +285,9 @@ def test_mirror_is_read_never_the_network(tmp_path, server):
     assert status[2]["reason"] == f"not in mirror {mirror}/t/attr1/good.jpg"
     assert status[3]["reason"] == f"not in mirror {mirror}/t/attr1/nourl.png"
     assert not server.requests
+    # an image the cache holds is read from there, though the mirror has it no longer
+    (mirror / "t/attr1/a.png").unlink()
+    assert acquire(rows[:1], tmp_path / "cache", mirror=mirror, **SETTINGS)[0]["status"] == "ok"
     with pytest.raises(FetchError, match="the mirror has no such folder"):
         acquire(rows, tmp_path / "cache", mirror=tmp_path / "absent", **SETTINGS)
 

@@ -198,16 +198,32 @@ def _ok(row, path, image):
                    height=image.height, path=os.path.relpath(path))
 
 
-def _obtain(row, cache, mirror, flat, net):
-    """Status row of one manifest row; see :func:`acquire`."""
+def _plan(row, cache, mirror, flat):
+    """(status row, None) of one manifest row that needs no work (an unsafe name, not in the mirror, no
+    URL), else (None, (dest, pinned sha256, origin in the mirror or None)): what :func:`_obtain` does."""
     why = next(filter(None, (_unsafe(row[k]) for k in ("test", "role", "file"))), None)
     if why:
-        return _status(row, "failed", why)
+        return _status(row, "failed", why), None
     rel = Path(row["test"], row["role"], row["file"])
     try:
         dest, pinned = confined(cache, rel, "image"), row.get("sha256", "").lower()
     except InputError as e:  # a symbolic link in the cache leading elsewhere
-        return _status(row, "failed", str(e))
+        return _status(row, "failed", str(e)), None
+    origin = Path(mirror) / (row["file"] if flat else rel) if mirror else None
+    if not dest.is_file() and (why := _unavailable(row, origin)):
+        return _status(row, "failed", why), None
+    return None, (dest, pinned, origin)
+
+
+def _unavailable(row, origin):
+    """Why ``row`` cannot be had from its source (``origin`` in the mirror, else its URL); None if it can."""
+    if origin is not None:
+        return None if origin.is_file() else f"not in mirror {origin}"
+    return None if row["url"] else "no URL in the manifest"
+
+
+def _obtain(row, dest, pinned, origin, net):
+    """Status row of one manifest row that :func:`_plan` left to do; see :func:`acquire`."""
     if dest.is_file():
         try:
             image = load_rgb(dest)
@@ -215,15 +231,11 @@ def _obtain(row, cache, mirror, flat, net):
                 return _ok(row, dest, image)
         except ImageDecodeError:
             pass  # not written by us (we only keep what decodes): obtain it again
-    if mirror:
-        origin = Path(mirror) / (row["file"] if flat else rel)
-        if not origin.is_file():
-            return _status(row, "failed", f"not in mirror {origin}")
-    elif not row["url"]:
-        return _status(row, "failed", "no URL in the manifest")
+    if why := _unavailable(row, origin):
+        return _status(row, "failed", why)
     try:
         with atomic_path(dest) as tmp:
-            if mirror:
+            if origin:
                 try:
                     shutil.copyfile(origin, tmp)
                 except OSError as e:
@@ -269,9 +281,14 @@ def acquire(rows, cache, *, mirror=None, mirror_layout="tests", workers=8, timeo
     todo = sorted(first.values())  # two workers must never write one file
     status = [None] * len(rows)
     progress = Progress(len(todo), "images", log)
+    # what needs no reading is settled here: a pool's hand-offs would cost more than the checks
+    work = {}
+    for i in todo:
+        status[i], work[i] = _plan(rows[i], cache, mirror, mirror_layout == "flat")
+    progress.advance(sum(s is not None for s in status))
+    work = {i: w for i, w in work.items() if w is not None}
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        flat = mirror_layout == "flat"
-        for i, s in zip(todo, pool.map(lambda i: _obtain(rows[i], cache, mirror, flat, net), todo)):
+        for i, s in zip(work, pool.map(lambda i: _obtain(rows[i], *work[i], net), work)):
             status[i] = s
             progress.advance()
     progress.done(f"{sum(s['status'] == 'ok' for s in status if s)} obtained", terminal=False)  # arrived() sums up
