@@ -1,7 +1,6 @@
 """The association statistics: hand-checked cases, brute force, and the May et al. loop."""
 
 import itertools
-import os
 from math import comb, erfc, sqrt
 
 import numba
@@ -9,7 +8,7 @@ import numpy as np
 import pytest
 
 from vlbias.stats import effect_size, effect_size_sw, permutation_pvalue, permutation_test_sw, s_wAB
-from vlbias.stats.permutation import permutation_tails_sw
+from vlbias.stats.permutation import _block_ranges, permutation_tails_sw
 from vlbias.stats import reference
 from vlbias.stats._kernels import BLOCK
 from vlbias.stats.bootstrap import effect_size_ci
@@ -190,23 +189,12 @@ def test_both_tails_in_one_pass_are_the_two_one_tailed_tests(exact):
     assert upper.p + lower.p > 1  # the ties on the observed sum count in both tails
 
 
-def test_a_test_runs_no_more_threads_than_blocks_of_draws():
-    # a thread without a block of draws (BLOCK each) would only wait for the others: one block, one thread
-    s = np.random.default_rng(11).normal(size=80)
-    permutation_test_sw(s, 40, n_samples=BLOCK + 1, seed=42, threads=2)  # the observed one and BLOCK draws
-    assert numba.get_num_threads() == 1
-    permutation_test_sw(s, 40, n_samples=BLOCK + 2, seed=42, threads=2)
-    assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
-
-
-def test_the_kernels_threads_sleep_while_they_wait(monkeypatch):
-    # OpenMP's threads spinning between blocks cost a busy machine 4× a test's CPU; a user's own setting stays
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    permutation_test_sw(np.arange(6.0), 3)
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    permutation_test_sw(np.arange(6.0), 3)
-    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+def test_the_draws_go_to_threads_in_contiguous_ranges_of_blocks_at_most_one_thread_per_block():
+    # a thread without a block of draws (BLOCK each) would only wait for the others: one block, one range
+    assert _block_ranges(BLOCK, 2) == [(0, 1)] and _block_ranges(0, 4) == [(0, 0)]
+    assert _block_ranges(BLOCK + 1, 2) == [(0, 1), (1, 2)]
+    assert _block_ranges(7 * BLOCK, 3) == [(0, 2), (2, 4), (4, 7)]  # every block once, in order
+    assert _block_ranges(7 * BLOCK, None) == _block_ranges(7 * BLOCK, numba.config.NUMBA_NUM_THREADS)
 
 
 def test_monte_carlo_standard_error():

@@ -12,8 +12,8 @@ vlbias.stats._kernels, from counter-based streams per block of draws, so the sam
 the same p on any number of threads.
 """
 
-import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from math import comb, erfc, sqrt
 from typing import Any, Literal, TypeAlias
@@ -85,25 +85,20 @@ def _count(kernels: tuple[Callable[..., Any], Callable[..., Any]], args: tuple[A
     use_exact = n_null <= n_samples if exact == "auto" else bool(exact)
     if use_exact and n_null > MAX_EXACT:
         raise ValueError(f"exact test over {n_null} {unit} refused (limit {MAX_EXACT})")
-    # numba's OpenMP threads spin while they wait for work (OMP_WAIT_POLICY unset): on a busy machine most of a
-    # test's CPU (2 threads, 100,000 draws: 26 CPU-ms, 7 asleep); read when numba starts them, at the first test
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    if threads is not None:
-        import numba
-
-        from vlbias.stats._kernels import BLOCK
-
-        # a thread per block of draws at most (exact: one thread): a thread without a block only waits for the
-        # others, which on a busy machine cost 7× the CPU of one thread (1 block: 10,000 draws)
-        blocks = 1 if use_exact else -(-(n_samples - 1) // BLOCK)
-        numba.set_num_threads(max(1, min(int(threads), blocks, numba.config.NUMBA_NUM_THREADS)))
     count_exact, count_sampled = kernels
     if use_exact:
         *counts, total = count_exact(*args, *thresholds)
         n_extremes, p_se, used_seed = [int(c) for c in counts], 0.0, None
     else:
         total = int(n_samples)
-        counts = np.atleast_1d(count_sampled(*args, total - 1, int(seed), *thresholds))
+        parts = _block_ranges(total - 1, threads)
+        if len(parts) == 1:
+            results = [count_sampled(*args, total - 1, int(seed), *thresholds, *parts[0])]
+        else:  # the kernels release the GIL: a thread per range of blocks
+            with ThreadPoolExecutor(len(parts)) as pool:
+                results = list(pool.map(lambda part: count_sampled(*args, total - 1, int(seed), *thresholds, *part),
+                                        parts))
+        counts = np.sum([np.atleast_1d(r) for r in results], axis=0)
         n_extremes, used_seed = [1 + int(c) for c in counts], int(seed)
     out = []
     for n_extreme in n_extremes:
@@ -113,6 +108,20 @@ def _count(kernels: tuple[Callable[..., Any], Callable[..., Any]], args: tuple[A
         out.append({"p": p, "p_se": p_se, "exact": use_exact, "n_samples": int(total), "n_extreme": n_extreme,
                     "seed": used_seed})
     return out
+
+
+def _block_ranges(n_draws: int, threads: int | None) -> list[tuple[int, int]]:
+    """The blocks of ``n_draws`` draws (vlbias.stats._kernels.BLOCK each) in one contiguous range per thread:
+    ``threads`` of them (None: numba's, NUMBA_NUM_THREADS, the cores), at most one per block (a thread
+    without a block would only wait)."""
+    import numba
+
+    from vlbias.stats._kernels import BLOCK
+
+    n_blocks = -(-n_draws // BLOCK)
+    n = max(1, min(int(threads) if threads is not None else numba.config.NUMBA_NUM_THREADS, n_blocks))
+    edges = [n_blocks * k // n for k in range(n + 1)]
+    return list(zip(edges, edges[1:]))
 
 
 def permutation_test_sw(s_w: ArrayLike, n_x: int, n_samples: int = 100_000, seed: int = 0, exact: Exact = "auto",
