@@ -106,12 +106,22 @@ class Browser:
 
     def _run(self, args, profile, timeout):
         # --no-sandbox: the sandbox needs user namespaces, which containers and root often lack;
-        # web security off (it needs a profile folder of its own): the probe reads every frame
-        return subprocess.run([self.executable, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                               "--disable-web-security", f"--user-data-dir={profile}", *args],
-                              capture_output=True, text=True, timeout=timeout)
+        # web security off (it needs a profile folder of its own): the probe reads every frame;
+        # --disable-dev-shm-usage: a container's /dev/shm may be 64 MB, which a 4 MB report exhausts
+        command = [self.executable, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                   "--disable-dev-shm-usage", "--disable-web-security", *args]
+        # headless Chromium now and then never ends a --virtual-time-budget run (a page that takes ~3 s
+        # hung a CI run for 60): that is the browser's flake, not the page's, so a hung run is tried once
+        # more in a fresh profile; a page that truly never settles hangs both times and fails
+        for attempt in (1, 2):
+            try:
+                return subprocess.run([*command, f"--user-data-dir={profile}-{attempt}"], capture_output=True,
+                                      text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                if attempt == 2:
+                    raise
 
-    def render(self, page, screenshot=None, size=(1280, 2000), script="", timeout=60):
+    def render(self, page, screenshot=None, size=(1280, 2000), script="", timeout=45):
         """Load ``page`` (an HTML file), run ``script`` (JavaScript: the body of an async function)
         once it has loaded, and return what is seen; with ``screenshot`` a path, also write a PNG
         of the first ``size`` (width, height) pixels there, taken after the script; the page is laid

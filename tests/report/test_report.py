@@ -224,6 +224,24 @@ def test_published_vs_reproduced(tmp_path):
 
 # --- in a browser ---------------------------------------------------------------------------------
 
+# a stand-in for Chromium that hangs in its first profile and, in any other, prints the probe's answer
+HANGS_ONCE = """#!/bin/sh
+case "$*" in *--user-data-dir=*-1*) exec sleep 60 ;; esac
+echo '<script type="application/json" id="vlbias-probe">{"text": "shown", "images": [], "frames": [], \
+"error": null, "width": 10, "viewport": 10}</script>'
+"""
+
+
+def test_a_browser_run_that_hangs_is_tried_once_more(tmp_path):
+    from browser import Browser
+
+    fake = tmp_path / "chromium"
+    fake.write_text(HANGS_ONCE)
+    fake.chmod(0o755)
+    (tmp_path / "page.html").write_text("<html><head></head><body>shown</body></html>")
+    assert Browser(str(fake)).render(tmp_path / "page.html", timeout=1).text == "shown"
+
+
 def test_page_in_a_headless_browser(browser, tmp_path):
     plot_suite_heatmap(table(), tmp_path / "heatmap.png", "suite")
     write_page(tmp_path / "page.html", "Results", [results_table_html(table(), "Table 1"),
