@@ -54,8 +54,8 @@ def _to_rgb(im):
         rgba = im.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(white, rgba).convert("RGB")
-    # RGB, L, 1, P, CMYK, YCbCr, F (Pillow's convention: 0..255, clipped), ...
-    return im.convert("RGB")
+    # L, 1, P, CMYK, YCbCr, F (Pillow's convention: 0..255, clipped), ...; RGB as is (convert would copy it)
+    return im if im.mode == "RGB" else im.convert("RGB")
 
 
 def _decode(path, decode):
@@ -96,7 +96,8 @@ def load_rgb(path):
     """Fully decode the image at ``path`` (first frame, EXIF orientation applied) as RGB."""
     def decode(im):
         im.load()  # decodes everything now; truncated data fails here
-        return _to_rgb(ImageOps.exif_transpose(im))
+        ImageOps.exif_transpose(im, in_place=True)  # in place: a copy of every image, turned or not, costs ms
+        return _to_rgb(im)
     return _decode(path, decode)
 
 
@@ -139,6 +140,8 @@ def square_crop(img, mode="center"):
     if mode == "none":
         return img
     w, h = img.size
+    if w == h:
+        return img  # a crop would copy it
     side = min(w, h)
     left, top = ((w - side) // 2, (h - side) // 2) if mode == "center" else (0, 0)
     return img.crop((left, top, left + side, top + side))
