@@ -34,6 +34,7 @@ import textwrap
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import matplotlib as mpl
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -172,9 +173,12 @@ class _EatMapFigure:
         # wrapped to the figure's width: at 6.5 pt a line holds about 135 characters
         self.fig.supxlabel(textwrap.fill(note, 125, break_on_hyphens=False), fontsize=6.5, color="0.3", y=edge,
                            va="bottom")
-        self.place()
-        # the layout fits the labels in the figure: no tight bounding box, whose second draw would cost as much
-        save_png(self.fig, path, tight=False)
+        # FreeType's autohinter, not the font's own hinting: a tenth less time per map, and a smaller PNG
+        # (no hinting: a sixth less time, a fourth more bytes); the layout measures the glyphs alike
+        with mpl.rc_context({"text.hinting": "force_autohint"}):
+            self.place()
+            # the layout fits the labels in the figure: no tight bounding box, whose second draw would cost as much
+            save_png(self.fig, path, tight=False)
         return self.fig
 
     def place(self):
