@@ -17,7 +17,9 @@ def embed_stimuli(stimuli, encoder, out, provenance, cache=None):
     """Encode every set's items (words or sentences) of ``stimuli`` into one store, a group per set
     ("<test>/<X|Y|A|B>"). Each distinct text is encoded once; with ``cache`` (a RecordCache of this
     encoder) only texts it has not seen are, so editing one test re-encodes that test's new texts."""
-    texts = list(dict.fromkeys(item for s in stimuli for st in s.sets.values() for item in st.items))
+    # shortest first: the encoder sorts by length only within a chunk of the cache's, so chunks of texts of
+    # like length pad less (the SEAT store's texts: 7% fewer tokens run)
+    texts = sorted(dict.fromkeys(item for s in stimuli for st in s.sets.values() for item in st.items), key=len)
     progress = Progress(len(texts), "texts", log)
     vectors = cached_vectors(cache, [digest(t) for t in texts],
                              lambda todo: encoder.encode_texts([texts[i] for i in todo]), progress)
