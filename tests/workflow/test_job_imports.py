@@ -2,7 +2,7 @@
 each module its script imports at the top costs every job of the rule (torch with transformers: about
 3 s of CPU). The model jobs load their framework when they build the model, the statistics' jobs numba
 (the permutation kernels) when they run their first test, the figures' jobs matplotlib; the rest never
-load them."""
+load them; OpenCV loads where an image is decoded with it."""
 
 import ast
 import json
@@ -50,7 +50,7 @@ def first_loaded():
     scripts = sorted(SCRIPTS, key=lambda path: path.stem in FIGURES)
     assert {path.stem for path in SCRIPTS} >= set(FIGURES)
     return first_importers([(path.stem, module_imports(path)) for path in scripts] + [KERNELS],
-                           FRAMEWORKS + ("numba", "matplotlib"))
+                           FRAMEWORKS + ("numba", "matplotlib", "cv2"))
 
 
 def test_no_job_imports_a_model_framework_before_it_builds_a_model(first_loaded):
@@ -60,6 +60,10 @@ def test_no_job_imports_a_model_framework_before_it_builds_a_model(first_loaded)
 def test_no_job_imports_numba_before_its_first_permutation_test(first_loaded):
     # the kernels, after every script's imports, are numba's first importer (the check sees numba where it loads)
     assert first_loaded.get("numba") == KERNELS[0], first_loaded
+
+
+def test_no_job_imports_opencv_before_it_decodes_an_image(first_loaded):
+    assert "cv2" not in first_loaded, first_loaded
 
 
 def test_the_jobs_without_figures_import_no_matplotlib(first_loaded):
