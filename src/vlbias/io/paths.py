@@ -11,6 +11,7 @@ else is an InputError naming the source and the path.
 """
 
 import os
+import re
 from pathlib import Path, PurePosixPath
 from typing import TypeAlias
 
@@ -21,30 +22,32 @@ StrPath: TypeAlias = str | os.PathLike[str]
 
 # bytes in one file name: file systems allow 255, and a writer's temporary name (vlbias.io.atomic) adds ~15
 NAME_MAX = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # C0 controls and DEL
 
 
 def relative_path(relative: StrPath, source: object) -> PurePosixPath:
     """``relative`` as a PurePosixPath if it obeys the rule (the part that needs no root), else InputError."""
     text = str(relative)
+    path = PurePosixPath(text)  # parsed once: a manifest of 12,000 rows checks 50,000 paths
     why = None
     if not text:
         why = "an empty path"
-    elif bad := next((c for c in text if ord(c) < 32 or ord(c) == 127), None):
-        why = f"a control character ({bad!r}) in the path"
+    elif bad := _CONTROL.search(text):
+        why = f"a control character ({bad.group()!r}) in the path"
     elif "\\" in text:
         why = "a backslash in the path"
-    elif PurePosixPath(text).is_absolute():
+    elif path.is_absolute():
         why = "an absolute path"
-    elif ".." in PurePosixPath(text).parts:
+    elif ".." in path.parts:
         why = "a '..' component"
-    elif not PurePosixPath(text).parts:
+    elif not path.parts:
         why = "no file name"
-    elif any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in PurePosixPath(text).parts):
+    elif any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in path.parts):
         why = f"a name longer than {NAME_MAX} bytes"
     if why:
         raise InputError(source, f"{why} {text!r}: a path from data must be relative to its folder, without "
                                  "'..' or control characters")
-    return PurePosixPath(text)
+    return path
 
 
 def confined(root: StrPath, relative: StrPath, source: object) -> Path:
