@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.colors import to_rgba
+from PIL import Image
 
 from vlbias.report.mleat import adjusted, draw_maps, lit, mleat_frame, plot_eat_map, plot_pattern_summary
 from vlbias.stats import effect_size, permutation_pvalue
@@ -356,6 +357,25 @@ def test_maps_share_one_figure_drawn_once_each_without_a_layout_engine(tmp_path,
     results = [mleat(X, Y, A, B, alpha=0.2, null="count"), mleat(unit(ANGLES["X"]["B"]), unit(ANGLES["Y"]["A"]), A9, B9)]
     draw_maps([(r, tmp_path / f"{i}.png", f"Test {i}", LABELS) for i, r in enumerate(results * 2)])
     assert len(draws) == 4 and len(set(map(id, draws))) == 1 and not solves
+
+
+def test_a_map_whose_note_is_pasted_is_the_map_drawn_whole(tmp_path, monkeypatch):
+    """A map after one with the same note is drawn without the note and gets its strip pasted back: the
+    same pixels as the map drawn first in a fresh figure; a map whose note differs (another alpha) draws
+    its own."""
+    import vlbias.report.mleat as report
+
+    first, second = mleat(X, Y, A, B), mleat(unit(ANGLES["X"]["B"]), unit(ANGLES["Y"]["A"]), A9, B9)
+    other = mleat(X, Y, A, B, alpha=0.2, null="count")
+    pixels = lambda path: np.asarray(Image.open(path))
+    monkeypatch.setattr(report, "_FIGURE", None)
+    for i, r in enumerate((first, second, other)):
+        plot_eat_map(r, tmp_path / f"after-{i}.png", f"Test {i}", LABELS)
+    for i, r in enumerate((second, other)):
+        monkeypatch.setattr(report, "_FIGURE", None)  # a fresh figure: the map drawn whole
+        plot_eat_map(r, tmp_path / f"whole-{i}.png", f"Test {i + 1}", LABELS)
+    assert np.array_equal(pixels(tmp_path / "after-1.png"), pixels(tmp_path / "whole-0.png"))
+    assert np.array_equal(pixels(tmp_path / "after-2.png"), pixels(tmp_path / "whole-1.png"))
 
 
 def assert_texts_apart(fig):
