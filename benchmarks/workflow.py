@@ -10,12 +10,17 @@ mirror of config/config.yaml), with the virtual environment present:
    reading every unchanged text from its cache).
 
 For each: wall seconds, CPU seconds (user + sys of snakemake and every job process it started)
-and the jobs run (each job but `all` is one Python process).
+and the jobs run (each job but `all` is one Python process). Snakemake runs as `make run` runs it:
+without PYTHONDONTWRITEBYTECODE (the Makefile unexports it), so the first job to import a module
+writes its bytecode (vlbias's, and that of the packages pip installed without it) and the later
+jobs read it; with it set, as on this project's CI machine, each job would compile again what it
+imports.
 
     python benchmarks/workflow.py [--cores 2] [--keep DIR]
 """
 
 import argparse
+import os
 import re
 import resource
 import shutil
@@ -37,8 +42,9 @@ def run(workdir, cores, *args):
     """(wall s, cpu s, {rule: jobs run}) of one snakemake invocation in ``workdir``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", cores,
-                           *args], capture_output=True, text=True)
+                           *args], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
