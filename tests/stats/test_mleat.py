@@ -378,6 +378,25 @@ def test_a_map_whose_note_is_pasted_is_the_map_drawn_whole(tmp_path, monkeypatch
     assert np.array_equal(pixels(tmp_path / "after-2.png"), pixels(tmp_path / "whole-1.png"))
 
 
+def test_eat_map_places_its_y_labels_where_matplotlib_would(tmp_path):
+    """The y labels are placed by hand (place), not at each draw: where matplotlib's own placement puts them."""
+    from matplotlib.transforms import IdentityTransform, blended_transform_factory
+
+    rng = np.random.default_rng(3)
+    for scale in (1.0, 1e-3):  # tick labels of two widths, and an offset text
+        r = mleat(*(scale * rng.normal(size=(n, 3)) + 1 for n in (8, 8, 9, 9)))
+        fig = plot_eat_map(r, tmp_path / "map.png", "Test", LABELS)
+        assert_texts_apart(fig)  # the second's offset text ("+1") too, after a map without one
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes[::2]:  # the left column
+            placed = ax.yaxis.label.get_window_extent(renderer)
+            # matplotlib's own: x in pixels, y in the axes' fraction, set at each draw
+            ax.yaxis.label.set_transform(blended_transform_factory(IdentityTransform(), ax.transAxes))
+            ax.yaxis._autolabelpos = True
+            ax.yaxis._update_label_position(renderer)
+            assert np.allclose(ax.yaxis.label.get_window_extent(renderer).extents, placed.extents), ax.get_gid()
+
+
 def assert_texts_apart(fig):
     """Every text around an EAT-Map's quadrants inside the figure and clear of the others and of the axes."""
     renderer = fig.canvas.get_renderer()

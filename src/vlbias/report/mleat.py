@@ -41,7 +41,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.transforms import Bbox
+from matplotlib.transforms import Bbox, ScaledTranslation
 from PIL import Image
 
 from vlbias.io.atomic import atomic_path
@@ -132,6 +132,10 @@ class _EatMapFigure:
                                          gid="level3")
                 ax.set_xlim(-0.5, 0.5)
                 ax.set_xticks([])
+                # labels placed by hand, where there are none: a draw then measures no ticks for them
+                ax.xaxis.set_label_coords(0.5, 0)
+                if j:
+                    ax.yaxis.set_label_coords(0, 0.5)
                 ax.tick_params(labelsize=7)
 
     def draw(self, result, path, title, labels, p_holm):
@@ -218,8 +222,7 @@ class _EatMapFigure:
         bottom = fig._supxlabel.get_window_extent(renderer).height + 2 * pad
         # the note's strip (render): up to half a pad above the note, clear of a tick label below the axes
         self._strip = Bbox.from_extents(0, 0, width, bottom - pad / 2)
-        left = pad + max(ax[q].bbox.x0 - ax[q].yaxis.get_tightbbox(renderer, for_layout_only=True).x0
-                         for q in ("XA", "YA"))
+        left = pad + max(self._place_ylabel(ax[q], renderer) for q in ("XA", "YA"))
         tick = ax["XA"].yaxis.get_majorticklabels()[0].get_window_extent(renderer).height / 2
         offset = ax["XA"].yaxis.offsetText
         offset = offset.get_window_extent(renderer).height + pad if offset.get_text() else 0
@@ -233,6 +236,18 @@ class _EatMapFigure:
                 x0 = left + j * (cell_w + 2 * pad)
                 y0 = bottom + tick + (1 - i) * (cell_h + gap)
                 ax[t + c].set_position([x0 / width, y0 / height, cell_w / width, cell_h / height])
+
+
+    def _place_ylabel(self, ax, renderer):
+        """Put ``ax``'s y label left of its tick labels, a label pad away, as matplotlib would, and return the
+        pixels both take left of the axes. Placed here, once: left to matplotlib, each draw placed it anew,
+        recomputing every tick of the axis a second time (a fifth of a map's drawing)."""
+        yaxis, dpi = ax.yaxis, self.fig.dpi
+        labels, _ = yaxis._get_ticklabel_bboxes(yaxis._update_ticks(), renderer)
+        yaxis.offsetText.set_text(yaxis.major.formatter.get_offset())  # as a draw would: place reads it
+        room = max([ax.bbox.x0 - box.x0 for box in labels] + [0]) + yaxis.labelpad * dpi / 72
+        yaxis.set_label_coords(0, 0.5, ax.transAxes + ScaledTranslation(-room / dpi, 0, self.fig.dpi_scale_trans))
+        return room + yaxis.label.get_window_extent(renderer).width
 
 
 _FIGURE = None  # this process's _EatMapFigure, made by the first map it draws
