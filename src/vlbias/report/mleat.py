@@ -238,7 +238,6 @@ class _EatMapFigure:
                 y0 = bottom + tick + (1 - i) * (cell_h + gap)
                 ax[t + c].set_position([x0 / width, y0 / height, cell_w / width, cell_h / height])
 
-
     def _place_ylabel(self, ax, renderer):
         """Put ``ax``'s y label left of its tick labels, a label pad away, as matplotlib would, and return the
         pixels both take left of the axes. Placed here, once: left to matplotlib, each draw placed it anew,
