@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from vlbias.errors import InputError
+from vlbias.io.atomic import atomic_path
 from vlbias.io.cache import digest, digester, fingerprint
 from vlbias.io.fetch import sha256_file
-from vlbias.io.atomic import atomic_path
 from vlbias.io.hdf5 import atomic_hdf5, open_hdf5
 from vlbias.logs import Progress
 from vlbias.stats.row import GROUNDED, GROUNDED_PROVENANCE, MLEAT, SETS, SIZES
